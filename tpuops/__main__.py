@@ -1,0 +1,3 @@
+from tpuops.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Typer commands: parse, call one function in tpuops.ops, render. Nothing imports this package."""

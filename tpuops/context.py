@@ -1,0 +1,67 @@
+"""The one place that turns a spec and the environment into real clients and settings.
+
+Workflows in `ops/` receive a `Context`; tests build one with their own environment (endpoints of the
+local fakes, a temporary TPUOPS_HOME) instead of patching anything.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tpuops.errors import UsageError
+from tpuops.spec import Spec
+from tpuops.state import StateStore, tpuops_home
+
+
+@dataclass
+class Context:
+    env: Mapping[str, str]
+    store: StateStore
+    project_override: str | None = None
+    assume_yes: bool = False
+    _cache: dict[str, object] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_env(cls, project: str | None = None, assume_yes: bool = False,
+                 env: Mapping[str, str] | None = None) -> Context:
+        env = dict(os.environ if env is None else env)
+        return cls(env=env, store=StateStore(tpuops_home(env)), project_override=project, assume_yes=assume_yes)
+
+    def project_for(self, spec: Spec | None) -> str | None:
+        """spec.project, else --project, else CLOUDSDK_CORE_PROJECT / GOOGLE_CLOUD_PROJECT, else gcloud config."""
+        if spec is not None and spec.project:
+            return spec.project
+        return (
+            self.project_override
+            or self.env.get("CLOUDSDK_CORE_PROJECT")
+            or self.env.get("GOOGLE_CLOUD_PROJECT")
+            or gcloud_config_project(self.env)
+        )
+
+    def require_project(self, spec: Spec | None) -> str:
+        project = self.project_for(spec)
+        if not project:
+            raise UsageError(
+                "no GCP project given",
+                "set `project:` in the spec, pass --project, or `gcloud config set project ID`",
+            )
+        return project
+
+
+def gcloud_config_project(env: Mapping[str, str]) -> str | None:
+    """Read gcloud's active configuration file directly (running gcloud costs a second)."""
+    config_dir = Path(env.get("CLOUDSDK_CONFIG") or Path(env.get("HOME", str(Path.home()))) / ".config/gcloud")
+    try:
+        active = (config_dir / "active_config").read_text().strip() or "default"
+    except OSError:
+        active = "default"
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(config_dir / "configurations" / f"config_{active}")
+    except configparser.Error:
+        return None
+    return parser.get("core", "project", fallback=None)

@@ -1,0 +1,56 @@
+"""Retry policies (tenacity), in one place.
+
+Adapters translate SDK exceptions into `TransientError` / `CapacityError` (tpuops.errors); the policies
+here only look at those types, so they stay free of Google imports. Sleep is injectable for tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from tpuops.errors import TransientError
+
+T = TypeVar("T")
+
+
+def transient(
+    attempts: int = 6,
+    initial: float = 1.0,
+    maximum: float = 30.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Retrying:
+    """Retry 429/500/503/deadline (as TransientError) with exponential backoff and jitter, bounded."""
+    return Retrying(
+        retry=retry_if_exception_type(TransientError),
+        wait=wait_exponential_jitter(initial=initial, max=maximum),
+        stop=stop_after_attempt(attempts),
+        sleep=sleep,
+        reraise=True,
+    )
+
+
+def call_transient(fn: Callable[[], T], policy: Retrying | None = None) -> T:
+    return (policy or transient())(fn)
+
+
+def bounded_by(seconds: float, initial: float = 2.0, maximum: float = 60.0,
+               sleep: Callable[[float], None] = time.sleep,
+               retry_on: type[BaseException] | tuple[type[BaseException], ...] = TransientError) -> Retrying:
+    """Retry `retry_on` for at most `seconds` of wall time (used for capacity waits and boot waits)."""
+    return Retrying(
+        retry=retry_if_exception_type(retry_on),
+        wait=wait_exponential_jitter(initial=initial, max=maximum),
+        stop=stop_after_delay(seconds),
+        sleep=sleep,
+        reraise=True,
+    )

@@ -1,0 +1,299 @@
+"""The spec: pydantic models (extra="forbid") and YAML loading with file:line:field errors.
+
+Only shape and local rules live here; rules that need the TPU catalog are in `rules.py`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tpuops.errors import SpecError
+
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")
+LABEL_VALUE_RE = re.compile(r"^[-_a-z0-9]{0,63}$")
+CLUSTER_LABEL = "tpuops-cluster"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class TpuSpec(Model):
+    type: str = Field(description="Accelerator type, e.g. v3-8, v4-32, v5litepod-8.")
+    runtime: str | None = Field(
+        None,
+        description="TPU VM runtime (e.g. tpu-vm-tf-2.16.1-pjrt) or, for mode: node, the Node's version "
+        "(e.g. 2.12.0, pytorch-1.13). Default: the catalog's default for the generation and framework.",
+    )
+    mode: Literal["vm", "node"] = Field("vm", description="vm: TPU VM or pod slice; node: legacy TPU Node.")
+    preemptible: bool = False
+    spot: bool = False
+    queued: bool = Field(False, description="Create the TPU through a queued resource.")
+    service_account: str | None = Field(
+        None, description="Email the TPU VM runs as; default: the project's Compute default service account."
+    )
+    zones: list[str] = Field(
+        default_factory=list,
+        description="Fallback zones (same region as the bucket) tried in turn when the zone has no capacity.",
+    )
+    workers: int | None = Field(
+        None, ge=1, le=64, description="provider: local only: number of simulated workers (default: hosts)."
+    )
+    network: str = "default"
+    subnetwork: str | None = None
+
+    @field_validator("service_account")
+    @classmethod
+    def _email(cls, value: str | None) -> str | None:
+        if value is not None and "@" not in value:
+            raise ValueError(f"service_account must be an email address, got {value!r}")
+        return value
+
+
+class ClientVmSpec(Model):
+    machine_type: str = "n1-standard-2"
+    disk_gb: int = Field(50, ge=10, le=65536)
+    image_project: str = "debian-cloud"
+    image_family: str = "debian-12"
+
+
+class BucketSpec(Model):
+    name: str
+    location: str | None = Field(None, description="Default: the TPU zone's region.")
+
+    @field_validator("name")
+    @classmethod
+    def _gcs_name(cls, value: str) -> str:
+        problem = bucket_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+class CodeSpec(Model):
+    path: str = "."
+    exclude: list[str] = Field(default_factory=list, description=".gitignore-style patterns not pushed.")
+
+
+class DataItem(Model):
+    from_: str = Field(alias="from", description="Local file or directory.")
+    to: str = Field(description="gs://bucket/prefix, or a path on every worker.")
+
+
+class TrainerSpec(Model):
+    framework: Literal["tensorflow", "pytorch", "jax"]
+    setup: str | None = Field(None, description="Run once per worker (again when its text changes).")
+    command: str
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return value
+
+
+class LogsSpec(Model):
+    tensorboard: str | None = Field(None, description="Where the trainer writes TensorBoard events.")
+
+
+class SshSpec(Model):
+    user: str | None = Field(None, description="Default: the local user name.")
+    port: int = Field(22, ge=1, le=65535)
+
+
+class Spec(Model):
+    name: str = Field(description="Cluster name: lowercase letters, digits, hyphens; starts with a letter; <= 40.")
+    project: str | None = None
+    provider: Literal["gcp", "local"] = "gcp"
+    zone: str | None = None
+    tpu: TpuSpec
+    client_vm: ClientVmSpec | None = None
+    bucket: BucketSpec | None = None
+    code: CodeSpec = Field(default_factory=CodeSpec)
+    data: list[DataItem] = Field(default_factory=list)
+    trainer: TrainerSpec | None = None
+    logs: LogsSpec = Field(default_factory=LogsSpec)
+    ssh: SshSpec = Field(default_factory=SshSpec)
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on every resource.")
+
+    @field_validator("name")
+    @classmethod
+    def _cluster_name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError(
+                f"cluster name {value!r} must be lowercase letters, digits and hyphens, start with a letter, "
+                "not end with a hyphen, at most 40 characters"
+            )
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            if not LABEL_KEY_RE.match(key) or not LABEL_VALUE_RE.match(val):
+                raise ValueError(f"label {key}={val} breaks GCP label rules (lowercase, digits, - and _)")
+            if key == CLUSTER_LABEL:
+                raise ValueError(f"label {CLUSTER_LABEL} is set by tpuops itself")
+        return value
+
+    @model_validator(mode="after")
+    def _zone_needed(self) -> Spec:
+        if self.provider == "gcp" and not self.zone:
+            raise ValueError("zone is required for provider: gcp (for example zone: europe-west4-a)")
+        return self
+
+    # Derived facts used across the tool.
+    @property
+    def region(self) -> str | None:
+        return region_of(self.zone) if self.zone else None
+
+    @property
+    def resource_labels(self) -> dict[str, str]:
+        return {**self.labels, CLUSTER_LABEL: self.name}
+
+
+def region_of(zone: str) -> str:
+    """europe-west4-a -> europe-west4 (a zone is its region plus one last '-x')."""
+    return zone.rsplit("-", 1)[0]
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """GCS bucket naming rules (the subset that applies to names without dots' domain verification)."""
+    if not 3 <= len(name) <= 63:
+        return f"bucket name {name!r} must be 3 to 63 characters"
+    if not re.match(r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$", name):
+        return (
+            f"bucket name {name!r} may hold only lowercase letters, digits, '-', '_' and '.', "
+            "and must start and end with a letter or digit"
+        )
+    if name.startswith("goog") or "google" in name or "g00gle" in name:
+        return f"bucket name {name!r} may not start with 'goog' or contain 'google'"
+    if re.match(r"^\d+\.\d+\.\d+\.\d+$", name):
+        return f"bucket name {name!r} may not be an IP address"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read, parse and validate a spec file (shape and catalog rules); SpecError names file:line:field."""
+    from tpuops import rules  # rules needs the catalog; spec stays importable on its own
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(
+            f"spec file {path} not found", "create one with `tpuops init` or check the path"
+        ) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        raise SpecError(f"cannot read spec file {path}: {err}") from None
+    spec, lines = parse_spec(text, str(path))
+    rules.check(spec, source=str(path), lines=lines)
+    return spec
+
+
+def parse_spec(text: str, source: str = "<spec>") -> tuple[Spec, LineIndex]:
+    """YAML text -> Spec, with errors naming source, line and field."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        problem = getattr(err, "problem", None) or str(err)
+        raise SpecError(
+            f"invalid YAML: {problem}", "check indentation and quoting", path=source, line=line
+        ) from None
+    lines = LineIndex(node)
+    if not isinstance(data, dict):
+        raise SpecError(
+            "the spec must be a YAML mapping (name: ..., zone: ..., tpu: ...)",
+            "start from `tpuops init`",
+            path=source,
+            line=1,
+        )
+    try:
+        return Spec.model_validate(data), lines
+    except ValidationError as err:
+        raise _spec_error(err, source, lines) from None
+
+
+def _spec_error(err: ValidationError, source: str, lines: LineIndex) -> SpecError:
+    first = err.errors()[0]
+    loc = tuple(part for part in first["loc"] if not str(part).startswith("function-after"))
+    field = ".".join(str(part) for part in loc) or None
+    line = lines.line_of(loc)
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        *parent, key = loc
+        known = _known_keys(tuple(parent))
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known keys here: {', '.join(sorted(known))}"
+        return SpecError(f"unknown key '{key}'", hint, path=source, line=line, field=field)
+    if kind == "missing":
+        return SpecError("required key is missing", "see `tpuops schema`", path=source, line=line, field=field)
+    message = first["msg"].removeprefix("Value error, ")
+    if kind == "literal_error":
+        message = f"{message}, got {first['input']!r}"
+    return SpecError(message, path=source, line=line, field=field)
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = Spec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(str(part))
+        if info is None:
+            break
+        inner = _model_in(info.annotation)
+        if inner is None:
+            break
+        model = inner
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found:
+            return found
+    return None
+
+
+class LineIndex:
+    """Maps a field path (('tpu', 'type')) to its 1-based line in the YAML text."""
+
+    def __init__(self, root: yaml.Node | None) -> None:
+        self.root = root
+
+    def line_of(self, loc: tuple[Any, ...]) -> int | None:
+        node, line = self.root, None
+        for part in loc:
+            if isinstance(node, yaml.MappingNode):
+                for key, value in node.value:
+                    if key.value == str(part):
+                        node, line = value, key.start_mark.line + 1
+                        break
+                else:
+                    return line or (node.start_mark.line + 1)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                break
+        return line

@@ -1,0 +1,132 @@
+"""Local state: one directory per cluster under the user's config directory.
+
+`state.json` is written before every create (so a crash leaves nothing `up` or `down` cannot find) and
+holds no secrets: the spec stays in the user's file (its trainer.env may hold tokens) and only its path
+is kept. The cluster's SSH key pair and pinned host keys live beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tpuops.errors import ClusterNotFound
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def tpuops_home(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("TPUOPS_HOME"):
+        return Path(env["TPUOPS_HOME"])
+    config = Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return config / "tpuops"
+
+
+class StateModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ResourceRecord(StateModel):
+    kind: Literal["bucket", "iam", "tpu", "queued_resource", "client_vm"]
+    name: str
+    zone: str | None = None
+    status: Literal["creating", "created", "deleting"] = "creating"
+    detail: dict[str, str] = Field(default_factory=dict)
+    updated_at: str = Field(default_factory=now_iso)
+
+
+class WorkerRecord(StateModel):
+    index: int
+    internal_ip: str
+    external_ip: str | None = None
+    ssh_host: str = Field(description="Address tpuops connects to (external IP, or internal on a VPN).")
+    ssh_port: int = 22
+    home: str | None = Field(None, description="provider: local: the worker's directory.")
+
+
+class EventRecord(StateModel):
+    at: str = Field(default_factory=now_iso)
+    kind: str
+    message: str
+
+
+class ClusterState(StateModel):
+    name: str
+    provider: Literal["gcp", "local"]
+    project: str | None = None
+    zone: str | None = None
+    spec_path: str
+    resources: list[ResourceRecord] = Field(default_factory=list)
+    workers: list[WorkerRecord] = Field(default_factory=list)
+    ssh_user: str | None = None
+    events: list[EventRecord] = Field(default_factory=list)
+    created_at: str = Field(default_factory=now_iso)
+    updated_at: str = Field(default_factory=now_iso)
+
+    def resource(self, kind: str) -> ResourceRecord | None:
+        return next((r for r in self.resources if r.kind == kind), None)
+
+    def set_resource(self, record: ResourceRecord) -> None:
+        self.resources = [r for r in self.resources if r.kind != record.kind] + [record]
+
+    def drop_resource(self, kind: str) -> None:
+        self.resources = [r for r in self.resources if r.kind != kind]
+
+    def log(self, kind: str, message: str) -> None:
+        self.events.append(EventRecord(kind=kind, message=message))
+
+
+class StateStore:
+    """Reads and atomically writes cluster state under `home/clusters/NAME/`."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def cluster_dir(self, name: str) -> Path:
+        return self.home / "clusters" / name
+
+    def path(self, name: str) -> Path:
+        return self.cluster_dir(name) / "state.json"
+
+    def load(self, name: str) -> ClusterState | None:
+        try:
+            return ClusterState.model_validate_json(self.path(name).read_text())
+        except FileNotFoundError:
+            return None
+
+    def require(self, name: str) -> ClusterState:
+        state = self.load(name)
+        if state is None:
+            raise ClusterNotFound(
+                f"no cluster named '{name}' here", "run `tpuops status` to list clusters, or `tpuops up SPEC`"
+            )
+        return state
+
+    def save(self, state: ClusterState) -> None:
+        state.updated_at = now_iso()
+        directory = self.cluster_dir(state.name)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state.", suffix=".json")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(state.model_dump(mode="json"), indent=2))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path(state.name))
+
+    def delete(self, name: str) -> None:
+        self.path(name).unlink(missing_ok=True)
+
+    def names(self) -> list[str]:
+        root = self.home / "clusters"
+        if not root.is_dir():
+            return []
+        return sorted(p.parent.name for p in root.glob("*/state.json"))
