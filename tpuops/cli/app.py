@@ -17,3 +17,8 @@ app = typer.Typer(
 JSON_OPTION = typer.Option(False, "--json", help="Machine-readable output.")
 YES_OPTION = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")
 PROJECT_OPTION = typer.Option(None, "--project", help="GCP project (else spec, CLOUDSDK_CORE_PROJECT, ...).")
+
+
+@app.callback()
+def _root() -> None:
+    """tpuops: one spec and a handful of commands for training on Google Cloud TPUs."""
