@@ -2,8 +2,40 @@
 
 from __future__ import annotations
 
-from tpuops.cli.app import app
-from tpuops.cli.render import print_json
+from pathlib import Path
+
+import typer
+
+from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, app
+from tpuops.cli.render import console, print_json
+
+VERB_STYLE = {"create": "[green]+ create  [/]", "keep": "[dim]= keep    [/]", "recreate": "[yellow]~ recreate[/]"}
+
+
+@app.command()
+def plan(
+    spec: Path = typer.Argument(..., help="The spec file."),
+    project: str | None = PROJECT_OPTION,
+    json_: bool = JSON_OPTION,
+) -> None:
+    """Validate SPEC and show what `up` would create, the region check and the cost per hour."""
+    from tpuops.context import Context
+    from tpuops.ops.specs import plan_file
+
+    result = plan_file(Context.from_env(project=project), spec)
+    if json_:
+        print_json(result.to_dict())
+        return
+    where = f"zone {result.zone}, region {result.region}" if result.zone else "local"
+    console.print(f"Plan for cluster [bold]{result.cluster}[/] (project {result.project or '(not set)'}, {where})")
+    for action in result.actions:
+        reason = f"  [dim]({action.reason})[/]" if action.reason else ""
+        console.print(f"  {VERB_STYLE[action.verb]} {action.kind:<15} {action.name:<24} {action.summary}{reason}")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    if not any("region" in w for w in result.warnings) and result.region:
+        console.print(f"Region check: ok (bucket and TPU in {result.region})")
+    console.print(f"Estimated cost: [bold]${result.cost_per_hour:.2f}/hour[/] ({result.cost_note})")
 
 
 @app.command()
@@ -12,3 +44,22 @@ def schema() -> None:
     from tpuops.spec import Spec
 
     print_json(Spec.model_json_schema(by_alias=True))
+
+
+@app.command()
+def init(
+    path: Path = typer.Argument(Path("tpuops.yaml"), help="Where to write the spec."),
+    template: str = typer.Option("trc-v3-tf", "--template", "-t", help="trc-v3-tf, pytorch-xla, jax-pod, "
+                                 "legacy-node or local."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+    list_: bool = typer.Option(False, "--list", help="List the templates."),
+) -> None:
+    """Write a commented spec to start from."""
+    from tpuops.ops.specs import INIT_TEMPLATES, init_spec
+
+    if list_:
+        for name, about in INIT_TEMPLATES.items():
+            console.print(f"{name:<12} {about}")
+        return
+    written = init_spec(template, path, force=force)
+    console.print(f"Wrote {written} ({INIT_TEMPLATES[template]}). Next: tpuops plan {written}")
