@@ -1,0 +1,190 @@
+"""The cloud interface: what `up`, `status` and `down` need from a provider, and nothing more.
+
+Two providers implement it: `cloud/gcp` (Google's clients) and `cloud/local` (workers as directories).
+Everything here is provider-neutral: plain frozen dataclasses in, frozen dataclasses out, and errors
+from `tpuops.errors` (an adapter never lets an SDK exception or type escape).
+
+Conventions every implementation keeps:
+- `get_*` returns None when the resource does not exist (never raises "not found").
+- `create_*` blocks until the resource is usable or the operation failed (CapacityError when the zone
+  is out of capacity, TransientError for 429/500/503/deadline, CloudError otherwise).
+- `delete_*` blocks until the resource is gone; deleting something already gone is not an error.
+- Labels are plain `str -> str` mappings; ownership is decided above this layer (plan.py, ops/).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+TpuMode = Literal["vm", "node"]
+
+# TPU states after which the TPU only holds quota: delete and create again.
+DEAD_TPU_STATES = frozenset({"PREEMPTED", "TERMINATED"})
+DEAD_QUEUED_STATES = frozenset({"FAILED", "SUSPENDED"})
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One host of a TPU slice (or the client VM of a legacy Node)."""
+
+    index: int
+    internal_ip: str
+    external_ip: str | None = None
+
+
+@dataclass(frozen=True)
+class HostKey:
+    """An SSH host key a worker published (guest attributes `hostkeys/`), for pinning."""
+
+    worker: int
+    key_type: str  # e.g. "ssh-ed25519"
+    key: str  # base64 body, as in known_hosts
+
+
+@dataclass(frozen=True)
+class TpuRequest:
+    name: str
+    zone: str
+    accelerator_type: str
+    runtime: str  # TPU VM runtime version, or the legacy Node's tensorflow_version
+    mode: TpuMode = "vm"
+    preemptible: bool = False
+    spot: bool = False
+    service_account: str | None = None  # TPU VM only; a legacy Node runs as the Cloud TPU service agent
+    network: str = "default"
+    subnetwork: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ssh_keys: str | None = None  # value of the `ssh-keys` metadata (TPU VM only)
+
+
+@dataclass(frozen=True)
+class TpuNode:
+    name: str
+    zone: str
+    accelerator_type: str
+    state: str  # CREATING, READY, PREEMPTED, TERMINATED, DELETING, ... (Google's names)
+    mode: TpuMode = "vm"
+    health: str | None = None
+    runtime: str | None = None
+    workers: tuple[Worker, ...] = ()
+    service_account: str | None = None  # the identity the TPU reads and writes GCS as
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueuedResource:
+    name: str
+    zone: str
+    state: str  # ACCEPTED, PROVISIONING, ACTIVE, FAILED, SUSPENDED, WAITING_FOR_RESOURCES, ...
+    node_name: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)  # the labels of the node it will create
+    detail: str | None = None  # why it failed, when it did
+
+
+@dataclass(frozen=True)
+class VmRequest:
+    name: str
+    zone: str
+    machine_type: str
+    disk_gb: int
+    image_project: str
+    image_family: str
+    network: str = "default"
+    subnetwork: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ssh_keys: str | None = None
+
+
+@dataclass(frozen=True)
+class Vm:
+    name: str
+    zone: str
+    state: str  # PROVISIONING, RUNNING, STOPPED, TERMINATED, ...
+    internal_ip: str | None = None
+    external_ip: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    name: str
+    location: str  # upper case, as GCS reports it (EUROPE-WEST4)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    uniform_access: bool = True
+
+
+class TpuApi(Protocol):
+    """TPU VMs and pod slices (mode vm), or legacy TPU Nodes (mode node): one implementation per mode."""
+
+    def get_node(self, zone: str, name: str) -> TpuNode | None: ...
+    def list_nodes(self, zone: str) -> list[TpuNode]: ...
+    def create_node(self, request: TpuRequest) -> TpuNode: ...
+    def delete_node(self, zone: str, name: str) -> None: ...
+    def host_keys(self, zone: str, name: str) -> list[HostKey]: ...
+
+
+class QueuedResourceApi(Protocol):
+    def get_queued(self, zone: str, name: str) -> QueuedResource | None: ...
+    def list_queued(self, zone: str) -> list[QueuedResource]: ...
+    def create_queued(self, name: str, request: TpuRequest, wait_seconds: float) -> QueuedResource:
+        """Queue TPU `request.name` as `name`; wait at most `wait_seconds` for ACTIVE; FAILED -> CapacityError."""
+        ...
+
+    def delete_queued(self, zone: str, name: str) -> None:
+        """Delete with force: the node it created goes too."""
+        ...
+
+
+class VmApi(Protocol):
+    def get_vm(self, zone: str, name: str) -> Vm | None: ...
+    def list_vms(self, zone: str) -> list[Vm]: ...
+    def create_vm(self, request: VmRequest) -> Vm: ...
+    def delete_vm(self, zone: str, name: str) -> None: ...
+    def host_keys(self, zone: str, name: str) -> list[HostKey]: ...
+
+
+class StorageApi(Protocol):
+    def get_bucket(self, name: str) -> Bucket | None: ...
+    def create_bucket(self, name: str, location: str, labels: Mapping[str, str]) -> Bucket:
+        """Create with uniform bucket-level access on."""
+        ...
+
+    def bucket_is_empty(self, name: str) -> bool: ...
+    def delete_bucket(self, name: str, force: bool = False) -> None: ...
+    def bucket_members(self, name: str, role: str) -> frozenset[str]:
+        """Members ("serviceAccount:x@y") bound to `role` on the bucket."""
+        ...
+
+    def grant_on_bucket(self, name: str, member: str, role: str) -> bool:
+        """Add `member` to `role` on this bucket only, keeping every other binding; False if already there."""
+        ...
+
+
+class ProjectApi(Protocol):
+    def default_service_account(self) -> str:
+        """The Compute default service account (PROJECT_NUMBER-compute@developer.gserviceaccount.com)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Cloud:
+    """One provider's clients for one project. `tpu_nodes` is None where legacy Nodes do not exist."""
+
+    project: str
+    tpus: TpuApi
+    queued: QueuedResourceApi
+    vms: VmApi
+    storage: StorageApi
+    projects: ProjectApi
+    tpu_nodes: TpuApi | None = None
+
+    def tpu_api(self, mode: TpuMode) -> TpuApi:
+        if mode == "node":
+            if self.tpu_nodes is None:
+                from tpuops.errors import CloudError
+
+                raise CloudError("this provider has no legacy TPU Nodes", "use tpu.mode: vm")
+            return self.tpu_nodes
+        return self.tpus

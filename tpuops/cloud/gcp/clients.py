@@ -1,0 +1,113 @@
+"""Building the real Google clients from the environment (the only place that knows endpoints).
+
+Endpoint overrides use gcloud's own variable names where they exist, so tests and users can point
+tpuops elsewhere: CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU / _COMPUTE (base URLs), STORAGE_EMULATOR_HOST,
+TPUOPS_TPU_V1_GRPC_ENDPOINT (host:port of an insecure gRPC endpoint). With any override set the clients
+use anonymous credentials; otherwise Application Default Credentials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from tpuops.errors import CredentialsError
+
+TPU_ENDPOINT = "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"
+COMPUTE_ENDPOINT = "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"
+STORAGE_ENDPOINT = "STORAGE_EMULATOR_HOST"
+TPU_V1_GRPC_ENDPOINT = "TPUOPS_TPU_V1_GRPC_ENDPOINT"
+OVERRIDES = (TPU_ENDPOINT, COMPUTE_ENDPOINT, STORAGE_ENDPOINT, TPU_V1_GRPC_ENDPOINT)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    tpu: str | None = None
+    compute: str | None = None
+    storage: str | None = None
+    tpu_v1_grpc: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Endpoints:
+        return cls(
+            tpu=base_url(env.get(TPU_ENDPOINT)),
+            compute=base_url(env.get(COMPUTE_ENDPOINT)),
+            storage=base_url(env.get(STORAGE_ENDPOINT)),
+            tpu_v1_grpc=env.get(TPU_V1_GRPC_ENDPOINT) or None,
+        )
+
+    @property
+    def any_override(self) -> bool:
+        return any((self.tpu, self.compute, self.storage, self.tpu_v1_grpc))
+
+
+def base_url(value: str | None) -> str | None:
+    """gcloud's overrides carry a path ("https://compute.googleapis.com/compute/v1/"): keep scheme://host:port."""
+    if not value:
+        return None
+    if "://" not in value:
+        value = "http://" + value  # STORAGE_EMULATOR_HOST is often given as host:port
+    parts = urlsplit(value)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def credentials(endpoints: Endpoints) -> Any:
+    from google.auth import credentials as gcreds
+
+    if endpoints.any_override:
+        return gcreds.AnonymousCredentials()
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    except DefaultCredentialsError:
+        raise CredentialsError(
+            "no Google credentials found",
+            "run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS",
+        ) from None
+    return creds
+
+
+def client_options(endpoint: str | None) -> Any:
+    from google.api_core.client_options import ClientOptions
+
+    return ClientOptions(api_endpoint=endpoint) if endpoint else None
+
+
+def tpu_v2_client(endpoints: Endpoints, creds: Any) -> Any:
+    from google.cloud import tpu_v2
+
+    return tpu_v2.TpuClient(credentials=creds, transport="rest", client_options=client_options(endpoints.tpu))
+
+
+def tpu_v1_client(endpoints: Endpoints, creds: Any) -> Any:
+    from google.cloud import tpu_v1
+
+    if endpoints.tpu_v1_grpc:
+        import grpc
+        from google.cloud.tpu_v1.services.tpu.transports import TpuGrpcTransport
+
+        channel = grpc.insecure_channel(endpoints.tpu_v1_grpc)
+        return tpu_v1.TpuClient(transport=TpuGrpcTransport(channel=channel))
+    return tpu_v1.TpuClient(credentials=creds)
+
+
+def compute_clients(endpoints: Endpoints, creds: Any) -> tuple[Any, Any, Any]:
+    """(InstancesClient, ZoneOperationsClient, ProjectsClient), all REST."""
+    from google.cloud import compute_v1
+
+    options = client_options(endpoints.compute)
+    return (
+        compute_v1.InstancesClient(credentials=creds, client_options=options),
+        compute_v1.ZoneOperationsClient(credentials=creds, client_options=options),
+        compute_v1.ProjectsClient(credentials=creds, client_options=options),
+    )
+
+
+def storage_client(endpoints: Endpoints, creds: Any, project: str) -> Any:
+    from google.cloud import storage
+
+    return storage.Client(project=project, credentials=creds, client_options=client_options(endpoints.storage))

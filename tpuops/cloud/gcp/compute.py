@@ -1,0 +1,177 @@
+"""Client VMs and project facts through google.cloud.compute_v1 (REST).
+
+Operations are waited on with the public ZoneOperationsClient: `ExtendedOperation.result()` builds its
+own operations client and would ignore a custom endpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuops.cloud.base import HostKey, Vm, VmRequest
+from tpuops.cloud.gcp.errors import is_capacity_message
+from tpuops.cloud.gcp.waiting import Timing
+from tpuops.errors import CapacityError, CloudError, TransientError
+
+API = "compute"
+TRANSIENT_OPERATION_CODES = frozenset({429, 500, 502, 503, 504})
+
+
+class ComputeApi:
+    """VmApi and ProjectApi over compute_v1's InstancesClient, ZoneOperationsClient and ProjectsClient."""
+
+    def __init__(self, instances: Any, operations: Any, projects: Any, project: str, timing: Timing) -> None:
+        self.instances = instances
+        self.operations = operations
+        self.projects = projects
+        self.project = project
+        self.timing = timing
+
+    def default_service_account(self) -> str:
+        info = self.timing.call(lambda: self.projects.get(project=self.project), "read project", API)
+        if not info.default_service_account:
+            raise CloudError(
+                f"project {self.project} has no Compute default service account",
+                "set tpu.service_account in the spec",
+            )
+        return info.default_service_account
+
+    def get_vm(self, zone: str, name: str) -> Vm | None:
+        from google.api_core import exceptions as gexc
+
+        def call() -> Any:
+            try:
+                return self.instances.get(project=self.project, zone=zone, instance=name)
+            except gexc.NotFound:
+                return None
+
+        instance = self.timing.call(call, f"get VM {name}", API)
+        return None if instance is None else to_vm(instance, zone)
+
+    def list_vms(self, zone: str) -> list[Vm]:
+        found = self.timing.call(lambda: list(self.instances.list(project=self.project, zone=zone)), "list VMs", API)
+        return [to_vm(instance, zone) for instance in found]
+
+    def create_vm(self, request: VmRequest) -> Vm:
+        what = f"create VM {request.name} in {request.zone}"
+        operation = self.timing.call(
+            lambda: self.instances.insert_unary(
+                project=self.project, zone=request.zone, instance_resource=instance_message(request)
+            ),
+            what,
+            API,
+        )
+        self._wait(operation, request.zone, what)
+        vm = self.get_vm(request.zone, request.name)
+        if vm is None:
+            raise CloudError(f"{what}: the operation finished but the VM is not there", "rerun `tpuops up`")
+        return vm
+
+    def delete_vm(self, zone: str, name: str) -> None:
+        from google.api_core import exceptions as gexc
+
+        what = f"delete VM {name}"
+
+        def call() -> Any:
+            try:
+                return self.instances.delete_unary(project=self.project, zone=zone, instance=name)
+            except gexc.NotFound:
+                return None
+
+        operation = self.timing.call(call, what, API)
+        if operation is not None:
+            self._wait(operation, zone, what)
+
+    def host_keys(self, zone: str, name: str) -> list[HostKey]:
+        from google.api_core import exceptions as gexc
+
+        def call() -> Any:
+            try:
+                return self.instances.get_guest_attributes(
+                    project=self.project, zone=zone, instance=name, query_path="hostkeys/"
+                )
+            except gexc.NotFound:  # guest attributes not enabled or not yet written
+                return None
+
+        attributes = self.timing.call(call, f"read host keys of VM {name}", API)
+        if attributes is None:
+            return []
+        return [
+            HostKey(worker=0, key_type=item.key, key=item.value.strip())
+            for item in attributes.query_value.items
+            if item.namespace == "hostkeys" and item.value
+        ]
+
+    def _wait(self, operation: Any, zone: str, what: str) -> None:
+        name = operation.name
+
+        def done() -> Any:
+            current = self.operations.wait(project=self.project, zone=zone, operation=name)
+            return current if current.status.name == "DONE" else None
+
+        finished = self.timing.poll_until(lambda: self.timing.call(done, f"{what} (waiting)", API), what)
+        raise_operation_error(finished, what)
+
+
+def raise_operation_error(operation: Any, what: str) -> None:
+    errors = list(operation.error.errors) if operation.error else []
+    if not errors:
+        return
+    message = "; ".join(f"{error.code}: {error.message}" for error in errors)
+    if any(is_capacity_message(f"{error.code} {error.message}") for error in errors):
+        raise CapacityError(f"{what}: no capacity: {message}", "try another zone")
+    if operation.http_error_status_code in TRANSIENT_OPERATION_CODES:
+        raise TransientError(f"{what}: {message}")
+    raise CloudError(f"{what}: {message}")
+
+
+def instance_message(request: VmRequest) -> Any:
+    from google.cloud import compute_v1
+
+    zone = request.zone
+    interface = compute_v1.NetworkInterface(
+        network=f"global/networks/{request.network}",
+        access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
+    )
+    if request.subnetwork:
+        interface.subnetwork = f"regions/{zone.rsplit('-', 1)[0]}/subnetworks/{request.subnetwork}"
+    metadata = [compute_v1.Items(key="enable-guest-attributes", value="TRUE")]
+    if request.ssh_keys:
+        metadata.append(compute_v1.Items(key="ssh-keys", value=request.ssh_keys))
+    return compute_v1.Instance(
+        name=request.name,
+        machine_type=f"zones/{zone}/machineTypes/{request.machine_type}",
+        disks=[
+            compute_v1.AttachedDisk(
+                boot=True,
+                auto_delete=True,
+                initialize_params=compute_v1.AttachedDiskInitializeParams(
+                    source_image=f"projects/{request.image_project}/global/images/family/{request.image_family}",
+                    disk_size_gb=request.disk_gb,
+                ),
+            )
+        ],
+        network_interfaces=[interface],
+        metadata=compute_v1.Metadata(items=metadata),
+        labels=dict(request.labels),
+        # The client VM talks to the TPU and the bucket as the default service account.
+        service_accounts=[
+            compute_v1.ServiceAccount(email="default", scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        ],
+    )
+
+
+def to_vm(instance: Any, zone: str) -> Vm:
+    interfaces = list(instance.network_interfaces)
+    first = interfaces[0] if interfaces else None
+    external = None
+    if first is not None:
+        external = next((config.nat_i_p for config in first.access_configs if config.nat_i_p), None)
+    return Vm(
+        name=instance.name,
+        zone=zone,
+        state=instance.status,
+        internal_ip=first.network_i_p if first is not None else None,
+        external_ip=external,
+        labels=dict(instance.labels),
+    )

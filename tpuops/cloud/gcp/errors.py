@@ -1,0 +1,94 @@
+"""Google exceptions -> tpuops errors, so nothing above cloud/gcp ever sees a Google type.
+
+Only the retry decision and the user's next step matter here: 429/500/503/504/deadline are transient,
+a zone without capacity is a CapacityError, everything else (400/403/404/409) is a CloudError that says
+what is wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from tpuops.errors import CapacityError, CloudError, TpuopsError, TransientError
+
+CAPACITY_MARKERS = ("no more capacity", "resource_pool_exhausted", "zone_resource_pool_exhausted", "stockout")
+TRANSIENT_HTTP = frozenset({429, 500, 502, 503, 504})
+# gRPC codes: DEADLINE_EXCEEDED 4, RESOURCE_EXHAUSTED 8, INTERNAL 13, UNAVAILABLE 14.
+TRANSIENT_GRPC = frozenset({4, 8, 13, 14})
+API_NAMES = {"tpu": "tpu.googleapis.com", "compute": "compute.googleapis.com", "storage": "storage.googleapis.com"}
+
+
+def is_capacity_message(message: str) -> bool:
+    lowered = message.lower()
+    return any(marker in lowered for marker in CAPACITY_MARKERS)
+
+
+def translate(err: BaseException, what: str, api: str, from_operation: bool = False) -> TpuopsError:
+    """Map one SDK exception raised while doing `what` (e.g. "create TPU x") to a tpuops error."""
+    from google.api_core import exceptions as gexc
+
+    if isinstance(err, TpuopsError):
+        return err
+    message = _message(err)
+    if isinstance(err, gexc.GoogleAPICallError):
+        code = err.code if isinstance(err.code, int) else None
+        grpc_code = _grpc_code(err)
+        if is_capacity_message(message) or (from_operation and grpc_code == 8):
+            return CapacityError(f"{what}: no capacity: {message}", "try another zone or --wait-for-capacity")
+        if code in TRANSIENT_HTTP or grpc_code in TRANSIENT_GRPC or isinstance(err, gexc.DeadlineExceeded):
+            return TransientError(f"{what}: {message}", "the API is busy or unavailable; try again")
+        if isinstance(err, gexc.PermissionDenied):
+            return _permission_error(what, api, message)
+        if isinstance(err, gexc.Unauthenticated):
+            return CloudError(f"{what}: not authenticated: {message}", "run `gcloud auth application-default login`")
+        if isinstance(err, gexc.NotFound):
+            return CloudError(f"{what}: not found: {message}", "check the project, zone and names in the spec")
+        if isinstance(err, gexc.Conflict):
+            return CloudError(f"{what}: conflict: {message}", "the name is taken or the resource is busy")
+        return CloudError(f"{what}: {message}")
+    if _is_connection_error(err):
+        return TransientError(f"{what}: cannot reach the {api} API: {message}", "check the network and endpoints")
+    return CloudError(f"{what}: {type(err).__name__}: {message}")
+
+
+@contextlib.contextmanager
+def translated(what: str, api: str, from_operation: bool = False) -> Iterator[None]:
+    try:
+        yield
+    except TpuopsError:
+        raise
+    except Exception as err:  # noqa: BLE001  every SDK failure becomes ours
+        raise translate(err, what, api, from_operation) from err
+
+
+def _permission_error(what: str, api: str, message: str) -> CloudError:
+    lowered = message.lower()
+    service = API_NAMES.get(api, api)
+    if "has not been used" in lowered or "service_disabled" in lowered or "is disabled" in lowered:
+        return CloudError(f"{what}: the {service} API is not enabled", f"run `gcloud services enable {service}`")
+    return CloudError(f"{what}: permission denied: {message}", "ask a project owner for the missing role")
+
+
+def _grpc_code(err: BaseException) -> int | None:
+    status = getattr(err, "grpc_status_code", None)
+    if status is None:
+        return None
+    value = getattr(status, "value", status)
+    return value[0] if isinstance(value, tuple) else int(value)
+
+
+def _message(err: BaseException) -> str:
+    message = getattr(err, "message", None) or str(err) or type(err).__name__
+    return " ".join(str(message).split())
+
+
+def _is_connection_error(err: BaseException) -> bool:
+    if isinstance(err, (ConnectionError, TimeoutError)):
+        return True
+    with contextlib.suppress(ImportError):
+        import requests
+
+        if isinstance(err, (requests.ConnectionError, requests.Timeout)):
+            return True
+    return False

@@ -1,0 +1,100 @@
+"""Legacy TPU Nodes through google.cloud.tpu_v1 (gRPC): the TPU host is reached from a client VM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuops.cloud.base import HostKey, TpuNode, TpuRequest, Worker
+from tpuops.cloud.gcp.waiting import Timing
+from tpuops.errors import CloudError
+
+API = "tpu"
+
+
+class TpuNodeApi:
+    """TpuApi for mode node. Nodes have no SSH of their own: host keys come from the client VM."""
+
+    def __init__(self, client: Any, project: str, timing: Timing) -> None:
+        self.client = client
+        self.project = project
+        self.timing = timing
+
+    def get_node(self, zone: str, name: str) -> TpuNode | None:
+        from google.api_core import exceptions as gexc
+
+        def call() -> Any:
+            try:
+                return self.client.get_node(name=self._path(zone, name))
+            except gexc.NotFound:
+                return None
+
+        node = self.timing.call(call, f"get TPU node {name}", API)
+        return None if node is None else to_tpu_node(node, zone)
+
+    def list_nodes(self, zone: str) -> list[TpuNode]:
+        nodes = self.timing.call(lambda: list(self.client.list_nodes(parent=self._parent(zone))), "list TPU nodes", API)
+        return [to_tpu_node(node, zone) for node in nodes]
+
+    def create_node(self, request: TpuRequest) -> TpuNode:
+        from google.cloud import tpu_v1
+
+        what = f"create TPU node {request.name} in {request.zone}"
+        node = tpu_v1.Node(
+            accelerator_type=request.accelerator_type,
+            tensorflow_version=request.runtime,
+            network=request.network,
+            scheduling_config=tpu_v1.SchedulingConfig(preemptible=request.preemptible or request.spot),
+            labels=dict(request.labels),
+        )
+        operation = self.timing.call(
+            lambda: self.client.create_node(parent=self._parent(request.zone), node_id=request.name, node=node),
+            what,
+            API,
+        )
+        self.timing.wait_operation(operation, what, API)
+        created = self.get_node(request.zone, request.name)
+        if created is None:
+            raise CloudError(f"{what}: the operation finished but the node is not there", "rerun `tpuops up`")
+        return created
+
+    def delete_node(self, zone: str, name: str) -> None:
+        from google.api_core import exceptions as gexc
+
+        what = f"delete TPU node {name}"
+
+        def call() -> Any:
+            try:
+                return self.client.delete_node(name=self._path(zone, name))
+            except gexc.NotFound:
+                return None
+
+        operation = self.timing.call(call, what, API)
+        if operation is not None:
+            self.timing.wait_operation(operation, what, API)
+
+    def host_keys(self, zone: str, name: str) -> list[HostKey]:
+        return []
+
+    def _parent(self, zone: str) -> str:
+        return f"projects/{self.project}/locations/{zone}"
+
+    def _path(self, zone: str, name: str) -> str:
+        return f"{self._parent(zone)}/nodes/{name}"
+
+
+def to_tpu_node(node: Any, zone: str) -> TpuNode:
+    workers = tuple(
+        Worker(index=index, internal_ip=endpoint.ip_address) for index, endpoint in enumerate(node.network_endpoints)
+    )
+    return TpuNode(
+        name=node.name.rsplit("/", 1)[-1],
+        zone=zone,
+        accelerator_type=node.accelerator_type,
+        state=node.state.name,
+        mode="node",
+        health=node.health.name if node.health else None,
+        runtime=node.tensorflow_version or None,
+        workers=workers,
+        service_account=node.service_account or None,
+        labels=dict(node.labels),
+    )

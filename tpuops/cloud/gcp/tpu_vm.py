@@ -1,0 +1,205 @@
+"""TPU VMs, pod slices and queued resources through google.cloud.tpu_v2 (REST transport)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuops.cloud.base import HostKey, QueuedResource, TpuNode, TpuRequest, Worker
+from tpuops.cloud.gcp.waiting import Timing
+from tpuops.errors import CapacityError, CloudError
+
+API = "tpu"
+ACTIVE_QUEUED = "ACTIVE"
+FAILED_QUEUED = ("FAILED", "SUSPENDED")
+
+
+class TpuVmApi:
+    """TpuApi for TPU VMs (mode vm) and QueuedResourceApi, over one tpu_v2.TpuClient."""
+
+    def __init__(self, client: Any, project: str, timing: Timing) -> None:
+        self.client = client
+        self.project = project
+        self.timing = timing
+
+    # ---------------------------------------------------------------------------------------- nodes
+    def get_node(self, zone: str, name: str) -> TpuNode | None:
+        node = self._get_or_none(lambda: self.client.get_node(name=self._node_path(zone, name)), f"get TPU {name}")
+        return None if node is None else to_tpu_node(node, zone)
+
+    def list_nodes(self, zone: str) -> list[TpuNode]:
+        pager = self.timing.call(lambda: list(self.client.list_nodes(parent=self._parent(zone))), "list TPUs", API)
+        return [to_tpu_node(node, zone) for node in pager]
+
+    def create_node(self, request: TpuRequest) -> TpuNode:
+        what = f"create TPU {request.name} in {request.zone}"
+        operation = self.timing.call(
+            lambda: self.client.create_node(
+                parent=self._parent(request.zone), node_id=request.name, node=node_message(request)
+            ),
+            what,
+            API,
+        )
+        self.timing.wait_operation(operation, what, API)
+        node = self.get_node(request.zone, request.name)
+        if node is None:
+            raise CloudError(f"{what}: the operation finished but the TPU is not there", "rerun `tpuops up`")
+        return node
+
+    def delete_node(self, zone: str, name: str) -> None:
+        what = f"delete TPU {name}"
+        operation = self._get_or_none(lambda: self.client.delete_node(name=self._node_path(zone, name)), what)
+        if operation is not None:
+            self.timing.wait_operation(operation, what, API)
+
+    def host_keys(self, zone: str, name: str) -> list[HostKey]:
+        response = self.timing.call(
+            lambda: self.client.get_guest_attributes(
+                request={"name": self._node_path(zone, name), "query_path": "hostkeys/"}
+            ),
+            f"read host keys of TPU {name}",
+            API,
+        )
+        return [
+            HostKey(worker=index, key_type=item.key, key=item.value.strip())
+            for index, attributes in enumerate(response.guest_attributes)
+            for item in attributes.query_value.items
+            if item.namespace == "hostkeys" and item.value
+        ]
+
+    # ------------------------------------------------------------------------------- queued resources
+    def get_queued(self, zone: str, name: str) -> QueuedResource | None:
+        found = self._get_or_none(
+            lambda: self.client.get_queued_resource(name=self._queued_path(zone, name)), f"get queued resource {name}"
+        )
+        return None if found is None else to_queued(found, zone)
+
+    def list_queued(self, zone: str) -> list[QueuedResource]:
+        items = self.timing.call(
+            lambda: list(self.client.list_queued_resources(parent=self._parent(zone))), "list queued resources", API
+        )
+        return [to_queued(item, zone) for item in items]
+
+    def create_queued(self, name: str, request: TpuRequest, wait_seconds: float) -> QueuedResource:
+        from google.cloud import tpu_v2
+
+        what = f"create queued resource {name} in {request.zone}"
+        node = node_message(request)
+        node.scheduling_config = None  # a queued resource carries spot itself
+        queued = tpu_v2.QueuedResource(
+            tpu=tpu_v2.QueuedResource.Tpu(
+                node_spec=[
+                    tpu_v2.QueuedResource.Tpu.NodeSpec(
+                        parent=self._parent(request.zone), node_id=request.name, node=node
+                    )
+                ]
+            ),
+        )
+        if request.spot or request.preemptible:
+            queued.spot = tpu_v2.QueuedResource.Spot()
+        operation = self.timing.call(
+            lambda: self.client.create_queued_resource(
+                parent=self._parent(request.zone), queued_resource_id=name, queued_resource=queued
+            ),
+            what,
+            API,
+        )
+        self.timing.wait_operation(operation, what, API)
+        return self.timing.poll_until(lambda: self._active_or_none(request.zone, name), what, wait_seconds)
+
+    def delete_queued(self, zone: str, name: str) -> None:
+        what = f"delete queued resource {name}"
+        operation = self._get_or_none(
+            lambda: self.client.delete_queued_resource(request={"name": self._queued_path(zone, name), "force": True}),
+            what,
+        )
+        if operation is not None:
+            self.timing.wait_operation(operation, what, API)
+
+    def _active_or_none(self, zone: str, name: str) -> QueuedResource | None:
+        queued = self.get_queued(zone, name)
+        if queued is None:
+            raise CloudError(f"queued resource {name} disappeared while waiting", "rerun `tpuops up`")
+        if queued.state in FAILED_QUEUED:
+            raise CapacityError(
+                f"queued resource {name} is {queued.state}: {queued.detail or 'no reason given'}",
+                "try another zone, or rerun `tpuops up` to queue again",
+            )
+        return queued if queued.state == ACTIVE_QUEUED else None
+
+    # ---------------------------------------------------------------------------------------- paths
+    def _parent(self, zone: str) -> str:
+        return f"projects/{self.project}/locations/{zone}"
+
+    def _node_path(self, zone: str, name: str) -> str:
+        return f"{self._parent(zone)}/nodes/{name}"
+
+    def _queued_path(self, zone: str, name: str) -> str:
+        return f"{self._parent(zone)}/queuedResources/{name}"
+
+    def _get_or_none(self, fn: Any, what: str) -> Any:
+        from google.api_core import exceptions as gexc
+
+        def call() -> Any:
+            try:
+                return fn()
+            except gexc.NotFound:
+                return None
+
+        return self.timing.call(call, what, API)
+
+
+def node_message(request: TpuRequest) -> Any:
+    from google.cloud import tpu_v2
+
+    node = tpu_v2.Node(
+        accelerator_type=request.accelerator_type,
+        runtime_version=request.runtime,
+        network_config=tpu_v2.NetworkConfig(
+            network=request.network, subnetwork=request.subnetwork or "", enable_external_ips=True
+        ),
+        scheduling_config=tpu_v2.SchedulingConfig(preemptible=request.preemptible, spot=request.spot),
+        labels=dict(request.labels),
+        metadata={"ssh-keys": request.ssh_keys} if request.ssh_keys else {},
+    )
+    if request.service_account:
+        node.service_account = tpu_v2.ServiceAccount(
+            email=request.service_account, scope=["https://www.googleapis.com/auth/cloud-platform"]
+        )
+    return node
+
+
+def to_tpu_node(node: Any, zone: str) -> TpuNode:
+    workers = tuple(
+        Worker(
+            index=index,
+            internal_ip=endpoint.ip_address,
+            external_ip=endpoint.access_config.external_ip or None,
+        )
+        for index, endpoint in enumerate(node.network_endpoints)
+    )
+    return TpuNode(
+        name=node.name.rsplit("/", 1)[-1],
+        zone=zone,
+        accelerator_type=node.accelerator_type,
+        state=node.state.name,
+        mode="vm",
+        health=node.health.name if node.health else None,
+        runtime=node.runtime_version or None,
+        workers=workers,
+        service_account=node.service_account.email or None,
+        labels=dict(node.labels),
+    )
+
+
+def to_queued(queued: Any, zone: str) -> QueuedResource:
+    specs = list(queued.tpu.node_spec)
+    spec = specs[0] if specs else None
+    failed = queued.state.failed_data.error.message if queued.state.failed_data else ""
+    return QueuedResource(
+        name=queued.name.rsplit("/", 1)[-1],
+        zone=zone,
+        state=queued.state.state.name,
+        node_name=spec.node_id if spec else None,
+        labels=dict(spec.node.labels) if spec else {},
+        detail=failed or None,
+    )

@@ -1,0 +1,83 @@
+"""Calling Google APIs with our retry policy and waiting on their long-running operations.
+
+google-cloud-tpu configures no retry on any method, so every call and every poll goes through
+`Timing.call`, a tenacity policy on TransientError (errors are translated first). Operation waits are
+tenacity loops too: one mechanism for all of it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
+
+from tpuops import retry
+from tpuops.cloud.gcp.errors import translate, translated
+from tpuops.errors import CloudError, TransientError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How often to poll, how long to wait, how to back off. Tests shrink these through the environment."""
+
+    poll_interval: float = 5.0
+    operation_timeout: float = 1800.0
+    retry_initial: float = 1.0
+    retry_attempts: int = 6
+    sleep: Callable[[float], None] = time.sleep
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Timing:
+        return cls(
+            poll_interval=float(env.get("TPUOPS_POLL_INTERVAL", cls.poll_interval)),
+            operation_timeout=float(env.get("TPUOPS_OPERATION_TIMEOUT", cls.operation_timeout)),
+            retry_initial=float(env.get("TPUOPS_RETRY_INITIAL", cls.retry_initial)),
+        )
+
+    def call(self, fn: Callable[[], T], what: str, api: str) -> T:
+        """One API call, translated, retried while transient."""
+
+        def attempt() -> T:
+            with translated(what, api):
+                return fn()
+
+        policy = retry.transient(
+            attempts=self.retry_attempts, initial=self.retry_initial, maximum=self.retry_initial * 30, sleep=self.sleep
+        )
+        return retry.call_transient(attempt, policy)
+
+    def poll_until(self, check: Callable[[], T | None], what: str, timeout: float | None = None) -> T:
+        """Call `check` every poll interval until it returns something; transient errors are polled through."""
+        limit = self.operation_timeout if timeout is None else timeout
+        policy = Retrying(
+            retry=retry_if_result(lambda value: value is None) | retry_if_exception_type(TransientError),
+            wait=wait_fixed(self.poll_interval),
+            stop=stop_after_delay(limit),
+            sleep=self.sleep,
+            retry_error_callback=lambda state: _timed_out(state, what, limit),
+        )
+        return policy(check)
+
+    def wait_operation(self, future: Any, what: str, api: str) -> Any:
+        """Wait on a google.api_core Operation future; its error translated (capacity, transient, ...)."""
+
+        def done() -> bool | None:
+            with translated(f"{what} (polling)", api):
+                return True if future.done(retry=None) else None
+
+        self.poll_until(done, what)
+        error = future.exception()
+        if error is not None:
+            raise translate(error, what, api, from_operation=True)
+        return future.result()
+
+
+def _timed_out(state: Any, what: str, limit: float) -> Any:
+    if state.outcome.failed:
+        raise state.outcome.exception()
+    raise CloudError(f"{what}: still not done after {limit:.0f}s", "check the resource in the console and rerun")
