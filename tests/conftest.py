@@ -1,0 +1,29 @@
+"""Suite-wide guards: loopback-only networking (here and in every Python subprocess), no credentials,
+and a private TPUOPS_HOME per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+NETGUARD = Path(__file__).parent / "netguard"
+sys.path.insert(0, str(NETGUARD))
+import tests_netguard_impl  # noqa: E402,F401  installs the guard in the test process
+
+# Subprocesses (the CLI run as users run it) load the same guard through sitecustomize.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(NETGUARD), os.environ.get("PYTHONPATH")]))
+# No Google credentials or gcloud config may leak into the suite.
+for _name in ("GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CORE_PROJECT", "GOOGLE_CLOUD_PROJECT"):
+    os.environ.pop(_name, None)
+os.environ["CLOUDSDK_CONFIG"] = "/nonexistent-gcloud-config"
+os.environ["NO_GCE_CHECK"] = "True"  # google-auth must not probe the metadata server
+
+
+@pytest.fixture(autouse=True)
+def tpuops_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path_factory.mktemp("tpuops-home")
+    monkeypatch.setenv("TPUOPS_HOME", str(home))
+    return home

@@ -1,0 +1,26 @@
+"""Small helpers shared by the tests: run the CLI as users do, write specs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 120, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`tpuops ARGS` in a subprocess (the real entry point), with the test's environment."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "tpuops", *args], env=full_env, cwd=cwd, capture_output=True, text=True,
+        timeout=timeout, input=input_text,
+    )
+
+
+def write_spec(directory: Path, text: str, name: str = "spec.yaml") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path

@@ -1,0 +1,64 @@
+"""Host arithmetic for every generation, and the catalog's own consistency."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpuops import catalog
+
+CAT = catalog.load()
+
+
+@pytest.mark.parametrize(
+    ("accelerator_type", "chips", "cores", "hosts"),
+    [
+        ("v2-8", 4, 8, 1), ("v2-32", 16, 32, 4), ("v2-512", 256, 512, 64),
+        ("v3-8", 4, 8, 1), ("v3-32", 16, 32, 4), ("v3-2048", 1024, 2048, 256),
+        ("v4-8", 4, 8, 1), ("v4-16", 8, 16, 2), ("v4-32", 16, 32, 4), ("v4-4096", 2048, 4096, 512),
+        ("v5p-8", 4, 8, 1), ("v5p-128", 64, 128, 16),
+        ("v5litepod-1", 1, 1, 1), ("v5litepod-4", 4, 4, 1), ("v5litepod-8", 8, 8, 1),
+        ("v5litepod-16", 16, 16, 4), ("v5litepod-256", 256, 256, 64),
+        ("v6e-1", 1, 1, 1), ("v6e-8", 8, 8, 1), ("v6e-16", 16, 16, 4), ("v6e-256", 256, 256, 64),
+    ],
+)
+def test_chips_cores_hosts(accelerator_type: str, chips: int, cores: int, hosts: int) -> None:
+    accelerator = CAT.accelerator(accelerator_type)
+    assert accelerator is not None
+    assert (accelerator.chips, accelerator.cores, accelerator.hosts) == (chips, cores, hosts)
+
+
+def test_hosts_rule_holds_for_every_size() -> None:
+    for generation in CAT.generations.values():
+        for accelerator_type in generation.types():
+            accelerator = CAT.accelerator(accelerator_type)
+            assert accelerator is not None
+            if generation.name in ("v2", "v3", "v4", "v5p"):
+                assert accelerator.hosts == max(1, accelerator.cores // 8)
+            else:
+                assert accelerator.hosts == (1 if accelerator.chips <= 8 else accelerator.chips // 4)
+
+
+@pytest.mark.parametrize("accelerator_type", ["v3-16", "v7-8", "tpu-8", "v4", "v5e-8"])
+def test_unknown_types(accelerator_type: str) -> None:
+    assert CAT.accelerator(accelerator_type) is None
+
+
+def test_catalog_covers_the_generations_with_dated_facts() -> None:
+    assert set(CAT.generations) == {"v2", "v3", "v4", "v5litepod", "v5p", "v6e"}
+    assert CAT.as_of and "cloud.google.com" in CAT.source
+    for generation in CAT.generations.values():
+        assert generation.zones and generation.vm_runtimes
+        assert 0 < generation.price_spot < generation.price_on_demand
+        assert generation.node_supported == (generation.name in ("v2", "v3"))
+        assert bool(generation.node_runtimes) == generation.node_supported
+        defaults = [r for mode in ("vm", "vm_pod") for r in generation.default_runtime[mode].values()]
+        assert set(defaults) <= set(generation.vm_runtimes)
+        for runtime in generation.default_runtime.get("node", {}).values():
+            assert runtime in generation.node_runtimes
+
+
+def test_prices_scale_with_chips() -> None:
+    small, big = CAT.accelerator("v3-8"), CAT.accelerator("v3-32")
+    assert small and big
+    assert big.price_per_hour(spot=False) == pytest.approx(4 * small.price_per_hour(spot=False))
+    assert small.price_per_hour(spot=True) < small.price_per_hour(spot=False)

@@ -1,0 +1,106 @@
+"""The CLI as a user runs it: init, plan, schema, one-line errors and exit codes, fast start."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli, write_spec
+from tests.test_spec import GOOD
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("template", ["trc-v3-tf", "pytorch-xla", "jax-pod", "legacy-node", "local"])
+def test_init_then_plan(tmp_path: Path, template: str) -> None:
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "tfrecords").mkdir()
+    created = run_cli("init", "--template", template, "spec.yaml", cwd=tmp_path)
+    assert created.returncode == 0, created.stderr
+    assert (tmp_path / "spec.yaml").read_text().startswith("# tpuops spec")
+    planned = run_cli("plan", "spec.yaml", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    assert "+ create" in planned.stdout and "Estimated cost" in planned.stdout
+
+
+def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
+    (tmp_path / "tpuops.yaml").write_text("mine")
+    result = run_cli("init", cwd=tmp_path)
+    assert result.returncode == 2 and "already exists" in result.stderr
+    assert (tmp_path / "tpuops.yaml").read_text() == "mine"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_plans(example: Path) -> None:
+    result = run_cli("plan", str(example))
+    assert result.returncode == 0, result.stderr
+
+
+def test_plan_json(tmp_path: Path) -> None:
+    (tmp_path / "shards").mkdir()
+    result = run_cli("plan", "--json", str(write_spec(tmp_path, GOOD)))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert [a["kind"] for a in plan["actions"]] == ["bucket", "iam", "tpu"]
+    assert plan["cost_per_hour"] == 8.0 and plan["region"] == "europe-west4"
+
+
+def test_spec_error_is_one_line_exit_2(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, GOOD.replace("type: v3-8", "type: v3-9"))
+    result = run_cli("plan", str(path))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"tpuops: error: {path}:5: tpu.type: v3-9 is not a v3 size")
+    assert "hint: valid: v3-8, v3-32" in lines[0]
+
+
+def test_missing_code_dir_is_reported(tmp_path: Path) -> None:
+    result = run_cli("plan", str(write_spec(tmp_path, GOOD)))
+    assert result.returncode == 2
+    assert "data.0.from: data source ./shards does not exist" in result.stderr
+
+
+def test_traceback_only_with_debug(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, "name: [")
+    quiet = run_cli("plan", str(path))
+    assert quiet.returncode == 2 and "Traceback" not in quiet.stderr
+    loud = run_cli("plan", str(path), env={"TPUOPS_DEBUG": "1"})
+    assert loud.returncode != 0 and "Traceback" in loud.stderr
+
+
+def test_usage_error_exit_2() -> None:
+    result = run_cli("plan")
+    assert result.returncode == 2 and "Missing argument" in result.stderr
+
+
+def test_schema_is_json_schema_with_the_contract_keys() -> None:
+    result = run_cli("schema")
+    schema = json.loads(result.stdout)
+    assert set(schema["required"]) == {"name", "tpu"}
+    for key in ("name", "project", "provider", "zone", "tpu", "client_vm", "bucket", "code", "data", "trainer", "logs"):
+        assert key in schema["properties"]
+    assert schema["additionalProperties"] is False
+
+
+def test_help_and_plan_import_no_google_sdk(tmp_path: Path) -> None:
+    (tmp_path / "shards").mkdir()
+    path = write_spec(tmp_path, GOOD)
+    probe = (
+        "import sys\nfrom tpuops.cli.main import main\n"
+        f"main(['--help'])\nmain(['plan', {str(path)!r}])\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('google', 'grpc', 'paramiko', 'tensorboard')))\n"
+        "print('LOADED', loaded)\n"
+    )
+    result = run_cli_python(probe)
+    assert "LOADED []" in result.stdout, result.stdout[-2000:]
+
+
+def run_cli_python(code: str):  # noqa: ANN201
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
