@@ -1,0 +1,105 @@
+"""Local-process runner: a "worker" that is a directory on this machine (the local simulator's workers).
+
+Commands get exactly the same shell line an SSH worker gets (exports, cd, `timeout`), run by `/bin/sh`
+with HOME set to the worker's directory, so `~/tpuops/NAME/code` lands in that worker's own tree and the
+workflows above cannot tell the difference.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from tpuops.remote.base import (
+    Command,
+    LineHandler,
+    LineSplitter,
+    RunResult,
+    Stdin,
+    iter_stdin,
+    shell_line,
+    timeout_error,
+)
+
+# What a fresh login would have: enough to find sh, python3, tar, timeout; not the caller's whole env.
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class LocalRunner:
+    def __init__(self, name: str, home: Path, base_env: Mapping[str, str] | None = None) -> None:
+        self.name = name
+        self.home = home
+        self.base_env = dict(base_env) if base_env is not None else {"PATH": os.environ.get("PATH", BASE_PATH)}
+
+    def run(
+        self,
+        command: Command,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        on_line: LineHandler | None = None,
+        stdin: Stdin = None,
+        capture: bool = False,
+    ) -> RunResult:
+        self.home.mkdir(parents=True, exist_ok=True)
+        line = shell_line(command, env=env, cwd=cwd, timeout=timeout)
+        started = time.monotonic()
+        process = subprocess.Popen(
+            ["/bin/sh", "-c", line],
+            cwd=self.home,
+            env={**self.base_env, "HOME": str(self.home), "SHELL": "/bin/sh"},
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group, so a timeout stops its children too
+        )
+        out = LineSplitter(self.name, "stdout", on_line, capture)
+        err = LineSplitter(self.name, "stderr", on_line, capture)
+        readers = [_reader(process.stdout, out), _reader(process.stderr, err)]
+        sent, send_error = _feed(process, stdin)
+        try:
+            exit_code: int | None = process.wait(timeout=None if timeout is None else timeout + 30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            exit_code = process.wait(timeout=10)
+        for reader in readers:
+            reader.join(timeout=10)
+        duration = time.monotonic() - started
+        error = timeout_error(self.name, timeout, exit_code, duration) or send_error
+        if exit_code is not None and exit_code < 0:
+            exit_code, error = None, f"{self.name}: command was killed by signal {-exit_code}"
+        return RunResult(self.name, exit_code, duration, error, out.finish(), err.finish(), sent)
+
+    def close(self) -> None:
+        """Nothing is kept open between commands."""
+
+
+def _reader(stream, splitter: LineSplitter) -> threading.Thread:  # noqa: ANN001  (a binary pipe)
+    def pump() -> None:
+        while chunk := stream.read1(65536):
+            splitter.feed(chunk)
+        stream.close()
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    return thread
+
+
+def _feed(process: subprocess.Popen, stdin: Stdin) -> tuple[int, str | None]:
+    if process.stdin is None:
+        return 0, None
+    sent = 0
+    try:
+        for chunk in iter_stdin(stdin):
+            process.stdin.write(chunk)
+            sent += len(chunk)
+        process.stdin.close()
+    except (BrokenPipeError, OSError) as err:
+        return sent, f"sending input failed: {err}"
+    return sent, None

@@ -1,0 +1,330 @@
+"""SSH runner on paramiko, with pinned or trust-on-first-use host keys.
+
+Choices, each measured or learned the hard way on pod slices:
+- We open the TCP socket ourselves to set TCP_NODELAY: without it paramiko adds ~50 ms to every command
+  on a reused connection (Nagle + delayed ACK).
+- `clear_to_send_timeout` is raised: under parallel load (32+ key exchanges at once) paramiko's default
+  30 s wait for the key exchange to finish times out.
+- Connecting is retried with backoff (tenacity) within `connect_timeout`: right after a TPU turns READY
+  its sshd is often not up yet, and a pod slice refuses some of many simultaneous connections.
+- One connection per worker per tpuops command: `run` reuses it for every call (a push makes two or three).
+- Host keys: the cluster's `known_hosts` (pinned by `up` from the TPU's guest attributes) is checked
+  by us, not by paramiko's policies; a worker without an entry is trusted on first use and appended;
+  a changed key is refused. We never use `AutoAddPolicy`.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from tpuops.errors import HostKeyError, RemoteError
+from tpuops.remote.base import (
+    Command,
+    LineHandler,
+    LineSplitter,
+    RunResult,
+    Stdin,
+    iter_stdin,
+    shell_line,
+    timeout_error,
+)
+from tpuops.retry import bounded_by
+
+CLEAR_TO_SEND_TIMEOUT = 180.0
+KEEPALIVE_SECONDS = 30
+WINDOW_SIZE = 8 * 1024 * 1024  # larger than paramiko's 2 MiB default: pushes stream megabytes per channel
+STDIN_CHUNK = 256 * 1024
+# Key types that count as "the same kind" when preferring a pinned key's type during key exchange.
+RSA_TYPES = ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"]
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """One worker as SSH sees it. `name` is what users read in output and errors ("w3")."""
+
+    name: str
+    host: str
+    port: int
+    user: str
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """What every connection of one cluster shares."""
+
+    key_path: Path
+    known_hosts_path: Path
+    connect_timeout: float = 60.0  # total wait for a worker whose sshd is not up yet
+    attempt_timeout: float = 15.0  # one TCP connect + banner + key exchange
+    trust_on_first_use: bool = True
+
+
+class _Unreachable(RemoteError):
+    """One failed connection attempt that is worth retrying (refused, reset, timed out, no banner)."""
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    """The host's name in OpenSSH's known_hosts format: `host`, or `[host]:port` off port 22."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def load_private_key(path: Path) -> paramiko.PKey:
+    """Load the cluster's key, refusing one other users could read (as OpenSSH does)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise RemoteError(
+            f"the cluster's SSH key {path} does not exist", "run `tpuops up SPEC` to create the cluster and its key"
+        ) from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise RemoteError(f"the SSH key {path} is readable by other users", f"run `chmod 600 {path}`")
+    try:
+        return paramiko.PKey.from_path(path)
+    except (paramiko.SSHException, ValueError) as err:
+        raise RemoteError(f"cannot load the SSH key {path}: {err}", "re-create it with `tpuops up SPEC`") from None
+
+
+class KnownHosts:
+    """The cluster's known_hosts file, shared by all runners of one command (thread-safe).
+
+    Entries pinned by `up` are checked; a host without entries is trusted on first use and appended, so
+    the next command (and `tpuops ssh`, which reads the same file) checks against it.
+    """
+
+    def __init__(self, path: Path, trust_on_first_use: bool = True,
+                 on_new_key: Callable[[str, str], None] | None = None) -> None:
+        self.path = path
+        self.trust_on_first_use = trust_on_first_use
+        self.on_new_key = on_new_key
+        self._lock = threading.Lock()
+        self._keys = paramiko.HostKeys()
+        if path.exists():
+            self._keys.load(str(path))
+
+    def key_types(self, host: str, port: int) -> list[str]:
+        with self._lock:
+            entry = self._keys.lookup(known_hosts_name(host, port))
+            return list(entry.keys()) if entry else []
+
+    def check(self, worker: str, host: str, port: int, key: paramiko.PKey) -> None:
+        name = known_hosts_name(host, port)
+        with self._lock:
+            entry = self._keys.lookup(name)
+            if entry:
+                pinned = entry.get(key.get_name())
+                if pinned is not None and pinned == key:
+                    return
+                raise HostKeyError(
+                    f"{worker}: host key of {name} changed (now {key.get_name()} {key.fingerprint}); refusing "
+                    "to connect",
+                    f"if the worker was re-created, remove its line from {self.path} or run `tpuops up` again; "
+                    "otherwise someone may be intercepting the connection",
+                )
+            if not self.trust_on_first_use:
+                raise HostKeyError(
+                    f"{worker}: no pinned host key for {name}", f"run `tpuops up` to pin it into {self.path}"
+                )
+            self._keys.add(name, key.get_name(), key)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as handle:
+                handle.write(f"{name} {key.get_name()} {key.get_base64()}\n")
+        if self.on_new_key:
+            self.on_new_key(worker, f"{key.get_name()} {key.fingerprint}")
+
+
+class SshRunner:
+    """Runs commands on one worker over one paramiko connection, opened on first use."""
+
+    def __init__(self, target: SshTarget, settings: SshSettings, known_hosts: KnownHosts,
+                 key: paramiko.PKey | None = None) -> None:
+        self.name = target.name
+        self.target = target
+        self.settings = settings
+        self.known_hosts = known_hosts
+        self._key = key
+        self._transport: paramiko.Transport | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------ connection
+
+    def connect(self) -> paramiko.Transport:
+        with self._lock:
+            if self._transport is None or not self._transport.is_active():
+                self._transport = self._connect_with_retries()
+            return self._transport
+
+    def _connect_with_retries(self) -> paramiko.Transport:
+        key = self._key or load_private_key(self.settings.key_path)
+        self._key = key
+        policy = bounded_by(self.settings.connect_timeout, initial=0.3, maximum=5.0, retry_on=_Unreachable)
+        target = self.target
+        try:
+            return policy(self._connect_once, key)
+        except _Unreachable as err:
+            raise RemoteError(
+                f"{target.name}: cannot connect to {target.host}:{target.port} within "
+                f"{self.settings.connect_timeout:g} s: {err.message}",
+                "is the TPU READY (`tpuops status`)? does the firewall allow SSH from here?",
+            ) from None
+
+    def _connect_once(self, key: paramiko.PKey) -> paramiko.Transport:
+        target, settings = self.target, self.settings
+        try:
+            sock = socket.create_connection((target.host, target.port), timeout=settings.attempt_timeout)
+        except OSError as err:
+            raise _Unreachable(err.strerror or str(err) or type(err).__name__) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport = paramiko.Transport(sock, default_window_size=WINDOW_SIZE)
+        transport.banner_timeout = settings.attempt_timeout
+        transport.handshake_timeout = settings.attempt_timeout
+        transport.auth_timeout = settings.attempt_timeout
+        transport.clear_to_send_timeout = CLEAR_TO_SEND_TIMEOUT
+        self._prefer_pinned_key_types(transport)
+        try:
+            transport.start_client(timeout=settings.attempt_timeout)
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            transport.close()
+            raise _Unreachable(f"SSH handshake failed: {err or type(err).__name__}") from None
+        try:
+            self.known_hosts.check(target.name, target.host, target.port, transport.get_remote_server_key())
+            transport.auth_publickey(target.user, key)
+        except paramiko.AuthenticationException:
+            transport.close()
+            raise RemoteError(
+                f"{target.name}: {target.user}@{target.host} refused the cluster's key",
+                "check `ssh.user` in the spec, or run `tpuops up` again to install the key",
+            ) from None
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            transport.close()
+            raise _Unreachable(f"authentication did not complete: {err or type(err).__name__}") from None
+        except BaseException:
+            transport.close()
+            raise
+        transport.set_keepalive(KEEPALIVE_SECONDS)
+        return transport
+
+    def _prefer_pinned_key_types(self, transport: paramiko.Transport) -> None:
+        """Negotiate the host key type we have pinned, so a pinned ed25519 key is compared with ed25519."""
+        pinned = self.known_hosts.key_types(self.target.host, self.target.port)
+        if not pinned:
+            return
+        wanted: list[str] = []
+        for kind in pinned:
+            wanted.extend(RSA_TYPES if kind == "ssh-rsa" else [kind])
+        options = transport.get_security_options()
+        available = list(options.key_types)
+        options.key_types = [k for k in wanted if k in available] + [k for k in available if k not in wanted]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._transport is not None:
+                self._transport.close()
+                self._transport = None
+
+    # ------------------------------------------------------------------------------------------- run
+
+    def run(
+        self,
+        command: Command,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        on_line: LineHandler | None = None,
+        stdin: Stdin = None,
+        capture: bool = False,
+    ) -> RunResult:
+        line = shell_line(command, env=env, cwd=cwd, timeout=timeout)
+        started = time.monotonic()
+        transport = self.connect()
+        try:
+            channel = transport.open_session(timeout=self.settings.attempt_timeout)
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            raise RemoteError(f"{self.name}: could not open a session: {err}", "try again") from None
+        channel.exec_command(line)
+        # The worker stops the command at `timeout`; our own deadline only covers a connection gone silent.
+        deadline = None if timeout is None else started + timeout + 30
+        sender = _StdinSender(channel, stdin)
+        out = LineSplitter(self.name, "stdout", on_line, capture)
+        err = LineSplitter(self.name, "stderr", on_line, capture)
+        lost = _pump(channel, out, err, deadline)
+        sender.join()
+        exit_code = None if lost else channel.recv_exit_status()
+        channel.close()
+        duration = time.monotonic() - started
+        if exit_code == -1:  # no exit-status: the command died from a signal
+            exit_code, error = None, f"{self.name}: command was killed by a signal"
+        elif lost:
+            error = f"{self.name}: {lost}"
+        else:
+            error = timeout_error(self.name, timeout, exit_code, duration) or sender.error
+        return RunResult(self.name, exit_code, duration, error, out.finish(), err.finish(), sender.sent)
+
+
+class _StdinSender:
+    """Feeds stdin from a thread, so a command that writes much output while reading cannot deadlock us."""
+
+    def __init__(self, channel: paramiko.Channel, stdin: Stdin) -> None:
+        self.channel = channel
+        self.sent = 0
+        self.error: str | None = None
+        self._thread: threading.Thread | None = None
+        if stdin is None:
+            channel.shutdown_write()
+        else:
+            self._thread = threading.Thread(target=self._send, args=(stdin,), daemon=True)
+            self._thread.start()
+
+    def _send(self, stdin: Stdin) -> None:
+        try:
+            for chunk in iter_stdin(stdin):
+                for start in range(0, len(chunk), STDIN_CHUNK):
+                    piece = chunk[start:start + STDIN_CHUNK]
+                    self.channel.sendall(piece)
+                    self.sent += len(piece)
+            self.channel.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException) as err:
+            self.error = f"sending input failed: {err}"
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+
+def _pump(channel: paramiko.Channel, out: LineSplitter, err: LineSplitter, deadline: float | None) -> str | None:
+    """Read stdout and stderr until the command ends; returns why the connection was lost, or None."""
+    fileno = channel.fileno()  # readable when either stream has data or the channel closed
+    transport = channel.get_transport()
+    while True:
+        drained = False
+        while channel.recv_ready():
+            out.feed(channel.recv(65536))
+            drained = True
+        while channel.recv_stderr_ready():
+            err.feed(channel.recv_stderr(65536))
+            drained = True
+        if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+            # drain what arrived with the exit status, then stop
+            while (chunk := channel.recv(65536)):
+                out.feed(chunk)
+            while (chunk := channel.recv_stderr(65536)):
+                err.feed(chunk)
+            return None
+        if channel.closed or (transport is not None and not transport.is_active()):
+            if channel.exit_status_ready():
+                continue
+            return "connection lost before the command finished"
+        if deadline is not None and time.monotonic() > deadline:
+            return "no answer from the worker; gave up after the command's timeout"
+        if not drained:
+            # paramiko's pipe is readable while data is buffered; the recv_* calls above clear it
+            select.select([fileno], [], [], 0.5)
