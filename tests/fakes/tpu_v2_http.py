@@ -1,0 +1,224 @@
+"""The Cloud TPU v2 REST API over a TpuModel, answered with google.cloud.tpu_v2's own messages."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tests.fakes.http import HttpError, JsonServer, Request
+from tests.fakes.operations import FakeOperation, OperationFailed
+from tests.fakes.tpu_model import FakeNode, FakeQueued, TpuModel
+
+GRPC_TO_HTTP = {5: 404, 6: 409, 9: 400, 3: 400}
+LOCATION = r"^/v2/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
+
+
+class TpuV2Fake:
+    """tpu.googleapis.com/v2 for nodes, queued resources, guest attributes and operations."""
+
+    def __init__(self, model: TpuModel) -> None:
+        self.model = model
+        self.server = JsonServer(self.handle, "tpu-v2")
+        self.routes = [
+            ("POST", LOCATION + r"/nodes$", self.create_node),
+            ("GET", LOCATION + r"/nodes$", self.list_nodes),
+            ("GET", LOCATION + r"/nodes/(?P<name>[^/:]+)$", self.get_node),
+            ("DELETE", LOCATION + r"/nodes/(?P<name>[^/:]+)$", self.delete_node),
+            ("POST", LOCATION + r"/nodes/(?P<name>[^/:]+):getGuestAttributes$", self.guest_attributes),
+            ("POST", LOCATION + r"/queuedResources$", self.create_queued),
+            ("GET", LOCATION + r"/queuedResources$", self.list_queued),
+            ("GET", LOCATION + r"/queuedResources/(?P<name>[^/:]+)$", self.get_queued),
+            ("DELETE", LOCATION + r"/queuedResources/(?P<name>[^/:]+)$", self.delete_queued),
+            ("GET", r"^/v2/(?P<op>projects/[^/]+/locations/[^/]+/operations/[^/]+)$", self.get_operation),
+        ]
+
+    def handle(self, request: Request) -> tuple[int, Any]:
+        for method, pattern, action in self.routes:
+            match = re.match(pattern, request.path)
+            if method == request.method and match:
+                try:
+                    return 200, action(request, **match.groupdict())
+                except OperationFailed as failure:
+                    raise HttpError(GRPC_TO_HTTP.get(failure.code, 400), failure.message) from None
+        raise HttpError(404, f"fake tpu v2: no route for {request.method} {request.path}")
+
+    # ------------------------------------------------------------------------------------------ nodes
+    def create_node(self, request: Request, project: str, zone: str) -> dict[str, Any]:
+        from google.cloud import tpu_v2
+
+        message = tpu_v2.Node.from_json(_json(request.body), ignore_unknown_fields=True)
+        return self._operation(self.model.create_node(node_from_message(message, request.query["nodeId"], zone)))
+
+    def list_nodes(self, request: Request, project: str, zone: str) -> dict[str, Any]:
+        from google.cloud import tpu_v2
+
+        nodes = [self.node_message(node) for node in self.model.list_nodes(zone, "vm")]
+        return _dict(tpu_v2.ListNodesResponse(nodes=nodes))
+
+    def get_node(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
+        return _dict(self.node_message(self._node(zone, name)))
+
+    def delete_node(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
+        operation = self.model.delete_node(zone, name, "vm")
+        if operation is None:
+            raise HttpError(404, f"node {name} not found")
+        return self._operation(operation)
+
+    def guest_attributes(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
+        from google.cloud import tpu_v2
+
+        node = self._node(zone, name)
+        query_path = request.body.get("queryPath", "")
+        namespace = query_path.rstrip("/")
+        workers = []
+        for index in range(len(node.workers)):
+            items = [
+                tpu_v2.GuestAttributesEntry(namespace="hostkeys", key=key_type, value=key)
+                for key_type, key in self.model.host_keys(name, index)
+                if namespace in ("", "hostkeys")
+            ]
+            workers.append(
+                tpu_v2.GuestAttributes(query_path=query_path, query_value=tpu_v2.GuestAttributesValue(items=items))
+            )
+        return _dict(tpu_v2.GetGuestAttributesResponse(guest_attributes=workers))
+
+    def _node(self, zone: str, name: str) -> FakeNode:
+        node = self.model.get_node(zone, name, "vm")
+        if node is None:
+            raise HttpError(404, f"node projects/{self.model.project}/locations/{zone}/nodes/{name} not found")
+        return node
+
+    # ------------------------------------------------------------------------------- queued resources
+    def create_queued(self, request: Request, project: str, zone: str) -> dict[str, Any]:
+        from google.cloud import tpu_v2
+
+        message = tpu_v2.QueuedResource.from_json(_json(request.body), ignore_unknown_fields=True)
+        spec = message.tpu.node_spec[0]
+        node = node_from_message(spec.node, spec.node_id, zone)
+        queued = FakeQueued(name=request.query["queuedResourceId"], zone=zone, node=node, spot="spot" in request.body)
+        return self._operation(self.model.create_queued(queued))
+
+    def list_queued(self, request: Request, project: str, zone: str) -> dict[str, Any]:
+        from google.cloud import tpu_v2
+
+        items = [self.queued_message(q) for q in self.model.list_queued(zone)]
+        return _dict(tpu_v2.ListQueuedResourcesResponse(queued_resources=items))
+
+    def get_queued(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
+        queued = self.model.get_queued(zone, name)
+        if queued is None:
+            raise HttpError(404, f"queued resource {name} not found")
+        return _dict(self.queued_message(queued))
+
+    def delete_queued(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
+        operation = self.model.delete_queued(zone, name, force=request.query.get("force") == "true")
+        if operation is None:
+            raise HttpError(404, f"queued resource {name} not found")
+        return self._operation(operation)
+
+    # ------------------------------------------------------------------------------------- operations
+    def get_operation(self, request: Request, op: str) -> dict[str, Any]:
+        operation = self.model.operations.get(op)
+        if operation is None:
+            raise HttpError(404, f"operation {op} not found")
+        return self._operation(operation)
+
+    def _operation(self, operation: FakeOperation) -> dict[str, Any]:
+        from google.cloud import tpu_v2
+        from google.longrunning import operations_pb2
+        from google.protobuf import empty_pb2, json_format
+
+        message = operations_pb2.Operation(name=operation.name, done=operation.done)
+        location = operation.name.split("/operations/")[0]
+        message.metadata.Pack(
+            tpu_v2.OperationMetadata.pb(
+                tpu_v2.OperationMetadata(target=f"{location}/{operation.target}", verb="create")
+            )
+        )
+        if operation.error is not None:
+            message.error.code = operation.error.code
+            message.error.message = operation.error.message
+        elif operation.done:
+            response = operation.response
+            if isinstance(response, FakeNode):
+                message.response.Pack(tpu_v2.Node.pb(self.node_message(response)))
+            elif isinstance(response, FakeQueued):
+                message.response.Pack(tpu_v2.QueuedResource.pb(self.queued_message(response)))
+            else:
+                message.response.Pack(empty_pb2.Empty())
+        return json_format.MessageToDict(message)
+
+    # ---------------------------------------------------------------------------------------- messages
+    def node_message(self, node: FakeNode) -> Any:
+        from google.cloud import tpu_v2
+
+        endpoints = [
+            tpu_v2.NetworkEndpoint(
+                ip_address=internal,
+                port=8470,
+                access_config=tpu_v2.AccessConfig(external_ip=external or "") if node.external_ips else None,
+            )
+            for internal, external in node.workers
+        ]
+        return tpu_v2.Node(
+            name=f"projects/{self.model.project}/locations/{node.zone}/nodes/{node.name}",
+            accelerator_type=node.accelerator_type,
+            runtime_version=node.runtime,
+            state=node.state,
+            health=node.health if node.state == "READY" else "HEALTH_UNSPECIFIED",
+            labels=node.labels,
+            metadata=node.metadata,
+            network_config=tpu_v2.NetworkConfig(network=node.network, enable_external_ips=node.external_ips),
+            scheduling_config=tpu_v2.SchedulingConfig(preemptible=node.preemptible, spot=node.spot),
+            service_account=tpu_v2.ServiceAccount(email=self.model.node_service_account(node)),
+            network_endpoints=endpoints,
+        )
+
+    def queued_message(self, queued: FakeQueued) -> Any:
+        from google.cloud import tpu_v2
+
+        parent = f"projects/{self.model.project}/locations/{queued.zone}"
+        state = tpu_v2.QueuedResourceState(state=queued.state)
+        if queued.error:
+            state.failed_data = tpu_v2.QueuedResourceState.FailedData(error={"code": 8, "message": queued.error})
+        node = self.node_message(queued.node)
+        node.name = ""
+        message = tpu_v2.QueuedResource(
+            name=f"{parent}/queuedResources/{queued.name}",
+            tpu=tpu_v2.QueuedResource.Tpu(
+                node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node_id=queued.node.name, node=node)]
+            ),
+            state=state,
+        )
+        if queued.spot:
+            message.spot = tpu_v2.QueuedResource.Spot()
+        return message
+
+
+def node_from_message(message: Any, name: str, zone: str) -> FakeNode:
+    return FakeNode(
+        name=name,
+        zone=zone,
+        accelerator_type=message.accelerator_type,
+        runtime=message.runtime_version,
+        mode="vm",
+        labels=dict(message.labels),
+        metadata=dict(message.metadata),
+        service_account=message.service_account.email,
+        preemptible=message.scheduling_config.preemptible,
+        spot=message.scheduling_config.spot,
+        network=message.network_config.network or "default",
+        external_ips=message.network_config.enable_external_ips,
+    )
+
+
+def _dict(message: Any) -> dict[str, Any]:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(type(message).pb(message))
+
+
+def _json(body: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(body)
