@@ -57,6 +57,7 @@ class TpuRequest:
     subnetwork: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     ssh_keys: str | None = None  # value of the `ssh-keys` metadata (TPU VM only)
+    workers: int | None = None  # provider local only: simulated hosts (default: the type's host count)
 
 
 @dataclass(frozen=True)
