@@ -1,0 +1,223 @@
+"""The trainer templates train for real on CPU: loss goes down, scalars are written, a resumed run continues.
+
+charlm (the quickstart trainer) needs only numpy and tensorboard and always runs, including 2 workers
+averaging gradients over loopback. The framework templates are marked heavy and skip when their
+framework is not installed (CI installs them: see the README's testing section).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES = ROOT / "templates"
+CORPUS = ROOT / "examples" / "data" / "quickstart.txt"
+TIMEOUT = 240  # seconds for one trainer process: generous for 2 busy cores, never reached when healthy
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def trainer_env(logdir: Path, worker_id: int = 0, num_workers: int = 1, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
+    env.update(
+        TPUOPS_RUN_ID="test-run",
+        TPUOPS_CLUSTER="test",
+        TPUOPS_WORKER_ID=str(worker_id),
+        TPUOPS_NUM_WORKERS=str(num_workers),
+        TPUOPS_LOGDIR=str(logdir),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    )
+    return proc
+
+
+def tfrecords(path: Path):
+    """The records of a TFRecord file (length, CRC, data, CRC), read without TensorFlow."""
+    data = path.read_bytes()
+    offset = 0
+    while offset + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        start = offset + 12
+        if start + length + 4 > len(data):
+            break  # a record still being written
+        yield data[start : start + length]
+        offset = start + length + 4
+
+
+def read_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value)] from every event file under logdir, with TensorBoard's protos.
+
+    Scalars come as `simple_value` (TensorBoard's writer, tf.keras callbacks in TF1 style) or as a
+    0-d float tensor (tf.summary.scalar in TF2); both are read.
+    """
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.util import tensor_util
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(logdir.rglob("*tfevents*")):
+        for record in tfrecords(path):
+            event = event_pb2.Event.FromString(record)
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    number = value.simple_value
+                elif value.HasField("tensor"):
+                    number = float(tensor_util.make_ndarray(value.tensor).reshape(-1)[0])
+                else:
+                    continue
+                scalars.setdefault(value.tag, []).append((event.step, number))
+    for points in scalars.values():
+        points.sort()
+    return scalars
+
+
+def assert_loss_went_down(points: list[tuple[int, float]], margin: float = 0.2) -> None:
+    values = [v for _, v in points]
+    assert len(values) >= 6, points
+    first, last = sum(values[:3]) / 3, sum(values[-3:]) / 3
+    assert last < first - margin, f"loss did not go down: first {first:.3f}, last {last:.3f}"
+
+
+# ---------------------------------------------------------------------------------------------- charlm
+
+CHARLM = TEMPLATES / "charlm" / "train.py"
+
+
+def charlm_args(steps: int, *extra: str) -> list[str]:
+    return [str(CHARLM), "--data", str(CORPUS), "--steps", str(steps), "--log-every", "20",
+            "--checkpoint-every", "40", "--sample", "40", *extra]  # fmt: skip
+
+
+def test_charlm_trains_writes_scalars_and_resumes(tmp_path: Path) -> None:
+    logdir = tmp_path / "run" / "logs"
+    first = run(charlm_args(120), trainer_env(logdir), cwd=tmp_path)
+    assert "done at step 120" in first.stdout
+    scalars = read_scalars(logdir)
+    assert {"loss", "learning_rate", "tokens_per_sec", "eval_loss"} <= set(scalars)
+    assert [step for step, _ in scalars["loss"]] == list(range(1, 121))
+    assert_loss_went_down(scalars["loss"])
+    assert scalars["eval_loss"][-1][1] < scalars["eval_loss"][0][1]
+    # Checkpoints go beside the logs, not inside them (TensorBoard scans its logdir).
+    assert (tmp_path / "run" / "checkpoints" / "charlm-latest.npz").is_file()
+
+    second_logs = tmp_path / "run" / "logs2"
+    env = trainer_env(second_logs, TPUOPS_RESUME="1", TPUOPS_RESTART="1")
+    args = charlm_args(160, "--checkpoint-dir", str(tmp_path / "run" / "checkpoints"))
+    second = run(args, env, cwd=tmp_path)
+    assert "resumed from step 120" in second.stdout
+    assert "restart 1" in second.stdout
+    resumed = read_scalars(second_logs)["loss"]
+    assert [step for step, _ in resumed] == list(range(121, 161))
+    # It continues from the trained model, not from scratch.
+    assert resumed[0][1] < scalars["loss"][0][1] - 0.5
+
+
+def test_charlm_resume_without_checkpoint_starts_fresh(tmp_path: Path) -> None:
+    proc = run(charlm_args(3, "--sample", "0"), trainer_env(tmp_path / "logs", TPUOPS_RESUME="1"), cwd=tmp_path)
+    assert "no checkpoint" in proc.stdout
+    assert "done at step 3" in proc.stdout
+
+
+def test_charlm_two_workers_average_gradients(tmp_path: Path) -> None:
+    logdir = tmp_path / "logs"
+    coordinator = f"127.0.0.1:{free_port()}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *charlm_args(80)],
+            env=trainer_env(logdir, worker_id, 2, TPUOPS_COORDINATOR=coordinator),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for worker_id in (1, 0)  # the non-coordinator first: it must wait for worker 0
+    ]
+    outputs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=TIMEOUT)
+            assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
+            outputs.append(out)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    digests = [re.search(r"done at step 80, params ([0-9a-f]+)", out) for out in outputs]
+    assert all(digests), outputs
+    assert digests[0].group(1) == digests[1].group(1), "workers ended with different parameters"
+    assert "worker 1/2" in outputs[0] and "worker 0/2" in outputs[1]
+    # Each worker trained on its own half of the text.
+    shards = [int(re.search(r"worker \d/2, ([\d,]+) of", out).group(1).replace(",", "")) for out in outputs]
+    assert all(size < CORPUS.stat().st_size * 0.6 for size in shards)
+    # Only worker 0 writes scalars: one event file, one loss point per step.
+    assert len(list(logdir.glob("*tfevents*"))) == 1
+    loss = read_scalars(logdir)["loss"]
+    assert [step for step, _ in loss] == list(range(1, 81))
+    assert_loss_went_down(loss)
+
+
+def test_charlm_reports_an_unreachable_coordinator(tmp_path: Path) -> None:
+    env = trainer_env(tmp_path / "logs", 1, 2, TPUOPS_COORDINATOR=f"127.0.0.1:{free_port()}")
+    proc = subprocess.run(
+        [sys.executable, *charlm_args(5), "--timeout", "2"], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    assert "could not reach the coordinator" in proc.stderr
+
+
+def test_charlm_coordinator_names_the_missing_worker(tmp_path: Path) -> None:
+    env = trainer_env(tmp_path / "logs", 0, 3, TPUOPS_COORDINATOR=f"127.0.0.1:{free_port()}")
+    proc = subprocess.run(
+        [sys.executable, *charlm_args(5), "--timeout", "2"], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    assert "missing workers: [1, 2]" in proc.stderr
+
+
+def test_charlm_a_dying_worker_is_named_by_the_others(tmp_path: Path) -> None:
+    coordinator = f"127.0.0.1:{free_port()}"
+    procs = {
+        worker_id: subprocess.Popen(
+            [sys.executable, *charlm_args(200, "--fail-at-step", "10", "--fail-worker", "1")],
+            env=trainer_env(tmp_path / "logs", worker_id, 2, TPUOPS_COORDINATOR=coordinator),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for worker_id in (0, 1)
+    }
+    try:
+        results = {worker_id: (proc.communicate(timeout=TIMEOUT), proc.returncode) for worker_id, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    (out1, _), code1 = results[1]
+    (_, err0), code0 = results[0]
+    assert code1 == 1 and "failing on purpose at step 10" in out1
+    assert code0 == 3 and "lost worker 1" in err0
