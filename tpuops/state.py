@@ -59,6 +59,17 @@ class EventRecord(StateModel):
     message: str
 
 
+class RunRecord(StateModel):
+    """One launch of the trainer; `worker_states` holds running | exited N | killed | lost per worker."""
+
+    id: str
+    command: str
+    started_at: str = Field(default_factory=now_iso)
+    workers: list[str] = Field(default_factory=list)
+    worker_states: dict[str, str] = Field(default_factory=dict)
+    restart: int = 0
+
+
 class ClusterState(StateModel):
     name: str
     provider: Literal["gcp", "local"]
@@ -69,6 +80,7 @@ class ClusterState(StateModel):
     workers: list[WorkerRecord] = Field(default_factory=list)
     ssh_user: str | None = None
     events: list[EventRecord] = Field(default_factory=list)
+    runs: list[RunRecord] = Field(default_factory=list)
     created_at: str = Field(default_factory=now_iso)
     updated_at: str = Field(default_factory=now_iso)
 
@@ -80,6 +92,15 @@ class ClusterState(StateModel):
 
     def drop_resource(self, kind: str) -> None:
         self.resources = [r for r in self.resources if r.kind != kind]
+
+    @property
+    def current_run(self) -> RunRecord | None:
+        return self.runs[-1] if self.runs else None
+
+    def run(self, run_id: str | None) -> RunRecord | None:
+        if run_id is None:
+            return self.current_run
+        return next((r for r in self.runs if r.id == run_id), None)
 
     def log(self, kind: str, message: str) -> None:
         self.events.append(EventRecord(kind=kind, message=message))
