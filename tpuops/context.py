@@ -31,6 +31,11 @@ class Context:
         env = dict(os.environ if env is None else env)
         return cls(env=env, store=StateStore(tpuops_home(env)), project_override=project, assume_yes=assume_yes)
 
+    @property
+    def local_root(self) -> Path:
+        """Where the local provider keeps its simulated workers and buckets."""
+        return self.store.home / "local"
+
     def project_for(self, spec: Spec | None) -> str | None:
         """spec.project, else --project, else CLOUDSDK_CORE_PROJECT / GOOGLE_CLOUD_PROJECT, else gcloud config."""
         if spec is not None and spec.project:
