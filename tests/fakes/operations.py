@@ -30,6 +30,7 @@ class FakeOperation:
     target: str
     done_at: float
     complete: Callable[[], Any]
+    verb: str = "create"
     done: bool = False
     response: Any = None
     error: OperationFailed | None = None
@@ -44,10 +45,12 @@ class Operations:
         self._ops: dict[str, FakeOperation] = {}
         self._ids = itertools.count(1)
 
-    def start(self, location: str, target: str, seconds: float, complete: Callable[[], Any]) -> FakeOperation:
+    def start(
+        self, location: str, target: str, seconds: float, complete: Callable[[], Any], verb: str = "create"
+    ) -> FakeOperation:
         with self.lock:
             name = f"{location}/operations/{self.prefix}-{next(self._ids)}"
-            operation = FakeOperation(name, target, time.monotonic() + seconds, complete)
+            operation = FakeOperation(name, target, time.monotonic() + seconds, complete, verb)
             self._ops[name] = operation
             if seconds <= 0:
                 self._finish(operation)

@@ -130,10 +130,12 @@ class TpuModel:
                 return None
             node.state = "DELETING"
             location = f"projects/{self.project}/locations/{zone}"
-            return self.operations.start(location, name, self.delete_seconds, lambda: self._remove(zone, name))
+            return self.operations.start(
+                location, name, self.delete_seconds, lambda: self._remove(zone, name), verb="delete"
+            )
 
-    def _remove(self, zone: str, name: str) -> None:
-        self.nodes.pop((zone, name), None)
+    def _remove(self, zone: str, name: str) -> FakeNode | None:
+        return self.nodes.pop((zone, name), None)
 
     def preempt(self, zone: str, name: str) -> None:
         with self.lock:
@@ -202,7 +204,7 @@ class TpuModel:
                 self.nodes.pop((zone, queued.node.name), None)
                 self.queued.pop((zone, name), None)
 
-            return self.operations.start(location, name, self.delete_seconds, remove)
+            return self.operations.start(location, name, self.delete_seconds, remove, verb="delete")
 
     def suspend_queued(self, zone: str, name: str) -> None:
         with self.lock:

@@ -132,7 +132,7 @@ class TpuV2Fake:
         location = operation.name.split("/operations/")[0]
         message.metadata.Pack(
             tpu_v2.OperationMetadata.pb(
-                tpu_v2.OperationMetadata(target=f"{location}/{operation.target}", verb="create")
+                tpu_v2.OperationMetadata(target=f"{location}/{operation.target}", verb=operation.verb)
             )
         )
         if operation.error is not None:
@@ -140,7 +140,7 @@ class TpuV2Fake:
             message.error.message = operation.error.message
         elif operation.done:
             response = operation.response
-            if isinstance(response, FakeNode):
+            if isinstance(response, FakeNode) and operation.verb == "create":
                 message.response.Pack(tpu_v2.Node.pb(self.node_message(response)))
             elif isinstance(response, FakeQueued):
                 message.response.Pack(tpu_v2.QueuedResource.pb(self.queued_message(response)))

@@ -88,7 +88,7 @@ class ComputeApi:
         def call() -> Any:
             try:
                 return self.instances.get_guest_attributes(
-                    project=self.project, zone=zone, instance=name, query_path="hostkeys/"
+                    request={"project": self.project, "zone": zone, "instance": name, "query_path": "hostkeys/"}
                 )
             except gexc.NotFound:  # guest attributes not enabled or not yet written
                 return None

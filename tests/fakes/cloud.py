@@ -1,0 +1,92 @@
+"""All fakes of one Google Cloud project together, and the pytest fixture that starts and stops them.
+
+Use from a test module:
+
+    from tests.fakes.cloud import fake_gcp  # noqa: F401  (pytest fixture)
+    from tests.gcs_emulator import gcs_emulator  # noqa: F401
+
+`fake_gcp.env` points the tpuops CLI (a subprocess) at the fakes the way a user would point it at a
+private endpoint: gcloud's endpoint override variables, STORAGE_EMULATOR_HOST, TPUOPS_TPU_V1_GRPC_ENDPOINT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.fakes.compute import ComputeFake, ComputeModel
+from tests.fakes.gcs import GcsFront
+from tests.fakes.tpu_model import TpuModel
+from tests.fakes.tpu_v1_grpc import TpuV1Fake
+from tests.fakes.tpu_v2_http import TpuV2Fake
+
+PROJECT = "tpuops-test"
+
+
+@dataclass
+class FakeGcp:
+    tpu: TpuModel
+    tpu_v2: TpuV2Fake
+    tpu_v1: TpuV1Fake
+    compute: ComputeModel
+    compute_api: ComputeFake
+    gcs: GcsFront
+    gcs_client_factory: object = field(repr=False, default=None)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": self.tpu_v2.server.url + "/",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": self.compute_api.server.url + "/compute/v1/",
+            "STORAGE_EMULATOR_HOST": self.gcs.url,
+            "TPUOPS_TPU_V1_GRPC_ENDPOINT": self.tpu_v1.endpoint,
+            "GOOGLE_CLOUD_PROJECT": PROJECT,
+            # Fast polls and backoffs: the fakes answer in milliseconds.
+            "TPUOPS_POLL_INTERVAL": "0.02",
+            "TPUOPS_RETRY_INITIAL": "0.01",
+            "TPUOPS_OPERATION_TIMEOUT": "60",
+        }
+
+    def storage(self):  # -> google.cloud.storage.Client on the emulator (for assertions)
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        return storage.Client(
+            project=PROJECT, credentials=AnonymousCredentials(), client_options={"api_endpoint": self.gcs.url}
+        )
+
+    def stop(self) -> None:
+        for stop in (self.tpu_v2.server.stop, self.tpu_v1.stop, self.compute_api.server.stop, self.gcs.stop):
+            stop()
+
+
+def start_fake_gcp(storage_emulator_url: str) -> FakeGcp:
+    tpu = TpuModel(PROJECT)
+    compute = ComputeModel(PROJECT)
+    started: list[object] = []
+    try:
+        tpu_v2 = TpuV2Fake(tpu)
+        tpu_v2.server.start()
+        started.append(tpu_v2.server)
+        tpu_v1 = TpuV1Fake(tpu).start()
+        started.append(tpu_v1)
+        compute_api = ComputeFake(compute)
+        compute_api.server.start()
+        started.append(compute_api.server)
+        gcs = GcsFront(storage_emulator_url).start()
+    except BaseException:
+        for server in reversed(started):
+            server.stop()  # type: ignore[attr-defined]
+        raise
+    return FakeGcp(tpu=tpu, tpu_v2=tpu_v2, tpu_v1=tpu_v1, compute=compute, compute_api=compute_api, gcs=gcs)
+
+
+@pytest.fixture
+def fake_gcp(gcs_emulator) -> Iterator[FakeGcp]:  # noqa: ANN001  (tests.gcs_emulator.GcsEmulator)
+    fake = start_fake_gcp(gcs_emulator.host)
+    try:
+        yield fake
+    finally:
+        fake.stop()

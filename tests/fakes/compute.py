@@ -1,0 +1,227 @@
+"""Compute Engine REST fake (instances, zone operations, projects.get), with its state model."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fakes.http import HttpError, JsonServer, Request
+from tests.fakes.operations import FakeOperation, OperationFailed, Operations
+from tests.fakes.tpu_model import PROJECT_NUMBER, fake_host_key
+
+ZONE = r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)"
+VM_CAPACITY_CODE = "ZONE_RESOURCE_POOL_EXHAUSTED"
+
+
+@dataclass
+class FakeInstance:
+    name: str
+    zone: str
+    machine_type: str
+    labels: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    status: str = "PROVISIONING"
+    internal_ip: str = ""
+    external_ip: str | None = None
+    wants_external_ip: bool = False
+
+
+class ComputeModel:
+    def __init__(self, project: str) -> None:
+        self.project = project
+        self.lock = threading.RLock()
+        self.operations = Operations(self.lock, "operation")
+        self.instances: dict[tuple[str, str], FakeInstance] = {}
+        self.create_seconds = 0.0
+        self.delete_seconds = 0.0
+        self.capacity_failures: dict[str, int] = {}
+        self.default_service_account = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+        self._numbers = itertools.count(0)
+        self.external_ip: Callable[[str, int], str] = lambda name, n: f"127.0.0.{50 + n}"
+        self.host_keys: Callable[[str], list[tuple[str, str]]] = lambda name: fake_host_key(name, 0)
+
+    def insert(self, instance: FakeInstance) -> FakeOperation:
+        with self.lock:
+            if (instance.zone, instance.name) in self.instances:
+                raise OperationFailed(
+                    6,
+                    f"The resource 'projects/{self.project}/zones/{instance.zone}/instances/"
+                    f"{instance.name}' already exists",
+                )
+            self.instances[(instance.zone, instance.name)] = instance
+            location = f"projects/{self.project}/zones/{instance.zone}"
+            return self.operations.start(location, instance.name, self.create_seconds, lambda: self._boot(instance))
+
+    def _boot(self, instance: FakeInstance) -> None:
+        left = self.capacity_failures.get(instance.zone, 0)
+        if left:
+            self.capacity_failures[instance.zone] = left - 1 if left > 0 else left
+            self.instances.pop((instance.zone, instance.name), None)
+            raise OperationFailed(503, f"{VM_CAPACITY_CODE}: The zone does not have enough resources available")
+        number = next(self._numbers)
+        instance.internal_ip = f"10.140.0.{2 + number}"
+        instance.external_ip = self.external_ip(instance.name, number) if instance.wants_external_ip else None
+        instance.status = "RUNNING"
+
+    def delete(self, zone: str, name: str) -> FakeOperation | None:
+        with self.lock:
+            instance = self.instances.get((zone, name))
+            if instance is None:
+                return None
+            instance.status = "STOPPING"
+            location = f"projects/{self.project}/zones/{zone}"
+            return self.operations.start(
+                location, name, self.delete_seconds, lambda: self.instances.pop((zone, name), None)
+            )
+
+
+class ComputeFake:
+    def __init__(self, model: ComputeModel) -> None:
+        self.model = model
+        self.server = JsonServer(self.handle, "compute")
+        self.routes = [
+            ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)$", self.get_project),
+            ("POST", ZONE + r"/instances$", self.insert),
+            ("GET", ZONE + r"/instances$", self.list),
+            ("GET", ZONE + r"/instances/(?P<name>[^/]+)$", self.get),
+            ("DELETE", ZONE + r"/instances/(?P<name>[^/]+)$", self.delete),
+            ("GET", ZONE + r"/instances/(?P<name>[^/]+)/getGuestAttributes$", self.guest_attributes),
+            ("GET", ZONE + r"/operations/(?P<op>[^/]+)$", self.get_operation),
+            ("POST", ZONE + r"/operations/(?P<op>[^/]+)/wait$", self.wait_operation),
+        ]
+
+    def handle(self, request: Request) -> tuple[int, Any]:
+        for method, pattern, action in self.routes:
+            match = re.match(pattern, request.path)
+            if method == request.method and match:
+                try:
+                    return 200, action(request, **match.groupdict())
+                except OperationFailed as failure:
+                    raise HttpError(409 if failure.code == 6 else 400, failure.message) from None
+        raise HttpError(404, f"fake compute: no route for {request.method} {request.path}")
+
+    def get_project(self, request: Request, project: str) -> dict[str, Any]:
+        from google.cloud import compute_v1
+
+        message = compute_v1.Project(
+            name=project, id=int(PROJECT_NUMBER), default_service_account=self.model.default_service_account
+        )
+        return _dict(message)
+
+    def insert(self, request: Request, project: str, zone: str) -> dict[str, Any]:
+        from google.cloud import compute_v1
+
+        message = compute_v1.Instance.from_json(_json(request.body), ignore_unknown_fields=True)
+        interfaces = list(message.network_interfaces)
+        instance = FakeInstance(
+            name=message.name,
+            zone=zone,
+            machine_type=message.machine_type,
+            labels=dict(message.labels),
+            metadata={item.key: item.value for item in message.metadata.items},
+            wants_external_ip=bool(interfaces and list(interfaces[0].access_configs)),
+        )
+        return self._operation(self.model.insert(instance), "insert")
+
+    def list(self, request: Request, project: str, zone: str) -> dict[str, Any]:
+        from google.cloud import compute_v1
+
+        with self.model.lock:
+            items = [self.instance_message(i) for (z, _), i in sorted(self.model.instances.items()) if z == zone]
+        return _dict(compute_v1.InstanceList(items=items))
+
+    def get(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
+        return _dict(self.instance_message(self._instance(zone, name)))
+
+    def delete(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
+        operation = self.model.delete(zone, name)
+        if operation is None:
+            raise HttpError(404, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found")
+        return self._operation(operation, "delete")
+
+    def guest_attributes(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
+        from google.cloud import compute_v1
+
+        self._instance(zone, name)
+        items = [
+            compute_v1.GuestAttributesEntry(namespace="hostkeys", key=key_type, value=key)
+            for key_type, key in self.model.host_keys(name)
+        ]
+        message = compute_v1.GuestAttributes(
+            query_path=request.query.get("queryPath", ""), query_value=compute_v1.GuestAttributesValue(items=items)
+        )
+        return _dict(message)
+
+    def get_operation(self, request: Request, project: str, zone: str, op: str) -> dict[str, Any]:
+        operation = self.model.operations.get(f"projects/{project}/zones/{zone}/operations/{op}")
+        if operation is None:
+            raise HttpError(404, f"operation {op} not found")
+        return self._operation(operation, "")
+
+    def wait_operation(self, request: Request, project: str, zone: str, op: str) -> dict[str, Any]:
+        operation = self.model.operations.wait(f"projects/{project}/zones/{zone}/operations/{op}", at_most=2.0)
+        if operation is None:
+            raise HttpError(404, f"operation {op} not found")
+        return self._operation(operation, "")
+
+    def _instance(self, zone: str, name: str) -> FakeInstance:
+        with self.model.lock:
+            instance = self.model.instances.get((zone, name))
+        if instance is None:
+            raise HttpError(
+                404, f"The resource 'projects/{self.model.project}/zones/{zone}/instances/{name}' was not found"
+            )
+        return instance
+
+    def instance_message(self, instance: FakeInstance) -> Any:
+        from google.cloud import compute_v1
+
+        access = [compute_v1.AccessConfig(name="External NAT", nat_i_p=instance.external_ip or "")]
+        interface = compute_v1.NetworkInterface(
+            network_i_p=instance.internal_ip, access_configs=access if instance.wants_external_ip else []
+        )
+        return compute_v1.Instance(
+            name=instance.name,
+            zone=instance.zone,
+            machine_type=instance.machine_type,
+            status=instance.status,
+            labels=instance.labels,
+            metadata=compute_v1.Metadata(
+                items=[compute_v1.Items(key=k, value=v) for k, v in instance.metadata.items()]
+            ),
+            network_interfaces=[interface],
+        )
+
+    def _operation(self, operation: FakeOperation, kind: str) -> dict[str, Any]:
+        from google.cloud import compute_v1
+
+        name = operation.name.rsplit("/", 1)[-1]
+        zone = operation.name.split("/zones/")[1].split("/")[0]
+        message = compute_v1.Operation(
+            name=name,
+            zone=zone,
+            operation_type=kind,
+            target_link=f"projects/{self.model.project}/zones/{zone}/instances/{operation.target}",
+            status="DONE" if operation.done else "RUNNING",
+        )
+        if operation.error is not None:
+            code, _, text = operation.error.message.partition(": ")
+            message.error = compute_v1.Error(errors=[compute_v1.Errors(code=code, message=text)])
+            message.http_error_status_code = operation.error.code
+        return _dict(message)
+
+
+def _dict(message: Any) -> dict[str, Any]:
+    import json
+
+    return json.loads(type(message).to_json(message))
+
+
+def _json(body: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(body)
