@@ -162,7 +162,7 @@ class SshdCluster:
         config = self._config(worker)
         sshd = [SSHD, "-D", "-e", "-f", str(config)]
         if USE_NAMESPACES:
-            script = f'mount --bind "$1" /root && shift && exec "$@"'
+            script = 'mount --bind "$1" /root && shift && exec "$@"'
             argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(worker.home), *sshd]
         else:
             argv = sshd
