@@ -1,0 +1,153 @@
+"""`tpuops logs`: TensorBoard scalars from GCS or a directory, as a table, a stream, JSON or a chart."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from tpuops.cli.app import JSON_OPTION, app
+from tpuops.cli.render import console, print_json_line
+from tpuops.errors import TpuopsError, UsageError
+
+if TYPE_CHECKING:  # the readers import protobuf: loaded only when the command runs (fast CLI start)
+    from tpuops.logs.events import ScalarPoint
+    from tpuops.logs.plot import SeriesBook
+
+
+@app.command()
+def logs(
+    name: str | None = typer.Argument(None, help="Cluster whose spec names the logdir (default: the only one)."),
+    logdir: str | None = typer.Option(None, "--logdir", help="gs://BUCKET/PATH or a directory; no cluster needed."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep reading: print new points as they arrive."),
+    tag: str | None = typer.Option(None, "--tag", help="Only tags matching this regular expression."),
+    run: str | None = typer.Option(None, "--run", help="Only runs (subdirectories) matching this regular expression."),
+    since: int | None = typer.Option(None, "--since", help="Only points at this step or later."),
+    json_output: bool = JSON_OPTION,
+    plot: bool = typer.Option(False, "--plot", help="A terminal chart per tag against step (redrawn with -f)."),
+    png: Path | None = typer.Option(None, "--png", help="Also write the chart to this PNG (needs tpuops[png])."),
+    download: Path | None = typer.Option(
+        None, "--download", help="Mirror the event files into DIR, incrementally (for a local TensorBoard)."),
+    interval: float = typer.Option(2.0, "--interval", min=0.01, help="Seconds between polls while data arrives."),
+    max_interval: float = typer.Option(30.0, "--max-interval", min=0.01, help="Longest wait between idle polls."),
+    until_idle: float | None = typer.Option(
+        None, "--until-idle", min=0.0,
+        help="With -f: stop once nothing new arrived for this many seconds (e.g. after training ends)."),
+) -> None:
+    """TensorBoard scalars of a cluster's run (or any logdir), read incrementally.
+
+    Default: the latest value, step and time of each run/tag. -f prints the latest point of each series
+    (or every point from --since STEP) and then new points as `run tag step value` until Ctrl-C or
+    --until-idle. --json prints one JSON object per point instead.
+    """
+    from tpuops.context import Context
+    from tpuops.logs.plot import SeriesBook, png_available
+    from tpuops.logs.tail import latest_values
+    from tpuops.ops.logs import LogsRequest, follow_points, open_source, read_once, resolve_logdir
+
+    if until_idle is not None and not follow:
+        raise UsageError("--until-idle only applies with --follow", "add -f")
+    if png is not None and not png_available():
+        raise TpuopsError("--png needs matplotlib", "pip install 'tpuops[png]'")
+    ctx = Context.from_env()
+    location = resolve_logdir(ctx, name, logdir)
+    request = LogsRequest(logdir=location, tag=tag, run=run, since=since, download=download)
+    source = open_source(ctx, request, warn=_warn)
+    book = SeriesBook() if (plot or png) else None
+    out = _Output(json_output=json_output, plot=plot, png=png, book=book)
+
+    if not follow:
+        points = read_once(source, location)
+        if not points:
+            raise TpuopsError(f"no scalars under {location}" + (" match the filters" if (tag or run or since) else ""),
+                              "check --tag/--run/--since; `tpuops logs --logdir DIR` without them shows every tag")
+        out.once(points)
+        _report_download(source, download)
+        return
+    try:
+        batches = follow_points(source, interval=interval, max_interval=max_interval, until_idle=until_idle,
+                                warn=_warn)
+        for index, batch in enumerate(batches):
+            first_view = batch if (index > 0 or since is not None) else list(latest_values(batch).values())
+            out.stream(batch, first_view)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a follow normally ends
+    _report_download(source, download)
+
+
+class _Output:
+    """Renders points as the options ask: chart, JSON lines, text lines or a table; PNG on the side."""
+
+    def __init__(self, *, json_output: bool, plot: bool, png: Path | None, book: SeriesBook | None) -> None:
+        self.json_output = json_output
+        self.plot = plot
+        self.png = png
+        self.book = book
+
+    def once(self, points: list[ScalarPoint]) -> None:
+        from tpuops.logs.plot import terminal_chart
+
+        self._chart(points)
+        if self.plot:
+            print(terminal_chart(self.book, color=sys.stdout.isatty()))  # type: ignore[arg-type]
+        elif self.json_output:
+            for point in points:
+                print_json_line(point.to_json())
+        else:
+            _table(points)
+
+    def stream(self, batch: list[ScalarPoint], shown: list[ScalarPoint]) -> None:
+        """`batch` is everything new (charts), `shown` what to print as lines (the first batch is trimmed)."""
+        from tpuops.logs.plot import terminal_chart
+
+        self._chart(batch)
+        if self.plot:
+            tty = sys.stdout.isatty()
+            prefix = "\x1b[H\x1b[2J" if tty else ""  # redraw in place on a terminal
+            print(prefix + terminal_chart(self.book, color=tty), flush=True)  # type: ignore[arg-type]
+            return
+        for point in shown:
+            if self.json_output:
+                print_json_line(point.to_json())
+            else:
+                print(f"{point.run} {point.tag} {point.step} {point.value:.6g}")
+        sys.stdout.flush()
+
+    def _chart(self, points: list[ScalarPoint]) -> None:
+        if self.book is None:
+            return
+        from tpuops.logs.plot import write_png
+
+        self.book.add(points)
+        if self.png is not None:
+            write_png(self.book, self.png)
+
+
+def _table(points: list[ScalarPoint]) -> None:
+    from rich.table import Table
+
+    from tpuops.logs.tail import latest_values
+
+    counts: dict[tuple[str, str], int] = {}
+    for point in points:
+        counts[(point.run, point.tag)] = counts.get((point.run, point.tag), 0) + 1
+    table = Table(box=None, pad_edge=False)
+    for column in ("RUN", "TAG", "STEP", "VALUE", "TIME (UTC)", "POINTS"):
+        table.add_column(column, justify="right" if column in ("STEP", "VALUE", "POINTS") else "left")
+    for (run, tag), point in sorted(latest_values(points).items()):
+        when = datetime.fromtimestamp(point.wall_time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(run, tag, str(point.step), f"{point.value:.6g}", when, str(counts[(run, tag)]))
+    console.print(table)
+
+
+def _report_download(source: object, download: Path | None) -> None:
+    mirror = getattr(source, "mirror", None)
+    if download is not None and mirror is not None:
+        print(f"tpuops: mirrored {mirror.total_bytes} bytes of event files into {download}", file=sys.stderr)
+
+
+def _warn(message: str) -> None:
+    print(f"tpuops: warning: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,196 @@
+"""Object storage as tpuops sees it: a flat namespace of blobs under a root, listed and read by byte range.
+
+Two places hold blobs: a GCS bucket prefix (`gs://bucket/prefix`, in `cloud/gcp/gcs_blobs.py`) and a local
+directory (`DirBlobStore`, also the local provider's "bucket"). `logs` tails TensorBoard event files through
+this interface and `push` uploads data through it, so both work the same on GCS and on a directory.
+
+Names are relative to the store's root and use '/' whatever the OS. CRC32C values are GCS's: the
+big-endian CRC32C of the content, base64-encoded.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import google_crc32c
+
+from tpuops.errors import CloudError, UsageError
+
+CHUNK = 1 << 20
+
+
+class BlobNotFound(CloudError):
+    """The blob is gone (deleted between a listing and a read, or never there)."""
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    name: str
+    size: int
+    crc32c: str | None  # base64 of the big-endian CRC32C, as GCS reports it; None when not computed
+    updated: float | None  # seconds since the epoch
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    """Where blobs live. Every method is one logical request (a listing may page internally)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def list(self, prefix: str = "", *, checksums: bool = False) -> list[BlobInfo]:
+        """All blobs whose name starts with `prefix`, recursively. `checksums=True` asks for crc32c where the
+        store has to compute it (a directory); GCS always reports it."""
+        ...
+
+    def read_range(self, name: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of a blob; fewer if the blob is shorter. Raises BlobNotFound."""
+        ...
+
+    def upload_file(self, local_path: str | Path, name: str) -> BlobInfo:
+        """Store a local file's content as `name`, replacing it whole (readers never see half a blob)."""
+        ...
+
+    def delete(self, name: str) -> None:
+        """Remove a blob; a blob already gone is not an error."""
+        ...
+
+
+def crc32c_of_bytes(data: bytes) -> str:
+    return _encode_crc(google_crc32c.value(data))
+
+
+def crc32c_of_file(path: str | Path) -> str:
+    """The CRC32C of a file in GCS's notation, read in chunks (data files can be large)."""
+    checksum = google_crc32c.Checksum()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            checksum.update(chunk)
+    return base64.b64encode(checksum.digest()).decode("ascii")
+
+
+def _encode_crc(value: int) -> str:
+    return base64.b64encode(value.to_bytes(4, "big")).decode("ascii")
+
+
+def same_content(local_path: str | Path, remote: BlobInfo | None) -> bool:
+    """True when `remote` already holds the local file: same size, then same CRC32C (the size check first,
+    so an upload decision usually costs no read). Unknown remote CRC counts as different."""
+    if remote is None or remote.crc32c is None:
+        return False
+    if os.path.getsize(local_path) != remote.size:
+        return False
+    return crc32c_of_file(local_path) == remote.crc32c
+
+
+class DirBlobStore:
+    """A local directory as a blob store. CRC32C is computed only on request and cached by (size, mtime)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._crc_cache: dict[str, tuple[int, int, str]] = {}
+
+    @property
+    def url(self) -> str:
+        return str(self.root)
+
+    def _path(self, name: str) -> Path:
+        parts = [part for part in name.split("/") if part]
+        if any(part == ".." for part in parts):
+            raise UsageError(f"blob name {name!r} leaves the store's root", "use names relative to the root")
+        return self.root.joinpath(*parts)
+
+    def list(self, prefix: str = "", *, checksums: bool = False) -> list[BlobInfo]:
+        if not self.root.is_dir():
+            return []
+        found: list[BlobInfo] = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames.sort()
+            relative_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            for filename in sorted(filenames):
+                name = filename if relative_dir == "." else f"{relative_dir}/{filename}"
+                if not name.startswith(prefix) or filename.startswith(".tpuops-upload-"):
+                    continue
+                info = self._info(name, Path(dirpath, filename), checksums)
+                if info is not None:
+                    found.append(info)
+        return found
+
+    def _info(self, name: str, path: Path, checksums: bool) -> BlobInfo | None:
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # deleted while we walked
+            return None
+        crc = self._crc(name, path, stat.st_size, stat.st_mtime_ns) if checksums else None
+        return BlobInfo(name=name, size=stat.st_size, crc32c=crc, updated=stat.st_mtime)
+
+    def _crc(self, name: str, path: Path, size: int, mtime_ns: int) -> str | None:
+        cached = self._crc_cache.get(name)
+        if cached and cached[:2] == (size, mtime_ns):
+            return cached[2]
+        try:
+            crc = crc32c_of_file(path)
+        except FileNotFoundError:
+            return None
+        self._crc_cache[name] = (size, mtime_ns, crc)
+        return crc
+
+    def read_range(self, name: str, start: int, end: int) -> bytes:
+        try:
+            with open(self._path(name), "rb") as handle:
+                handle.seek(start)
+                return handle.read(max(0, end - start))
+        except FileNotFoundError as err:
+            raise BlobNotFound(f"{self.url}/{name} not found") from err
+
+    def upload_file(self, local_path: str | Path, name: str) -> BlobInfo:
+        target = self._path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Write beside the target, then rename: a reader (or a crash) never sees a half-written blob.
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tpuops-upload-")
+        try:
+            with os.fdopen(fd, "wb") as out, open(local_path, "rb") as source:
+                while chunk := source.read(CHUNK):
+                    out.write(chunk)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        info = self._info(name, target, checksums=True)
+        assert info is not None
+        return info
+
+    def delete(self, name: str) -> None:
+        self._path(name).unlink(missing_ok=True)
+
+
+def open_blob_store(url: str, env: Mapping[str, str] | None = None, local_buckets: Path | None = None) -> BlobStore:
+    """`gs://bucket[/prefix]` -> GCS; `file://PATH` or a plain path -> a directory. Bad URLs -> UsageError.
+
+    `local_buckets`: the local provider's directory of buckets; gs://NAME/P then means local_buckets/NAME/P.
+    """
+    url = url.strip()
+    if url.startswith("gs://"):
+        bucket, _, prefix = url[len("gs://"):].partition("/")
+        if not bucket:
+            raise UsageError(f"{url!r} names no bucket", "write gs://BUCKET/PATH")
+        if local_buckets is not None:
+            return DirBlobStore(local_buckets.joinpath(bucket, *[part for part in prefix.split("/") if part]))
+        from tpuops.cloud.gcp.gcs_blobs import GcsBlobStore
+
+        return GcsBlobStore(bucket, prefix, env=env)
+    if url.startswith("file://"):
+        return DirBlobStore(url[len("file://"):])
+    if "://" in url:
+        scheme = url.split("://", 1)[0]
+        raise UsageError(f"unsupported storage URL scheme {scheme}:// in {url!r}",
+                         "use gs://BUCKET/PATH or a local directory")
+    if not url:
+        raise UsageError("empty storage location", "use gs://BUCKET/PATH or a local directory")
+    return DirBlobStore(os.path.expanduser(url))

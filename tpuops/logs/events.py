@@ -1,0 +1,103 @@
+"""Scalars out of TensorBoard `Event` records, decoded with TensorBoard's own protobuf definitions.
+
+Two forms of scalar exist and both are read:
+- `Summary.Value.simple_value`: TF1 summaries, PyTorch's SummaryWriter, tensorboardX;
+- `Summary.Value.tensor` with the "scalars" plugin in its metadata: TF2's `tf.summary.scalar`. TF2 writes
+  the metadata only with a tag's first value in a file, so the decoder remembers, per run, which tags the
+  scalars plugin owns.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from tensorboard.compat.proto import event_pb2
+
+SCALARS_PLUGIN = "scalars"
+
+# DataType enum value -> (struct format of one element in tensor_content, the TensorProto *_val field).
+_DTYPES: dict[int, tuple[str, str]] = {
+    1: ("<f", "float_val"),  # DT_FLOAT
+    2: ("<d", "double_val"),  # DT_DOUBLE
+    3: ("<i", "int_val"),  # DT_INT32
+    4: ("<B", "int_val"),  # DT_UINT8
+    5: ("<h", "int_val"),  # DT_INT16
+    6: ("<b", "int_val"),  # DT_INT8
+    9: ("<q", "int64_val"),  # DT_INT64
+    10: ("<?", "bool_val"),  # DT_BOOL
+    14: ("<H", "half_val"),  # DT_BFLOAT16: raw 16 bits, converted below
+    17: ("<H", "int_val"),  # DT_UINT16
+    19: ("<e", "half_val"),  # DT_HALF (half_val holds the raw 16 bits)
+    22: ("<I", "uint32_val"),  # DT_UINT32
+    23: ("<Q", "uint64_val"),  # DT_UINT64
+}
+_DT_BFLOAT16 = 14
+_DT_HALF = 19
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarPoint:
+    run: str
+    tag: str
+    step: int
+    value: float
+    wall_time: float
+
+    def to_json(self) -> dict[str, Any]:
+        value: float | None = self.value if math.isfinite(self.value) else None  # JSON has no NaN/inf
+        return {"run": self.run, "tag": self.tag, "step": self.step, "value": value, "wall_time": self.wall_time}
+
+
+class ScalarDecoder:
+    """Decodes the records of one run's event files into points, remembering the run's scalar tags."""
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self._plugin_of_tag: dict[str, str] = {}
+
+    def decode(self, record: bytes) -> list[ScalarPoint]:
+        event = event_pb2.Event.FromString(record)
+        if event.WhichOneof("what") != "summary":
+            return []  # file_version, graph_def, session_log, ...
+        points: list[ScalarPoint] = []
+        for value in event.summary.value:
+            kind = value.WhichOneof("value")
+            if kind == "simple_value":
+                points.append(ScalarPoint(self.run, value.tag, event.step, value.simple_value, event.wall_time))
+            elif kind == "tensor":
+                scalar = self._tensor_scalar(value)
+                if scalar is not None:
+                    points.append(ScalarPoint(self.run, value.tag, event.step, scalar, event.wall_time))
+        return points
+
+    def _tensor_scalar(self, value: Any) -> float | None:
+        if value.HasField("metadata") and value.metadata.plugin_data.plugin_name:
+            self._plugin_of_tag[value.tag] = value.metadata.plugin_data.plugin_name
+        if self._plugin_of_tag.get(value.tag) != SCALARS_PLUGIN:
+            return None  # histograms, images, text, hparams...: not scalars
+        return tensor_scalar(value.tensor)
+
+
+def tensor_scalar(tensor: Any) -> float | None:
+    """The single number a TensorProto holds, or None when it is not a one-element numeric tensor."""
+    spec = _DTYPES.get(tensor.dtype)
+    if spec is None:
+        return None
+    fmt, field = spec
+    if tensor.tensor_content:
+        if len(tensor.tensor_content) != struct.calcsize(fmt):
+            return None
+        raw = struct.unpack(fmt, tensor.tensor_content)[0]
+    else:
+        values = getattr(tensor, field)
+        if len(values) != 1:
+            return None
+        raw = values[0]
+        if tensor.dtype == _DT_HALF:
+            raw = struct.unpack("<e", struct.pack("<H", raw))[0]
+    if tensor.dtype == _DT_BFLOAT16:
+        raw = struct.unpack("<f", struct.pack("<I", int(raw) << 16))[0]
+    return float(raw)

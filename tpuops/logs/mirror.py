@@ -1,0 +1,77 @@
+"""`--download DIR`: mirror a logdir's event files into a local directory, incrementally.
+
+Each sync lists the source once and fetches, per event file, only the bytes beyond the local copy's size,
+so it resumes across invocations too; a local TensorBoard can read DIR while it grows. A source file
+shorter than its copy was replaced, and is fetched again whole. When mirroring, scalars are read from the
+local copy (`MirroredTail`): remote bytes are fetched once, for both purposes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from tpuops.cloud.blobs import BlobInfo, BlobNotFound, BlobStore, DirBlobStore
+from tpuops.errors import TpuopsError
+from tpuops.logs.events import ScalarPoint
+from tpuops.logs.tail import PollStats, Tail, Warn, compile_filter, is_event_file, run_of
+
+log = logging.getLogger(__name__)
+
+
+class Mirror:
+    def __init__(self, source: BlobStore, dest: str | Path, *, run: str | None = None, warn: Warn | None = None):
+        self.source = source
+        self.dest = Path(dest)
+        self._run_re = compile_filter(run, "--run")
+        self._warn = warn or log.warning
+        self.last_bytes = 0
+        self.total_bytes = 0
+
+    def sync(self) -> int:
+        """Bring every event file up to date; return the bytes fetched. Raises when the listing fails."""
+        fetched = 0
+        for info in self.source.list(""):
+            if is_event_file(info.name) and (self._run_re is None or self._run_re.search(run_of(info.name))):
+                fetched += self._sync_file(info)
+        self.last_bytes = fetched
+        self.total_bytes += fetched
+        return fetched
+
+    def _sync_file(self, info: BlobInfo) -> int:
+        target = self.dest.joinpath(*info.name.split("/"))
+        have = target.stat().st_size if target.exists() else 0
+        if info.size < have:
+            self._warn(f"{self.source.url}/{info.name} is shorter than its copy (replaced?): fetching it again")
+            have = 0
+        if info.size == have:
+            return 0
+        try:
+            data = self.source.read_range(info.name, have, info.size)
+        except BlobNotFound:
+            return 0  # deleted since the listing; the copy stays for TensorBoard
+        except (TpuopsError, OSError) as err:
+            self._warn(f"could not fetch {self.source.url}/{info.name}: {err}; will retry")
+            return 0
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "r+b" if have else "wb") as out:
+            out.seek(have)
+            out.write(data)
+            out.truncate()
+        return len(data)
+
+
+class MirroredTail:
+    """Mirror, then tail the local copy: a Pollable for `follow` whose `last.bytes_read` is remote bytes."""
+
+    def __init__(self, mirror: Mirror, *, tag: str | None = None, run: str | None = None,
+                 since: int | None = None, warn: Warn | None = None) -> None:
+        self.mirror = mirror
+        self.local = Tail(DirBlobStore(mirror.dest), tag=tag, run=run, since=since, warn=warn)
+        self.last = PollStats(files=0, bytes_read=0, points=0)
+
+    def poll(self) -> list[ScalarPoint]:
+        fetched = self.mirror.sync()
+        points = self.local.poll()
+        self.last = PollStats(files=self.local.last.files, bytes_read=fetched, points=len(points))
+        return points

@@ -1,0 +1,242 @@
+"""Incremental reading of a TensorBoard logdir over a BlobStore (GCS or a directory).
+
+`Tail(store).poll()` lists the logdir once, reads only the bytes each event file grew by since the last
+poll (range reads; the start of a record still being written is kept in memory, never fetched again),
+and returns the new scalar points. New files and runs are picked up, deleted files dropped, a file that
+shrank (replaced) is read again from its start. `follow()` polls with a backoff while nothing changes and
+survives failing polls. A run is a directory holding event files, named relative to the logdir ("." for
+the logdir itself), as TensorBoard names them.
+
+Reused by `tpuops logs` and by `tpuops run` (which follows while training and prints `latest_values`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tpuops.cloud.blobs import BlobInfo, BlobNotFound, BlobStore
+from tpuops.errors import TpuopsError
+from tpuops.logs.events import ScalarDecoder, ScalarPoint
+from tpuops.logs.tfrecord import RecordReader
+
+log = logging.getLogger(__name__)
+
+EVENT_FILE_MARK = "tfevents"  # TensorBoard's own test: the basename contains "tfevents"
+
+Warn = Callable[[str], None]
+
+
+def is_event_file(name: str) -> bool:
+    return EVENT_FILE_MARK in name.rsplit("/", 1)[-1]
+
+
+def run_of(name: str) -> str:
+    """`train/events.out.tfevents.1.host` -> `train`; a file directly in the logdir -> `.`."""
+    return name.rsplit("/", 1)[0] if "/" in name else "."
+
+
+def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
+    if pattern is None:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as err:
+        raise TpuopsError(f"bad {what} regular expression {pattern!r}: {err}", "use Python regex syntax") from err
+
+
+@dataclass
+class _FileCursor:
+    """What we know of one event file: how many bytes were fetched, and the unfinished record."""
+
+    name: str
+    run: str
+    fetched: int = 0
+    reader: RecordReader = field(default_factory=RecordReader)
+
+
+@dataclass(frozen=True)
+class PollStats:
+    files: int  # event files tailed after this poll
+    bytes_read: int  # bytes fetched by this poll
+    points: int  # points returned by this poll (after filters)
+
+
+class Tail:
+    """Follows every event file under a store's root. One instance per logdir; not thread-safe."""
+
+    def __init__(
+        self,
+        store: BlobStore,
+        *,
+        tag: str | None = None,
+        run: str | None = None,
+        since: int | None = None,
+        warn: Warn | None = None,
+    ) -> None:
+        self.store = store
+        self._tag_re = compile_filter(tag, "--tag")
+        self._run_re = compile_filter(run, "--run")
+        self._since = since
+        self._warn = warn or log.warning
+        self._cursors: dict[str, _FileCursor] = {}
+        self._decoders: dict[str, ScalarDecoder] = {}
+        self._tag_ok: dict[str, bool] = {}
+        self.last = PollStats(files=0, bytes_read=0, points=0)
+        self.total_bytes_read = 0
+        self.polls = 0
+
+    @property
+    def runs(self) -> list[str]:
+        return sorted({cursor.run for cursor in self._cursors.values()})
+
+    @property
+    def files(self) -> list[str]:
+        return sorted(self._cursors)
+
+    def poll(self) -> list[ScalarPoint]:
+        """One listing, then the grown part of each event file. Raises when the listing fails."""
+        listing = [info for info in self.store.list("") if is_event_file(info.name) and self._run_wanted(info.name)]
+        listed = {info.name for info in listing}
+        for gone in set(self._cursors) - listed:
+            del self._cursors[gone]  # deleted (or moved away): nothing more will come from it
+        points: list[ScalarPoint] = []
+        bytes_read = 0
+        # Sorted: a run's files in the order TensorBoard reads them (names start with the creation time).
+        for info in sorted(listing, key=lambda i: (run_of(i.name), i.name)):
+            bytes_read += self._read_file(info, points)
+        points = self._filtered(points)
+        self.polls += 1
+        self.total_bytes_read += bytes_read
+        self.last = PollStats(files=len(self._cursors), bytes_read=bytes_read, points=len(points))
+        return points
+
+    def _run_wanted(self, name: str) -> bool:
+        return self._run_re is None or self._run_re.search(run_of(name)) is not None
+
+    def _read_file(self, info: BlobInfo, points: list[ScalarPoint]) -> int:
+        cursor = self._cursors.get(info.name)
+        if cursor is None:
+            cursor = self._cursors[info.name] = _FileCursor(info.name, run_of(info.name))
+        if info.size < cursor.fetched:
+            self._warn(f"{self._where(info.name)} shrank from {cursor.fetched} to {info.size} bytes "
+                       "(replaced?): reading it again from the start")
+            cursor = self._cursors[info.name] = _FileCursor(info.name, cursor.run)
+        if info.size == cursor.fetched:
+            return 0
+        try:
+            data = self.store.read_range(info.name, cursor.fetched, info.size)
+        except BlobNotFound:
+            del self._cursors[info.name]  # deleted since the listing
+            return 0
+        except (TpuopsError, OSError) as err:
+            # One unreadable file must not hide the others: keep its offset and try again next poll.
+            self._warn(f"could not read {self._where(info.name)}: {err}; will retry")
+            return 0
+        cursor.fetched += len(data)
+        decoder = self._decoders.get(cursor.run)
+        if decoder is None:
+            decoder = self._decoders[cursor.run] = ScalarDecoder(cursor.run)
+        for record in cursor.reader.feed(data):
+            try:
+                points.extend(decoder.decode(record))
+            except Exception as err:  # noqa: BLE001  protobuf DecodeError: a valid frame holding junk
+                self._warn(f"skipping undecodable event in {self._where(info.name)}: {err}")
+        for corruption in cursor.reader.corruptions:
+            self._warn(f"skipping corrupt record in {self._where(info.name)} at offset {corruption.offset} "
+                       f"({corruption.reason})")
+        cursor.reader.corruptions.clear()
+        return len(data)
+
+    def _filtered(self, points: list[ScalarPoint]) -> list[ScalarPoint]:
+        if self._tag_re is None and self._since is None:
+            return points
+        return [p for p in points if self._tag_wanted(p.tag) and (self._since is None or p.step >= self._since)]
+
+    def _tag_wanted(self, tag: str) -> bool:
+        wanted = self._tag_ok.get(tag)
+        if wanted is None:
+            wanted = self._tag_ok[tag] = self._tag_re is None or self._tag_re.search(tag) is not None
+        return wanted
+
+    def _where(self, name: str) -> str:
+        return f"{self.store.url.rstrip('/')}/{name}"
+
+
+class Pollable(Protocol):
+    """What `follow` drives: a Tail, or a Tail over a local mirror (see mirror.py)."""
+
+    last: PollStats
+
+    def poll(self) -> list[ScalarPoint]: ...
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Poll every `initial` seconds while data comes, stretching by `factor` up to `maximum` while idle."""
+
+    initial: float = 2.0
+    maximum: float = 30.0
+    factor: float = 1.5
+
+    def next(self, delay: float, active: bool) -> float:
+        return self.initial if active else min(self.maximum, max(self.initial, delay * self.factor))
+
+
+def follow(
+    tail: Pollable,
+    *,
+    backoff: Backoff = Backoff(),
+    until_idle: float | None = None,
+    warn: Warn | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[list[ScalarPoint]]:
+    """Poll forever (or until nothing was read for `until_idle` seconds), yielding each non-empty batch.
+
+    The first poll's errors propagate (a wrong bucket should fail at once); later failing polls are
+    reported through `warn` and retried after the backoff, so a flaky network does not end a follow.
+    """
+    warn = warn or log.warning
+    delay = backoff.initial
+    idle_since = clock()
+    first = True
+    while True:
+        try:
+            points = tail.poll()
+            active = tail.last.bytes_read > 0
+        except (TpuopsError, OSError) as err:
+            if first:
+                raise
+            warn(f"poll failed: {err}; retrying")
+            points, active = [], False
+        first = False
+        if points:
+            yield points
+        now = clock()
+        if active:
+            idle_since = now
+        if until_idle is not None and now - idle_since >= until_idle:
+            return
+        delay = backoff.next(delay, active)
+        if until_idle is not None:
+            delay = min(delay, max(0.0, until_idle - (now - idle_since)) + 1e-3)
+        sleep(delay)
+
+
+def latest_values(points: Iterable[ScalarPoint]) -> dict[tuple[str, str], ScalarPoint]:
+    """The last point per (run, tag), in arrival order (after a restart from a checkpoint the newest
+    value is the one written last, even if its step is lower)."""
+    latest: dict[tuple[str, str], ScalarPoint] = {}
+    for point in points:
+        latest[(point.run, point.tag)] = point
+    return latest
+
+
+def read_scalars(store: BlobStore, **filters: object) -> list[ScalarPoint]:
+    """Every scalar under the store's root, read once (filters: tag=, run=, since=, warn=)."""
+    return Tail(store, **filters).poll()  # type: ignore[arg-type]

@@ -1,0 +1,88 @@
+"""The `logs` workflow: find the logdir, open it, read or follow its scalars (rendering is the CLI's job).
+
+The logdir is `--logdir` when given (no cluster needed), else the cluster's spec `logs.tensorboard`; a
+relative directory there is taken relative to the spec file, like every path in a spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpuops.cloud.blobs import DirBlobStore, open_blob_store
+from tpuops.context import Context
+from tpuops.errors import TpuopsError, UsageError
+from tpuops.logs.events import ScalarPoint
+from tpuops.logs.mirror import Mirror, MirroredTail
+from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow
+
+
+@dataclass(frozen=True)
+class LogsRequest:
+    logdir: str
+    tag: str | None = None
+    run: str | None = None
+    since: int | None = None
+    download: Path | None = None
+    local_buckets: Path | None = None  # provider: local: the directory standing for gs:// (see open_blob_store)
+
+
+def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
+    if logdir:
+        return logdir
+    from tpuops.spec import load_spec
+
+    state = ctx.store.require(_cluster_name(ctx, name))
+    spec = load_spec(state.spec_path)
+    location = spec.logs.tensorboard
+    if not location:
+        raise UsageError(
+            f"the spec of cluster '{state.name}' ({state.spec_path}) sets no logs.tensorboard",
+            "add `logs: {tensorboard: gs://BUCKET/PATH}` to the spec, or pass --logdir",
+        )
+    if "://" not in location and not Path(location).expanduser().is_absolute():
+        location = str(Path(state.spec_path).parent / location)
+    return location
+
+
+def _cluster_name(ctx: Context, name: str | None) -> str:
+    if name:
+        return name
+    names = ctx.store.names()
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise UsageError("no cluster here to read logs from", "pass --logdir gs://BUCKET/PATH or a directory")
+    raise UsageError(f"several clusters here ({', '.join(names)})", "name one: `tpuops logs NAME`, or pass --logdir")
+
+
+def open_source(ctx: Context, request: LogsRequest, warn: Warn | None = None) -> Pollable:
+    """A Tail over the logdir, or over a local mirror of it with --download."""
+    store = open_blob_store(request.logdir, env=ctx.env, local_buckets=request.local_buckets)
+    if isinstance(store, DirBlobStore) and not store.root.is_dir():
+        raise TpuopsError(f"logdir {store.root} does not exist",
+                          "check --logdir (or logs.tensorboard in the spec); the trainer creates it when it starts")
+    if request.download is not None:
+        if isinstance(store, DirBlobStore) and store.root.resolve() == request.download.resolve():
+            raise UsageError("--download DIR is the logdir itself", "choose another directory")
+        mirror = Mirror(store, request.download, run=request.run, warn=warn)
+        return MirroredTail(mirror, tag=request.tag, run=request.run, since=request.since, warn=warn)
+    return Tail(store, tag=request.tag, run=request.run, since=request.since, warn=warn)
+
+
+def read_once(source: Pollable, logdir: str) -> list[ScalarPoint]:
+    """Everything there is now. No event file at all is an error: a wrong logdir looks exactly like that."""
+    points = source.poll()
+    if source.last.files == 0:
+        raise TpuopsError(f"no TensorBoard event files under {logdir}",
+                          "check the logdir (and --run); if training just started, wait or use -f to follow")
+    return points
+
+
+def follow_points(source: Pollable, *, interval: float, max_interval: float, until_idle: float | None,
+                  warn: Warn | None = None) -> Iterator[list[ScalarPoint]]:
+    """Batches of new points as they arrive; the first batch is everything there already is."""
+    backoff = Backoff(initial=interval, maximum=max(interval, max_interval))
+    return follow(source, backoff=backoff, until_idle=until_idle, warn=warn)
+
