@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tpuops.cloud.base import Cloud
 from tpuops.errors import UsageError
 from tpuops.spec import Spec
 from tpuops.state import StateStore, tpuops_home
@@ -35,6 +36,20 @@ class Context:
     def local_root(self) -> Path:
         """Where the local provider keeps its simulated workers and buckets."""
         return self.store.home / "local"
+
+    def cloud_for(self, spec: Spec, project: str | None = None) -> Cloud:
+        """The provider's clients for this spec (built once per Context): GCP from env, or the local provider."""
+        key = f"cloud:{spec.provider}:{project or ''}"
+        if key not in self._cache:
+            if spec.provider == "local":
+                from tpuops.cloud.local import make_cloud as make_local_cloud
+
+                self._cache[key] = make_local_cloud(self.local_root)
+            else:
+                from tpuops.cloud.gcp import make_cloud as make_gcp_cloud
+
+                self._cache[key] = make_gcp_cloud(self.env, project or self.require_project(spec))
+        return self._cache[key]  # type: ignore[return-value]
 
     def project_for(self, spec: Spec | None) -> str | None:
         """spec.project, else --project, else CLOUDSDK_CORE_PROJECT / GOOGLE_CLOUD_PROJECT, else gcloud config."""
