@@ -15,12 +15,19 @@ from tenacity import (
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
+from tenacity.wait import wait_base
 
 from tpuops.errors import TransientError
 
 T = TypeVar("T")
+
+
+def backoff(initial: float, maximum: float) -> wait_base:
+    """Exponential backoff from `initial` to `maximum` seconds, plus up to a second of jitter."""
+    return wait_exponential(multiplier=initial, max=maximum) + wait_random(0, 1)
 
 
 def transient(
@@ -32,7 +39,7 @@ def transient(
     """Retry 429/500/503/deadline (as TransientError) with exponential backoff and jitter, bounded."""
     return Retrying(
         retry=retry_if_exception_type(TransientError),
-        wait=wait_exponential_jitter(initial=initial, max=maximum),
+        wait=backoff(initial, maximum),
         stop=stop_after_attempt(attempts),
         sleep=sleep,
         reraise=True,
@@ -49,7 +56,7 @@ def bounded_by(seconds: float, initial: float = 2.0, maximum: float = 60.0,
     """Retry `retry_on` for at most `seconds` of wall time (used for capacity waits and boot waits)."""
     return Retrying(
         retry=retry_if_exception_type(retry_on),
-        wait=wait_exponential_jitter(initial=initial, max=maximum),
+        wait=backoff(initial, maximum),
         stop=stop_after_delay(seconds),
         sleep=sleep,
         reraise=True,

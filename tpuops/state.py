@@ -51,6 +51,7 @@ class WorkerRecord(StateModel):
     ssh_host: str = Field(description="Address tpuops connects to (external IP, or internal on a VPN).")
     ssh_port: int = 22
     home: str | None = Field(None, description="provider: local: the worker's directory.")
+    role: Literal["tpu", "client_vm"] = Field("tpu", description="client_vm: a legacy Node's driver VM.")
 
 
 class EventRecord(StateModel):
