@@ -1,0 +1,131 @@
+"""The BlobStore interface on a directory and on GCS (gcp-storage-emulator): list, range reads, uploads
+skipping identical content, deletes, URLs, and the errors users meet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.gcs_emulator import GcsEmulator, free_port, gcs_emulator  # noqa: F401  (pytest fixture)
+from tpuops.cloud.blobs import (
+    BlobNotFound,
+    BlobStore,
+    DirBlobStore,
+    crc32c_of_bytes,
+    crc32c_of_file,
+    open_blob_store,
+    same_content,
+)
+from tpuops.cloud.gcp.gcs_blobs import GcsBlobStore
+from tpuops.errors import CloudError, CredentialsError, TransientError, UsageError
+from tpuops.retry import transient
+
+
+def no_wait_policy():
+    return transient(attempts=3, sleep=lambda _: None)
+
+
+@pytest.fixture(params=["dir", "gcs"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlobStore]:
+    if request.param == "dir":
+        yield DirBlobStore(tmp_path / "bucket")
+        return
+    gcs: GcsEmulator = request.getfixturevalue("gcs_emulator")
+    yield GcsBlobStore(gcs.new_bucket(), "some/prefix", env=gcs.env, policy=no_wait_policy)
+
+
+def upload_bytes(store: BlobStore, tmp_path: Path, name: str, data: bytes):
+    local = tmp_path / "upload.bin"
+    local.write_bytes(data)
+    return store.upload_file(local, name)
+
+
+def test_upload_list_read_delete(store: BlobStore, tmp_path: Path) -> None:
+    info = upload_bytes(store, tmp_path, "run/a.bin", b"0123456789")
+    assert (info.name, info.size, info.crc32c) == ("run/a.bin", 10, crc32c_of_bytes(b"0123456789"))
+    upload_bytes(store, tmp_path, "run/sub/b.bin", b"xy")
+    upload_bytes(store, tmp_path, "other.bin", b"")
+    listed = {i.name: i for i in store.list("", checksums=True)}
+    assert sorted(listed) == ["other.bin", "run/a.bin", "run/sub/b.bin"]
+    assert listed["run/sub/b.bin"].size == 2 and listed["run/sub/b.bin"].crc32c == crc32c_of_bytes(b"xy")
+    assert listed["run/a.bin"].updated is not None
+    assert [i.name for i in store.list("run/")] == ["run/a.bin", "run/sub/b.bin"]
+    assert store.read_range("run/a.bin", 2, 6) == b"2345"
+    assert store.read_range("run/a.bin", 8, 100) == b"89"
+    assert store.read_range("run/a.bin", 10, 20) == b""
+    assert store.read_range("run/a.bin", 5, 5) == b""
+    store.delete("run/a.bin")
+    store.delete("run/a.bin")  # already gone: fine
+    assert [i.name for i in store.list("run/")] == ["run/sub/b.bin"]
+    with pytest.raises(BlobNotFound):
+        store.read_range("run/a.bin", 0, 4)
+
+
+def test_upload_replaces_whole_and_same_content_decides_skips(store: BlobStore, tmp_path: Path) -> None:
+    local = tmp_path / "data.txt"
+    local.write_bytes(b"version one")
+    remote = store.upload_file(local, "data/data.txt")
+    assert same_content(local, remote)
+    local.write_bytes(b"version two")  # same size, other content: the CRC decides
+    assert not same_content(local, remote)
+    remote = store.upload_file(local, "data/data.txt")
+    assert store.read_range("data/data.txt", 0, 100) == b"version two"
+    assert same_content(local, remote)
+    assert not same_content(local, None)
+    assert crc32c_of_file(local) == remote.crc32c
+
+
+def test_dir_store_crc_only_on_request_and_no_escape(tmp_path: Path) -> None:
+    store = DirBlobStore(tmp_path)
+    (tmp_path / "f").write_bytes(b"abc")
+    assert store.list()[0].crc32c is None
+    assert store.list(checksums=True)[0].crc32c == crc32c_of_bytes(b"abc")
+    with pytest.raises(UsageError):
+        store.read_range("../etc/passwd", 0, 10)
+    assert DirBlobStore(tmp_path / "missing").list() == []
+
+
+def test_open_blob_store_urls(tmp_path: Path) -> None:
+    gcs = open_blob_store("gs://bucket/a/b/", env={})
+    assert isinstance(gcs, GcsBlobStore) and gcs.bucket_name == "bucket" and gcs.root == "a/b/"
+    assert gcs.url == "gs://bucket/a/b"
+    assert open_blob_store("gs://bucket", env={}).url == "gs://bucket"
+    assert isinstance(open_blob_store(str(tmp_path)), DirBlobStore)
+    assert open_blob_store(f"file://{tmp_path}").url == str(tmp_path)
+    local = open_blob_store("gs://bkt/logs/x", local_buckets=tmp_path)
+    assert isinstance(local, DirBlobStore) and local.root == tmp_path / "bkt" / "logs" / "x"
+    for bad in ("gs://", "gs:///x", "s3://bucket/x", "http://host/x", "  "):
+        with pytest.raises(UsageError):
+            open_blob_store(bad)
+
+
+def test_gcs_missing_bucket_is_one_clear_error(gcs_emulator: GcsEmulator) -> None:  # noqa: F811
+    store = GcsBlobStore("no-such-bucket-here", "", env=gcs_emulator.env, policy=no_wait_policy)
+    with pytest.raises(CloudError, match="bucket gs://no-such-bucket-here not found"):
+        store.list()
+
+
+def test_gcs_unreachable_endpoint_is_retried_then_transient() -> None:
+    attempts: list[float] = []
+
+    def policy():
+        return transient(attempts=3, sleep=attempts.append)
+
+    env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{free_port()}"}  # nobody listens there
+    with pytest.raises(TransientError):
+        GcsBlobStore("bucket", "", env=env, policy=policy).list()
+    assert len(attempts) == 2  # three tries, two waits between them
+
+
+def test_gcs_without_credentials_says_how_to_log_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "NO_GCE_CHECK": "True"}
+    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", env["CLOUDSDK_CONFIG"])
+    monkeypatch.setenv("HOME", str(tmp_path))
+    # google-auth pings the metadata server at GCE_METADATA_IP (NO_GCE_CHECK counts only as lowercase "true")
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:1")
+    with pytest.raises(CredentialsError, match="gcloud auth application-default login"):
+        GcsBlobStore("bucket", "", env=env).list()
