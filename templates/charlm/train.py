@@ -46,9 +46,9 @@ PARAM_NAMES = ("emb", "w1", "b1", "w2", "b2")
 @dataclass(frozen=True)
 class Config:
     vocab: str  # the characters, in id order; workers must agree on it
-    context: int = 16
+    context: int = 8
     embed: int = 24
-    hidden: int = 256
+    hidden: int = 384
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
@@ -57,16 +57,16 @@ class Config:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="data/quickstart.txt", help="UTF-8 text file (see find_data)")
-    parser.add_argument("--steps", type=int, default=400, help="total optimizer steps (a resumed run continues)")
+    parser.add_argument("--steps", type=int, default=1000, help="total optimizer steps (a resumed run continues)")
     parser.add_argument("--batch-size", type=int, default=128, help="examples per worker per step")
-    parser.add_argument("--context", type=int, default=16)
+    parser.add_argument("--context", type=int, default=8)
     parser.add_argument("--embed", type=int, default=24)
-    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=384)
     parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--log-every", type=int, default=25, help="print a line every K steps")
-    parser.add_argument("--checkpoint-every", type=int, default=100)
+    parser.add_argument("--log-every", type=int, default=100, help="print a line every K steps")
+    parser.add_argument("--checkpoint-every", type=int, default=200)
     parser.add_argument("--checkpoint-dir", default=None, help="default: $TPUOPS_LOGDIR/../checkpoints")
     parser.add_argument("--logdir", default=os.environ.get("TPUOPS_LOGDIR"), help="default: $TPUOPS_LOGDIR")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for another worker")
