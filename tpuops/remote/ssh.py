@@ -296,8 +296,10 @@ class _StdinSender:
             self.error = f"sending input failed: {err}"
 
     def join(self) -> None:
+        # The command has ended: whatever stdin still had to say is moot (a relay's stdin, kept open until
+        # the other workers finish, ends by itself), so wait only briefly.
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=2)
 
 
 def _pump(channel: paramiko.Channel, out: LineSplitter, err: LineSplitter, deadline: float | None) -> str | None:

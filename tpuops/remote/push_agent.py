@@ -1,0 +1,327 @@
+# The worker side of `tpuops push`, run as `python3 -c <this file> ACTION ARGS...` on every worker.
+#
+# It runs on whatever python3 the worker has (TPU VM images ship 3.8+), so it uses only the standard
+# library and avoids newer syntax. It is not imported by tpuops itself; sync.py sends its text.
+#
+# Layout for a destination DEST (e.g. ~/tpuops/NAME/code):
+#   DEST                          -> symlink to .tpuops-trees/<basename>/<tree id>
+#   <parent>/.tpuops-trees/<basename>/<id>/        one complete tree
+#   <parent>/.tpuops-trees/<basename>/<id>.json    its manifest
+# A new tree is built beside the current one (changed files from the payload, unchanged ones hard-linked
+# from the current tree), renamed into place, and only then DEST is switched with one atomic rename of a
+# symlink. An interrupted push therefore leaves DEST on the old tree or the new one, never a mix.
+#
+# Payload: a tar whose first member is delta.json (base tree, new tree id, changed/new manifest rows,
+# deleted paths) and whose other members are files/<path> (changed content only), read
+# from stdin (framed: "TPUOPS-PAYLOAD <size> <sha256>\n" then the bytes) or fetched over HTTP from the
+# worker that received it (the relay). Nothing is touched before the whole payload is there and its
+# sha256 matches.
+#
+# Exit codes: 0 done; 3 current tree unusable as a base (client resends everything); 4 DEST exists and is
+# not ours; 5 fetch from the relay failed (client sends directly); 6 payload truncated or corrupt;
+# 7 disk full or write error; 1 anything else. Errors go to stderr as one line.
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tarfile
+import threading
+
+CHUNK = 1024 * 1024
+
+
+class Fail(Exception):
+    def __init__(self, code, message):
+        Exception.__init__(self, message)
+        self.code = code
+
+
+def paths(dest):
+    dest = os.path.abspath(os.path.expanduser(dest))
+    parent, base = os.path.split(dest)
+    trees = os.path.join(parent, ".tpuops-trees", base)
+    return dest, parent, trees
+
+
+def current_tree(dest):
+    """The tree id DEST points at, None when DEST does not exist; Fail(4) when DEST is not ours."""
+    if os.path.islink(dest):
+        return os.path.basename(os.readlink(dest))
+    if not os.path.lexists(dest):
+        return None
+    if os.path.isdir(dest) and not os.listdir(dest):
+        return None  # an empty directory (made by hand or by a setup script) is taken over
+    raise Fail(4, f"{dest} exists and was not created by tpuops push; move it away or choose another destination")
+
+
+def action_state(dest):
+    dest, _, trees = paths(dest)
+    tree = current_tree(dest)
+    if tree is not None and not os.path.isdir(os.path.join(trees, tree)):
+        tree = None
+    print(json.dumps({"tree": tree}))
+
+
+def action_manifest(dest, tree):
+    _, _, trees = paths(dest)
+    with open(os.path.join(trees, tree + ".json")) as handle:
+        sys.stdout.write(handle.read())
+
+
+def receive_stdin(target):
+    stream = sys.stdin.buffer
+    header = stream.readline(200).decode("ascii", "replace").split()
+    if len(header) != 3 or header[0] != "TPUOPS-PAYLOAD":
+        raise Fail(6, "no payload received (the push was interrupted)")
+    size, digest = int(header[1]), header[2]
+    copy_checked(stream, target, size, digest)
+
+
+def receive_url(target, url, size, digest):
+    try:
+        from urllib.request import urlopen
+
+        with urlopen(url, timeout=60) as response:
+            copy_checked(response, target, size, digest)
+    except Fail:
+        raise
+    except Exception as err:  # noqa: BLE001  any fetch problem means: send it directly instead
+        raise Fail(5, f"fetch from the relay worker failed: {err}") from None
+
+
+def copy_checked(source, target, size, digest):
+    hasher, left = hashlib.sha256(), size
+    with open(target, "wb") as out:
+        while left:
+            chunk = source.read(min(CHUNK, left))
+            if not chunk:
+                raise Fail(6, f"payload truncated after {size - left} of {size} bytes (the push was interrupted)")
+            hasher.update(chunk)
+            out.write(chunk)
+            left -= len(chunk)
+    if hasher.hexdigest() != digest:
+        raise Fail(6, "payload corrupt (sha256 mismatch)")
+
+
+def safe_join(root, rel):
+    full = os.path.normpath(os.path.join(root, rel))
+    if rel.startswith("/") or not full.startswith(root + os.sep):
+        raise Fail(6, f"payload names a path outside the tree: {rel!r}")
+    return full
+
+
+def manifest_text(rows):
+    # Must match Manifest.text in sync.py byte for byte: the tree id is its hash.
+    return json.dumps({"version": 1, "files": rows}, separators=(",", ":"))
+
+
+def new_manifest(delta, base_manifest):
+    """Base manifest + delta (changed/new rows, deleted paths) -> the new manifest, checked by its hash."""
+    entries = {}
+    if base_manifest is not None:
+        entries = {row[0]: row for row in base_manifest["files"]}
+    for path in delta["delete"]:
+        entries.pop(path, None)
+    for row in delta["set"]:
+        entries[row[0]] = row
+    rows = [entries[path] for path in sorted(entries)]
+    if hashlib.sha256(manifest_text(rows).encode()).hexdigest()[:24] != delta["tree"]:
+        raise Fail(3, "the current tree differs from what the client expected; a full push is needed")
+    return {"version": 1, "files": rows}
+
+
+def build_tree(payload, stage, base_dir, base_manifest):
+    with tarfile.open(payload, "r:") as tar:
+        first = tar.next()
+        if first is None or first.name != "delta.json":
+            raise Fail(6, "payload has no delta")
+        delta = json.loads(tar.extractfile(first).read().decode("utf-8"))
+        if delta["base"] is not None and base_manifest is None:
+            raise Fail(3, "the base tree is gone; a full push is needed")
+        manifest = new_manifest(delta, base_manifest)
+        entries = {entry[0]: entry for entry in manifest["files"]}
+        written = set()
+        os.mkdir(stage)
+        for member in tar:
+            if member is first:
+                continue
+            rel = member.name[len("files/"):]
+            entry = entries.get(rel)
+            if not member.isfile() or not member.name.startswith("files/") or entry is None:
+                raise Fail(6, f"unexpected payload member {member.name!r}")
+            target = safe_join(stage, rel)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            hasher = hashlib.sha256()
+            with tar.extractfile(member) as source, open(target, "wb") as out:
+                for chunk in iter(lambda: source.read(CHUNK), b""):
+                    hasher.update(chunk)
+                    out.write(chunk)
+            if hasher.hexdigest() != entry[3]:
+                raise Fail(6, f"file {rel} corrupt in payload")
+            os.chmod(target, entry[2])
+            written.add(rel)
+    for rel, entry in sorted(entries.items()):
+        if rel in written:
+            continue
+        target = safe_join(stage, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if entry[4] is not None:
+            os.symlink(entry[4], target)
+            continue
+        source = os.path.join(base_dir, rel) if base_dir else None
+        if source is None or not os.path.isfile(source) or os.path.getsize(source) != entry[1]:
+            raise Fail(3, f"the current tree lacks {rel}; a full push is needed")
+        os.link(source, target)  # unchanged: share the bytes with the current tree
+    return manifest
+
+
+def write_json(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)
+
+
+def switch(dest, parent, trees, tree):
+    os.makedirs(parent, exist_ok=True)
+    if os.path.isdir(dest) and not os.path.islink(dest):
+        os.rmdir(dest)  # an empty directory (current_tree checked it)
+    link = os.path.relpath(os.path.join(trees, tree), parent)
+    tmp = f"{dest}.tpuops-new-{os.getpid()}"
+    os.symlink(link, tmp)
+    os.replace(tmp, dest)  # the one atomic step: readers see the old tree or the new one
+
+
+def clean(trees, keep):
+    for name in os.listdir(trees):
+        if name in (keep, keep + ".json") or name.startswith(".payload-serving"):
+            continue
+        path = os.path.join(trees, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def action_apply(dest, base, new, source):
+    dest, parent, trees = paths(dest)
+    current = current_tree(dest)
+    os.makedirs(trees, exist_ok=True)
+    final = os.path.join(trees, new)
+    payload = os.path.join(trees, f".payload-{os.getpid()}")
+    stage = os.path.join(trees, f".partial-{new}-{os.getpid()}")
+    try:
+        if source[0] == "stdin":
+            receive_stdin(payload)
+        else:
+            receive_url(payload, *source[1:])
+        if not os.path.isdir(final):
+            base_dir = base_manifest = None
+            if base != "-" and base == current and os.path.isdir(os.path.join(trees, base)):
+                base_dir = os.path.join(trees, base)
+                with open(base_dir + ".json") as handle:
+                    base_manifest = json.load(handle)
+            manifest = build_tree(payload, stage, base_dir, base_manifest)
+            write_json(final + ".json", manifest)
+            os.rename(stage, final)
+        switch(dest, parent, trees, new)
+        return payload
+    except BaseException as err:
+        if os.path.exists(payload):
+            os.unlink(payload)
+        if isinstance(err, OSError):
+            raise Fail(7, f"writing {err.filename or dest} failed: {err.strerror or err}") from None
+        raise
+    finally:
+        if os.path.isdir(stage):
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def serve(payload, trees, host, token, seconds):
+    """Serve the payload to the other workers on the internal network until stdin closes (or time is up)."""
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            if self.path != "/" + token:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(os.path.getsize(payload)))
+            self.end_headers()
+            with open(payload, "rb") as handle:
+                shutil.copyfileobj(handle, self.wfile, CHUNK)
+
+        def log_message(self, *args):
+            pass
+
+    class Server(HTTPServer):
+        daemon_threads = True
+
+        def process_request(self, request, client_address):  # one thread per fetching worker
+            threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                             daemon=True).start()
+
+        def process_request_thread(self, request, client_address):
+            try:
+                self.finish_request(request, client_address)
+            finally:
+                self.shutdown_request(request)
+
+    server = Server((host, 0), Handler)
+    served = os.path.join(trees, f".payload-serving-{os.getpid()}")
+    os.rename(payload, served)
+    payload = served
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stdin_closed = threading.Event()
+
+    def wait_for_eof():
+        try:
+            while sys.stdin.buffer.read(CHUNK):
+                pass
+        finally:
+            stdin_closed.set()
+
+    threading.Thread(target=wait_for_eof, daemon=True).start()
+    print(json.dumps({"serving": server.server_address[1]}), flush=True)
+    stdin_closed.wait(seconds)  # the client closes stdin when every other worker has its copy
+    server.shutdown()
+    os.unlink(payload)
+
+
+def main(argv):
+    action = argv[0]
+    try:
+        if action == "state":
+            action_state(argv[1])
+        elif action == "manifest":
+            action_manifest(argv[1], argv[2])
+        elif action == "apply":
+            dest, base, new = argv[1:4]
+            options = argv[4:]
+            source = ("stdin",)
+            relay = None
+            if options and options[0] == "--fetch":
+                source = ("url", options[1], int(options[2]), options[3])
+            elif options and options[0] == "--serve":
+                relay = (options[1], options[2], float(options[3]))
+            payload = action_apply(dest, base, new, source)
+            print(json.dumps({"tree": new}), flush=True)
+            if relay is not None:
+                serve(payload, paths(dest)[2], *relay)
+            elif os.path.exists(payload):
+                os.unlink(payload)
+            clean(paths(dest)[2], new)
+        else:
+            raise Fail(1, f"unknown action {action!r}")
+    except Fail as err:
+        sys.stderr.write(f"tpuops-push: {err}\n")
+        return err.code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

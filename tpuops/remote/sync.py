@@ -1,0 +1,493 @@
+"""Incremental push of a local tree to a path on every worker, by content hash, sent once.
+
+How it works (the worker side is `push_agent.py`):
+1. Scan the local tree (pathspec: `code.exclude` + `.tpuopsignore`, gitignore syntax) into a manifest of
+   (path, size, mode, sha256, symlink); its hash is the tree id.
+2. Ask every worker which tree its destination points at (one tiny command each). Workers already on
+   this tree are done: a push with nothing changed sends no file data.
+3. For the others, diff against the manifest of the tree they have (cached locally, since we pushed it,
+   else read from the worker) and pack only new or changed files, plus the manifest, into one tar.
+4. Send the payload once: to one worker over SSH, which applies it and serves it for a short while on
+   its internal IP (random port, 128-bit random token in the URL, sha256 checked by the fetchers); the
+   other workers fetch it from there over the VPC. A worker that cannot fetch gets a direct copy.
+
+Why worker 0 relaying rather than staging in the bucket: it needs no credentials on the workers, no
+bucket (a legacy Node's client VM or a spec without one work the same), no extra request costs, and
+the hop inside the zone is faster than GCS for many small files; the client's uplink carries the
+payload once either way. Deleted files disappear because a tree is rebuilt from the manifest: changed
+files from the payload, unchanged ones hard-linked from the current tree, then one atomic symlink swap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import secrets
+import stat
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pathspec
+
+from tpuops.errors import RemoteError, UsageError
+from tpuops.remote.base import Runner, RunResult
+from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, run_each
+
+IGNORE_FILE = ".tpuopsignore"
+ALWAYS_EXCLUDED = [".git/", "__pycache__/", IGNORE_FILE]
+AGENT_SOURCE = (Path(__file__).with_name("push_agent.py")).read_text()
+RELAY_SERVE_SECONDS = 600  # how long the relay worker serves at most (it stops as soon as all fetched)
+RELAY_WAIT_SECONDS = 120  # how long the others wait for the relay to be ready before falling back
+HASH_CHUNK = 1024 * 1024
+
+EXIT_BASE_UNUSABLE = 3
+EXIT_NOT_OURS = 4
+EXIT_FETCH_FAILED = 5
+EXIT_DISK = 7
+
+
+# ------------------------------------------------------------------------------------------- manifest
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative, "/"-separated
+    size: int
+    mode: int  # 0o755 or 0o644: only the executable bit travels
+    digest: str  # sha256 of the content ("" for symlinks)
+    link: str | None = None  # symlink target, kept as a link
+
+    def as_row(self) -> list[object]:
+        return [self.path, self.size, self.mode, self.digest, self.link]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    entries: tuple[FileEntry, ...]
+
+    @property
+    def text(self) -> str:
+        return json.dumps({"version": 1, "files": [e.as_row() for e in self.entries]}, separators=(",", ":"))
+
+    @property
+    def tree_id(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:24]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    def by_path(self) -> dict[str, FileEntry]:
+        return {e.path: e for e in self.entries}
+
+    @classmethod
+    def from_text(cls, text: str) -> Manifest:
+        rows = json.loads(text)["files"]
+        return cls(tuple(FileEntry(r[0], r[1], r[2], r[3], r[4]) for r in rows))
+
+
+def ignore_spec(root: Path, exclude: Sequence[str]) -> pathspec.PathSpec:
+    """gitignore-style patterns from the spec's `code.exclude` plus the tree's own `.tpuopsignore`."""
+    lines = list(ALWAYS_EXCLUDED) + list(exclude)
+    ignore_file = root / IGNORE_FILE
+    if ignore_file.is_file():
+        lines += ignore_file.read_text().splitlines()
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def scan_tree(root: Path, exclude: Sequence[str] = (), cache: dict[str, list] | None = None) -> Manifest:
+    """Manifest of everything under `root` not excluded. `cache` maps path -> [size, mtime_ns, digest]
+    from an earlier scan, so unchanged large files are not re-read (it is updated in place)."""
+    if root.is_file():
+        return Manifest((_file_entry(root, root.name, cache),))
+    if not root.is_dir():
+        raise UsageError(f"{root} does not exist", "check `code.path` / `data[].from` in the spec")
+    spec = ignore_spec(root, exclude)
+    entries: list[FileEntry] = []
+    for directory, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(directory, root)
+        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+        kept_dirs = []
+        for name in sorted(dirnames):
+            rel = rel_dir + name
+            if spec.match_file(rel + "/"):
+                continue
+            if os.path.islink(os.path.join(directory, name)):
+                filenames.append(name)  # a symlink to a directory travels as a symlink
+            else:
+                kept_dirs.append(name)
+        dirnames[:] = kept_dirs
+        for name in filenames:
+            rel = rel_dir + name
+            if spec.match_file(rel):
+                continue
+            entry = _file_entry(Path(directory, name), rel, cache)
+            if entry is not None:
+                entries.append(entry)
+    return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
+
+
+def _file_entry(path: Path, rel: str, cache: dict[str, list] | None) -> FileEntry | None:
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        return FileEntry(rel, 0, 0o777, "", os.readlink(path))
+    if not stat.S_ISREG(info.st_mode):
+        return None  # sockets, fifos, devices: not code
+    mode = 0o755 if info.st_mode & stat.S_IXUSR else 0o644
+    cached = cache.get(rel) if cache is not None else None
+    if cached and cached[0] == info.st_size and cached[1] == info.st_mtime_ns:
+        digest = cached[2]
+    else:
+        hasher = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                hasher.update(chunk)
+        digest = hasher.hexdigest()
+        if cache is not None:
+            cache[rel] = [info.st_size, info.st_mtime_ns, digest]
+    return FileEntry(rel, info.st_size, mode, digest)
+
+
+def changed_entries(new: Manifest, base: Manifest | None) -> list[FileEntry]:
+    """Regular files of `new` whose content or mode differs from `base` (symlinks are rebuilt remotely)."""
+    old = base.by_path() if base else {}
+    changed = []
+    for entry in new.entries:
+        if entry.link is not None:
+            continue
+        before = old.get(entry.path)
+        if before is None or before.link is not None or (before.digest, before.mode) != (entry.digest, entry.mode):
+            changed.append(entry)
+    return changed
+
+
+# -------------------------------------------------------------------------------------------- payload
+
+
+@dataclass(frozen=True)
+class Payload:
+    path: Path
+    size: int
+    digest: str
+    files: int
+
+    def header(self) -> bytes:
+        return f"TPUOPS-PAYLOAD {self.size} {self.digest}\n".encode()
+
+    def chunks(self) -> Iterator[bytes]:
+        yield self.header()
+        with open(self.path, "rb") as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                yield chunk
+
+
+def manifest_delta(new: Manifest, base: Manifest | None, base_id: str | None) -> dict[str, object]:
+    """What the worker needs besides file bodies to rebuild `new` from `base`: rows to set, paths to delete."""
+    old = base.by_path() if base else {}
+    current = new.by_path()
+    return {
+        "base": base_id,
+        "tree": new.tree_id,
+        "set": [e.as_row() for e in new.entries if old.get(e.path) != e],
+        "delete": sorted(set(old) - set(current)),
+    }
+
+
+def build_payload(root: Path, manifest: Manifest, base: Manifest | None, base_id: str | None,
+                  directory: Path) -> Payload:
+    """One tar: delta.json first, then files/<path> for each new or changed file (nothing else)."""
+    files = changed_entries(manifest, base)
+    fd, name = tempfile.mkstemp(dir=directory, prefix="payload-", suffix=".tar")
+    single = root.is_file()
+    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        data = json.dumps(manifest_delta(manifest, base, base_id if base else None)).encode()
+        info = tarfile.TarInfo("delta.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for entry in files:
+            source = root if single else root / entry.path
+            info = tarfile.TarInfo("files/" + entry.path)
+            info.size = entry.size
+            info.mode = entry.mode
+            with open(source, "rb") as handle:
+                tar.addfile(info, handle)
+    hasher = hashlib.sha256()
+    with open(name, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            hasher.update(chunk)
+    return Payload(Path(name), os.path.getsize(name), hasher.hexdigest(), len(files))
+
+
+# ------------------------------------------------------------------------------------------- the push
+
+
+@dataclass(frozen=True)
+class WorkerPush:
+    """What happened on one worker: `unchanged`, `sent` (over SSH), `relayed` (fetched from a worker)."""
+
+    worker: str
+    status: str
+    bytes_sent: int = 0
+    error: str | None = None
+    duration: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"worker": self.worker, "status": self.status, "bytes_sent": self.bytes_sent, "error": self.error,
+                "ok": self.ok, "duration": round(self.duration, 3)}
+
+
+@dataclass(frozen=True)
+class PushResult:
+    dest: str
+    tree_id: str
+    files: int
+    total_bytes: int
+    changed_files: int
+    payload_bytes: int
+    workers: tuple[WorkerPush, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(w.ok for w in self.workers)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(w.bytes_sent for w in self.workers)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"dest": self.dest, "tree": self.tree_id, "files": self.files, "total_bytes": self.total_bytes,
+                "changed_files": self.changed_files, "payload_bytes": self.payload_bytes,
+                "bytes_sent": self.bytes_sent, "ok": self.ok, "workers": [w.as_dict() for w in self.workers]}
+
+
+def agent_command(*args: str) -> list[str]:
+    return ["python3", "-c", AGENT_SOURCE, *args]
+
+
+@dataclass
+class _Pusher:
+    root: Path
+    dest: str
+    manifest: Manifest
+    cache_dir: Path
+    relay_hosts: Mapping[str, str]  # worker name -> address the other workers can reach it at
+    max_parallel: int
+    outcomes: dict[str, WorkerPush] = field(default_factory=dict)
+    payload_bytes: int = 0
+    changed_files: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, outcome: WorkerPush) -> None:
+        with self.lock:
+            self.outcomes[outcome.worker] = outcome
+
+    # step 2: where is every worker now?
+    def current_trees(self, runners: Sequence[Runner]) -> dict[str, str | None]:
+        trees: dict[str, str | None] = {}
+
+        def ask(runner: Runner) -> RunResult:
+            result = runner.run(agent_command("state", self.dest), capture=True, timeout=120)
+            if result.ok:
+                trees[runner.name] = json.loads(result.stdout)["tree"]
+            return result
+
+        for result in run_each(runners, ask, self.max_parallel):
+            if not result.ok:
+                self.record(WorkerPush(result.worker, "failed", error=_agent_error(result, self.dest)))
+        return trees
+
+    # step 3: the manifest a worker's current tree has
+    def base_manifest(self, runner: Runner, tree: str | None) -> Manifest | None:
+        if tree is None:
+            return None
+        cached = self.cache_dir / f"{tree}.json"
+        if cached.exists():
+            return Manifest.from_text(cached.read_text())
+        result = runner.run(agent_command("manifest", self.dest, tree), capture=True, timeout=120)
+        if not result.ok:
+            return None  # unknown base: send everything
+        text = result.stdout.decode()
+        cached.write_text(text)
+        return Manifest.from_text(text)
+
+    # step 4: send one payload to a group of workers that share a base tree
+    def send_group(self, runners: Sequence[Runner], base: str | None, base_manifest: Manifest | None) -> None:
+        if base_manifest is None:
+            base = None  # we cannot name a base we know nothing about: send everything
+        payload = build_payload(self.root, self.manifest, base_manifest, base, self.cache_dir)
+        with self.lock:
+            self.payload_bytes += payload.size
+            self.changed_files = max(self.changed_files, payload.files)
+        try:
+            seed_host = self.relay_hosts.get(runners[0].name)
+            if len(runners) > 1 and seed_host:
+                self._relay(runners, base, payload, seed_host)
+            else:
+                run_each(runners, lambda r: self._direct(r, base, payload), self.max_parallel)
+        finally:
+            payload.path.unlink(missing_ok=True)
+
+    def _apply_args(self, base: str | None) -> list[str]:
+        return ["apply", self.dest, base or "-", self.manifest.tree_id]
+
+    def _direct(self, runner: Runner, base: str | None, payload: Payload, sent_before: int = 0) -> RunResult:
+        result = runner.run(agent_command(*self._apply_args(base)), stdin=payload.chunks(), capture=True)
+        if result.exit_code == EXIT_BASE_UNUSABLE and base is not None:
+            full = build_payload(self.root, self.manifest, None, None, self.cache_dir)
+            try:
+                return self._direct(runner, None, full, sent_before + result.bytes_sent)
+            finally:
+                full.path.unlink(missing_ok=True)
+        sent = sent_before + result.bytes_sent
+        error = None if result.ok else _agent_error(result, self.dest)
+        self.record(WorkerPush(runner.name, "sent" if result.ok else "failed", sent, error, result.duration))
+        return result
+
+    def _relay(self, runners: Sequence[Runner], base: str | None, payload: Payload, seed_host: str) -> None:
+        seed, others = runners[0], runners[1:]
+        token = secrets.token_hex(16)
+        ready = threading.Event()
+        port: list[int] = []
+        others_done = threading.Event()
+
+        def seed_stdin() -> Iterator[bytes]:
+            yield from payload.chunks()
+            others_done.wait(RELAY_SERVE_SECONDS)  # keep stdin open: the relay serves until it closes
+
+        def watch(worker: str, stream: str, line: str) -> None:
+            if stream == "stdout" and line.startswith('{"serving"'):
+                port.append(int(json.loads(line)["serving"]))
+                ready.set()
+
+        def run_seed() -> None:
+            args = [*self._apply_args(base), "--serve", seed_host, token, str(RELAY_SERVE_SECONDS)]
+            try:
+                result = seed.run(agent_command(*args), stdin=seed_stdin(), on_line=watch, capture=True)
+            except Exception as err:  # noqa: BLE001  reported for the seed; the others fall back to direct
+                result = RunResult(seed.name, None, 0.0, f"{seed.name}: {err}")
+            finally:
+                ready.set()
+            if result.exit_code == EXIT_BASE_UNUSABLE and base is not None:
+                self._direct(seed, base, payload)
+                return
+            error = None if result.ok else _agent_error(result, self.dest)
+            self.record(WorkerPush(seed.name, "sent" if result.ok else "failed", result.bytes_sent, error,
+                                   result.duration))
+
+        def fetch(runner: Runner) -> RunResult:
+            ready.wait(RELAY_WAIT_SECONDS)
+            if port:
+                url = f"http://{_url_host(seed_host)}:{port[0]}/{token}"
+                args = [*self._apply_args(base), "--fetch", url, str(payload.size), payload.digest]
+                result = runner.run(agent_command(*args), capture=True, timeout=RELAY_SERVE_SECONDS)
+                if result.ok:
+                    self.record(WorkerPush(runner.name, "relayed", 0, None, result.duration))
+                    return result
+                if result.exit_code not in (EXIT_FETCH_FAILED, EXIT_BASE_UNUSABLE):
+                    self.record(WorkerPush(runner.name, "failed", 0, _agent_error(result, self.dest),
+                                           result.duration))
+                    return result
+            return self._direct(runner, base, payload)  # no relay reachable from this worker: copy directly
+
+        seed_thread = threading.Thread(target=run_seed, name="tpuops-relay", daemon=True)
+        seed_thread.start()
+        try:
+            run_each(others, fetch, self.max_parallel)
+        finally:
+            others_done.set()
+            seed_thread.join(RELAY_SERVE_SECONDS)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _agent_error(result: RunResult, dest: str) -> str:
+    """One line for a failed push step on a worker, with what to do."""
+    if result.error:
+        return result.error
+    detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
+    message = detail[-1].removeprefix("tpuops-push: ") if detail else f"exit code {result.exit_code}"
+    if result.exit_code == 127:
+        message = "python3 not found on the worker (the push helper needs it)"
+    hint = {
+        EXIT_DISK: "free space on the worker's disk (`tpuops exec NAME -- df -h ~`)",
+        EXIT_NOT_OURS: f"move {dest} aside on that worker",
+    }.get(result.exit_code or 0, "run `tpuops push` again")
+    return f"{result.worker}: push to {dest} failed: {message} (hint: {hint})"
+
+
+def push_tree(
+    runners: Sequence[Runner],
+    source: Path,
+    dest: str,
+    *,
+    exclude: Sequence[str] = (),
+    cache_dir: Path,
+    relay_hosts: Mapping[str, str] | None = None,
+    max_parallel: int = DEFAULT_MAX_PARALLEL,
+) -> PushResult:
+    """Make `dest` on every worker hold exactly the (filtered) tree at `source`, sending changed bytes once.
+
+    `relay_hosts` maps worker names to addresses the other workers reach them at (internal IPs); without
+    it every worker gets a direct copy. `cache_dir` keeps manifests and file hashes between pushes.
+    Runners are left open (the caller closes them). Errors are per worker, in the result.
+    """
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # file hashes from the last scan of this source, so unchanged big files are not read again
+    hash_cache_path = cache_dir / f"hashes-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]}.json"
+    hash_cache = _read_json(hash_cache_path) if source.is_dir() else None
+    manifest = scan_tree(source, exclude, hash_cache)
+    if hash_cache is not None:
+        _write_json(hash_cache_path, hash_cache)
+    (cache_dir / f"{manifest.tree_id}.json").write_text(manifest.text)
+
+    pusher = _Pusher(source, dest, manifest, cache_dir, relay_hosts or {}, max_parallel)
+    started = time.monotonic()
+    trees = pusher.current_trees(runners)
+    groups: dict[str | None, list[Runner]] = {}
+    for runner in runners:
+        if runner.name not in trees:
+            continue  # failed already
+        if trees[runner.name] == manifest.tree_id:
+            pusher.record(WorkerPush(runner.name, "unchanged", duration=time.monotonic() - started))
+        else:
+            groups.setdefault(trees[runner.name], []).append(runner)
+    for base, members in groups.items():
+        pusher.send_group(members, base, pusher.base_manifest(members[0], base))
+    outcomes = tuple(pusher.outcomes[r.name] for r in runners)
+    return PushResult(dest, manifest.tree_id, len(manifest.entries), manifest.total_bytes, pusher.changed_files,
+                      pusher.payload_bytes, outcomes)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def require_ok(result: PushResult) -> None:
+    """Raise one RemoteError summarising the failed workers (for callers that need all-or-nothing)."""
+    failed = [w for w in result.workers if not w.ok]
+    if failed:
+        raise RemoteError(failed[0].error or f"{failed[0].worker}: push failed",
+                          f"{len(failed)} of {len(result.workers)} workers failed")
+
