@@ -51,9 +51,10 @@ def terminal_chart(book: SeriesBook, width: int = 100, height: int | None = None
         return "no scalars to plot"
     figure = plotext.figure
     figure.clear()
-    figure.subplots(len(tags), 1)
+    if len(tags) > 1:
+        figure.subplots(len(tags), 1)  # plotext keeps no grid for 1x1: a single chart is the figure itself
     for row, tag in enumerate(tags, start=1):
-        chart = figure.subplot(row, 1)
+        chart = figure.subplot(row, 1) if len(tags) > 1 else figure
         chart.title(tag)
         for run, (steps, values) in sorted(book.series[tag].items()):
             chart.draw(chart.signal(steps, values).lines().label(run))
