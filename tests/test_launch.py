@@ -1,0 +1,227 @@
+"""launch / follow / stop on real sshd workers: environment, detachment, stale TPU holders, setup once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli, write_spec
+from tests.sshd import SshdCluster, sshd_available
+from tpuops.context import Context
+from tpuops.ops.launch import LaunchOptions, RunInProgress, follow, launch_run, run_states, stop, worst_exit_code
+from tpuops.ops.remote import exec_command
+
+pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
+
+SPEC = """
+name: {name}
+zone: {zone}
+tpu:
+  type: {type}
+  mode: {mode}
+bucket: {{name: {name}-bucket}}
+trainer:
+  framework: {framework}
+  command: echo default
+  env: {{MY_SETTING: "a b'c"}}
+logs: {{tensorboard: "gs://{name}-bucket/logs"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def sshd3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
+    cluster = SshdCluster(tmp_path_factory.mktemp("sshd3"), 3).start_all()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(autouse=True)
+def fake_tpu_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The workers share this machine's /dev and /tmp: keep their "TPU devices" and lock file in their homes.
+    monkeypatch.setenv("TPUOPS_TPU_DEVICE_GLOB", "~/dev/accel*")
+    monkeypatch.setenv("TPUOPS_LIBTPU_LOCKFILE", "~/libtpu_lockfile")
+
+
+def make_cluster(sshd: SshdCluster, home: Path, tmp_path: Path, *, name: str = "demo", framework: str = "jax",
+                 mode: str = "vm", setup: str | None = None, node_ip: str | None = None) -> str:
+    zone, accelerator = ("us-central1-f", "v2-8") if mode == "node" else ("europe-west4-a", "v3-32")
+    text = SPEC.format(name=name, zone=zone, type=accelerator, mode=mode, framework=framework)
+    if setup:
+        text = text.replace("  command:", f"  setup: {setup}\n  command:")
+    if mode == "node":
+        text += "client_vm: {machine_type: n1-standard-2}\n"
+    cluster_dir = sshd.write_cluster(home, name, write_spec(tmp_path, text))
+    if mode == "node":  # a legacy Node: the client VM is the only SSH target, the Node has an IP
+        state = json.loads((cluster_dir / "state.json").read_text())
+        state["workers"] = [dict(state["workers"][0], role="client_vm")]
+        state["resources"] = [{"kind": "tpu", "name": name, "zone": zone, "status": "created",
+                               "detail": {"ip_address": node_ip or "10.1.2.3"}}]
+        (cluster_dir / "state.json").write_text(json.dumps(state))
+    return name
+
+
+def launch_and_follow(name: str, command: str, **options: object) -> dict[str, tuple[int | None, list[str]]]:
+    ctx = Context.from_env()
+    report = launch_run(ctx, name, LaunchOptions(command=command, **options))  # type: ignore[arg-type]
+    assert report.ok, report.as_dict()
+    lines: dict[str, list[str]] = {}
+    step = follow(ctx, name, on_line=lambda worker, _stream, line: lines.setdefault(worker, []).append(line))
+    return {r.worker: (r.exit_code, lines.get(r.worker, [])) for r in step.results}
+
+
+def env_of(lines: list[str]) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+ENV_DUMP = "env | grep -E '^(TPUOPS_|PJRT_|XRT_|TPU_|MY_SETTING|JAX_)' | sort"
+
+
+def test_environment_on_every_worker_of_a_tpu_vm(sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    name = make_cluster(sshd3, tpuops_home, tmp_path, framework="pytorch")
+    results = launch_and_follow(name, ENV_DUMP)
+    assert sorted(results) == ["w0", "w1", "w2"]
+    run_id = Context.from_env().store.require(name).current_run.id
+    for index, (code, lines) in enumerate(results[w] for w in ("w0", "w1", "w2")):
+        assert code == 0
+        env = env_of(lines)
+        assert env["TPUOPS_CLUSTER"] == name and env["TPUOPS_RUN_ID"] == run_id
+        assert env["TPUOPS_WORKER_ID"] == str(index) and env["TPUOPS_NUM_WORKERS"] == "3"
+        assert env["TPUOPS_COORDINATOR"] == f"{sshd3.workers[0].host}:8476"
+        assert env["TPUOPS_LOGDIR"] == f"gs://{name}-bucket/logs"
+        assert env["PJRT_DEVICE"] == "TPU" and env["MY_SETTING"] == "a b'c"
+        assert "TPUOPS_RESUME" not in env and "XRT_TPU_CONFIG" not in env
+
+
+@pytest.mark.parametrize(("framework", "mode", "expected"), [
+    ("tensorflow", "vm", {"TPU_NAME": "local"}),
+    ("tensorflow", "node", {"TPU_NAME": "envnode"}),
+    ("pytorch", "node", {"XRT_TPU_CONFIG": "tpu_worker;0;10.9.8.7:8470", "TPU_IP_ADDRESS": "10.9.8.7"}),
+    ("jax", "vm", {}),
+])
+def test_framework_environment(sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path, framework: str, mode: str,
+                               expected: dict[str, str]) -> None:
+    name = make_cluster(sshd3, tpuops_home, tmp_path, name="envnode", framework=framework, mode=mode,
+                        node_ip="10.9.8.7")
+    results = launch_and_follow(name, ENV_DUMP)
+    assert sorted(results) == (["client"] if mode == "node" else ["w0", "w1", "w2"])
+    env = env_of(next(iter(results.values()))[1])
+    framework_keys = {k: v for k, v in env.items() if k.startswith(("PJRT_", "XRT_", "TPU_"))}
+    assert framework_keys == expected
+
+
+def test_run_outlives_the_launcher_and_stop_leaves_nothing(sshd3: SshdCluster, tpuops_home: Path,
+                                                           tmp_path: Path) -> None:
+    name = make_cluster(sshd3, tpuops_home, tmp_path)
+    marker = f"tpuops-test-{uuid.uuid4().hex[:8]}"
+    # The launcher is a separate process that exits (its SSH connections close) right after starting.
+    done = run_cli("launch", name, "--", f"sh -c 'sleep 300; echo {marker}' & sleep 300 # {marker}", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "started on 3 worker(s)" in done.stdout
+    time.sleep(0.5)
+    assert run_states(Context.from_env(), name) == {"w0": "running", "w1": "running", "w2": "running"}
+    assert _processes_with(marker)
+
+    with pytest.raises(RunInProgress, match="still running on w0, w1, w2"):
+        launch_run(Context.from_env(), name, LaunchOptions(command="true"))
+
+    report = stop(Context.from_env(), name)
+    assert report.ok and report.worker_states == {"w0": "killed", "w1": "killed", "w2": "killed"}
+    assert _processes_with(marker) == []
+    state = Context.from_env().store.require(name)
+    assert state.current_run.worker_states == {"w0": "killed", "w1": "killed", "w2": "killed"}
+
+
+def test_replace_stops_the_old_run(sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    name = make_cluster(sshd3, tpuops_home, tmp_path)
+    marker = f"tpuops-old-{uuid.uuid4().hex[:8]}"
+    assert launch_run(Context.from_env(), name, LaunchOptions(command=f"sleep 300 # {marker}")).ok
+    report = launch_run(Context.from_env(), name, LaunchOptions(command="echo new", replace=True))
+    assert report.ok and report.steps[0].name == "stop"
+    assert _processes_with(marker) == []
+
+
+def test_stale_tpu_holder_and_lock_file_are_cleared(sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    name = make_cluster(sshd3, tpuops_home, tmp_path)
+    worker = sshd3.workers[1]
+    (worker.home / "dev").mkdir(exist_ok=True)
+    (worker.home / "dev" / "accel0").write_text("")
+    (worker.home / "libtpu_lockfile").write_text("")
+    marker = f"tpuops-stale-{uuid.uuid4().hex[:8]}"
+    planted = exec_command(Context.from_env(), name, f"setsid sh -c 'exec 3<~/dev/accel0; sleep 300 # {marker}' "
+                           "> /dev/null 2>&1 < /dev/null &", workers="1")
+    assert planted.ok and _wait_for(lambda: _processes_with(marker))
+
+    free_lines: list[str] = []
+    report = launch_run(Context.from_env(), name, LaunchOptions(command="true"),
+                        on_line=lambda w, _s, line: free_lines.append(f"{w} {line}"))
+    assert report.ok
+    assert _processes_with(marker) == []
+    assert not (worker.home / "libtpu_lockfile").exists()
+    assert any("stopping process group" in line and "accel0" in line for line in free_lines), free_lines
+    assert "w1 removed /root/libtpu_lockfile" in free_lines or any("removed" in x for x in free_lines)
+
+
+def test_failing_worker_is_reported_with_its_exit_code(sshd3: SshdCluster, tpuops_home: Path,
+                                                       tmp_path: Path) -> None:
+    name = make_cluster(sshd3, tpuops_home, tmp_path)
+    results = launch_and_follow(name, 'echo "worker $TPUOPS_WORKER_ID"; [ "$TPUOPS_WORKER_ID" != 1 ] || exit 7')
+    assert {w: code for w, (code, _) in results.items()} == {"w0": 0, "w1": 7, "w2": 0}
+    assert results["w2"][1] == ["worker 2"]
+    state = Context.from_env().store.require(name)
+    assert state.current_run.worker_states == {"w0": "exited 0", "w1": "exited 7", "w2": "exited 0"}
+    cli = run_cli("launch", name, "--follow", "--", "exit 3", timeout=60)
+    assert cli.returncode == 3, cli.stderr
+
+
+def test_setup_runs_once_per_distinct_text(sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    def setup_count() -> list[int]:
+        return [len((w.home / "setup.count").read_text().split()) if (w.home / "setup.count").exists() else 0
+                for w in sshd3.workers]
+
+    for w in sshd3.workers:
+        (w.home / "setup.count").unlink(missing_ok=True)
+    name = make_cluster(sshd3, tpuops_home, tmp_path, setup="echo ran >> ~/setup.count")
+    ctx = Context.from_env()
+    assert launch_run(ctx, name, LaunchOptions(command="true")).ok
+    assert launch_run(ctx, name, LaunchOptions(command="true", replace=True)).ok
+    assert setup_count() == [1, 1, 1]
+    name = make_cluster(sshd3, tpuops_home, tmp_path, setup="echo ran >> ~/setup.count; true")
+    assert launch_run(ctx, name, LaunchOptions(command="true", replace=True)).ok
+    assert setup_count() == [2, 2, 2]
+    assert launch_run(ctx, name, LaunchOptions(command="true", replace=True, force_setup=True)).ok
+    assert setup_count() == [3, 3, 3]
+
+    make_cluster(sshd3, tpuops_home, tmp_path, setup="exit 5")
+    report = launch_run(ctx, name, LaunchOptions(command="true", replace=True))
+    assert not report.ok and report.run_id is None
+    assert report.steps[-1].name == "setup" and {r.exit_code for r in report.steps[-1].results} == {5}
+
+
+def test_worst_exit_code() -> None:
+    from tpuops.remote.base import RunResult
+
+    assert worst_exit_code([RunResult("w0", 0, 1.0), RunResult("w1", 0, 1.0)]) == 0
+    assert worst_exit_code([RunResult("w0", 0, 1.0), RunResult("w1", 3, 1.0), RunResult("w2", 1, 1.0)]) == 3
+    assert worst_exit_code([RunResult("w0", 0, 1.0), RunResult("w1", None, 1.0, "lost")]) == 255
+
+
+def _processes_with(marker: str) -> list[str]:
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True, timeout=10)
+    return found.stdout.split()
+
+
+def _wait_for(check, timeout: float = 10.0) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False

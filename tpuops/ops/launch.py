@@ -1,0 +1,361 @@
+"""Start, follow and stop the trainer on every worker of a cluster.
+
+`launch`: push, run `trainer.setup` once per distinct text, free the TPU from stale holders, then start the
+command detached on all workers at once (own session and process group, pid file and log under
+`~/tpuops/NAME/runs/RUN_ID/`), with the environment each framework needs. The run outlives the SSH
+connections; `follow` reattaches to it, `stop` ends it. The host side is in `remote/scripts/*.sh`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from tpuops import catalog
+from tpuops.cloud.local import local_path_for
+from tpuops.context import Context
+from tpuops.errors import TpuopsError, UsageError
+from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, worker_name
+from tpuops.remote.base import LineHandler, Runner, RunResult
+from tpuops.remote.fanout import run_each
+from tpuops.remote.scripts import script_command
+from tpuops.spec import Spec
+from tpuops.state import RunRecord, WorkerRecord
+
+COORDINATOR_PORT = 8476  # jax.distributed's default; torch.distributed and our templates use it too
+LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
+STOP_GRACE_SECONDS = 10
+# Overrides for simulators and tests: where the "TPU devices" and libtpu's lock file are (~/ = worker home).
+DEVICE_GLOB_ENV = "TPUOPS_TPU_DEVICE_GLOB"
+LOCKFILE_ENV = "TPUOPS_LIBTPU_LOCKFILE"
+
+
+class RunInProgress(TpuopsError):
+    pass
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    command: str | None = None  # default: trainer.command
+    force_setup: bool = False
+    replace: bool = False
+    push_data: bool = True
+    restart: int = 0  # `watch` relaunches with TPUOPS_RESTART=n and TPUOPS_RESUME=1
+    max_parallel: int = 32
+
+
+@dataclass(frozen=True)
+class Step:
+    """One phase of a launch (setup, free-tpu, start, stop, follow) and what each worker said."""
+
+    name: str
+    results: tuple[RunResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def failures(self) -> list[str]:
+        return [r.error or f"{r.worker}: exit {r.exit_code}" for r in self.results if not r.ok]
+
+
+@dataclass(frozen=True)
+class LaunchReport:
+    cluster: str
+    run_id: str | None
+    steps: tuple[Step, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return self.run_id is not None and all(step.ok for step in self.steps)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"cluster": self.cluster, "run_id": self.run_id, "ok": self.ok,
+                "steps": [{"name": s.name, "workers": [r.as_dict() for r in s.results]} for s in self.steps]}
+
+
+StepHandler = Callable[[Step], None]
+
+
+# -------------------------------------------------------------------------------------------- launch
+
+
+def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOptions(), *,
+           on_line: LineHandler | None = None, on_step: StepHandler | None = None,
+           push: Callable[[], object] | None = None) -> LaunchReport:
+    """Push, setup, free the TPU, start detached everywhere; returns as soon as every worker has started."""
+    access = cluster_access(ctx, name, need_spec=True)
+    spec = access.spec
+    assert spec is not None
+    if spec.trainer is None and options.command is None:
+        raise UsageError(f"the spec of '{access.state.name}' has no trainer", "add trainer: {framework, command}")
+    if push is not None:
+        push()
+    steps: list[Step] = []
+
+    def record(step: Step) -> Step:
+        steps.append(step)
+        if on_step:
+            on_step(step)
+        return step
+
+    runners = make_runners(access, access.workers)
+    try:
+        running = _running_workers(runners, access.state.name, options.max_parallel)
+        if running and not options.replace:
+            raise RunInProgress(f"a run of '{access.state.name}' is still running on {', '.join(running)}",
+                                "stop it with `tpuops stop`, or pass --replace")
+        if running:
+            record(_stop_current(access, runners, options.max_parallel))
+        if spec.trainer and spec.trainer.setup:
+            setup = record(_setup(access, runners, spec.trainer.setup, options, on_line))
+            if not setup.ok:
+                return LaunchReport(access.state.name, None, tuple(steps))
+        record(_free_tpu(ctx, access, runners, spec, options.max_parallel, on_line))
+        run_id = new_run_id()
+        command = options.command or (spec.trainer.command if spec.trainer else "")
+        envs = trainer_envs(ctx, access, spec, run_id, options)
+        started = record(Step("start", tuple(run_each(
+            runners, lambda r: r.run(script_command("start", access.state.name, run_id,
+                                                    _localize(ctx, access, command)), env=envs[r.name]),
+            options.max_parallel))))
+        _record_run(ctx, access, RunRecord(id=run_id, command=command, workers=[r.name for r in runners],
+                                           restart=options.restart,
+                                           worker_states={r.worker: "running" if r.ok else "lost"
+                                                          for r in started.results}))
+        return LaunchReport(access.state.name, run_id, tuple(steps))
+    finally:
+        for runner in runners:
+            runner.close()
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def setup_hash(setup: str) -> str:
+    return hashlib.sha256(setup.encode()).hexdigest()
+
+
+def _setup(access: ClusterAccess, runners: Sequence[Runner], setup: str, options: LaunchOptions,
+           on_line: LineHandler | None) -> Step:
+    argv = script_command("setup", access.state.name, setup_hash(setup), "1" if options.force_setup else "0", setup)
+    return Step("setup", tuple(run_each(runners, lambda r: r.run(argv, on_line=on_line), options.max_parallel)))
+
+
+def _free_tpu(ctx: Context, access: ClusterAccess, runners: Sequence[Runner], spec: Spec, max_parallel: int,
+              on_line: LineHandler | None) -> Step:
+    glob, lockfile = tpu_paths(ctx.env, access, spec)
+    argv = script_command("free_tpu", glob, lockfile, str(STOP_GRACE_SECONDS))
+    return Step("free-tpu", tuple(run_each(runners, lambda r: r.run(argv, on_line=on_line), max_parallel)))
+
+
+def tpu_paths(env: Mapping[str, str], access: ClusterAccess, spec: Spec) -> tuple[str, str]:
+    """The device files the TPU runtime holds open for this generation, and libtpu's lock file."""
+    accelerator = catalog.load().accelerator(spec.tpu.type)
+    vfio = accelerator is not None and accelerator.generation.name in ("v5litepod", "v5p", "v6e")
+    default_glob = "/dev/vfio/*" if vfio else "/dev/accel*"
+    if access.state.provider == "local":  # the simulator keeps its fake devices in each worker's home
+        default_glob, default_lock = "~" + default_glob, "~" + LIBTPU_LOCKFILE
+    else:
+        default_lock = LIBTPU_LOCKFILE
+    return env.get(DEVICE_GLOB_ENV, default_glob), env.get(LOCKFILE_ENV, default_lock)
+
+
+# -------------------------------------------------------------------------------------------- environment
+
+
+def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
+                 options: LaunchOptions) -> dict[str, dict[str, str]]:
+    """The environment of every worker's trainer, by worker name."""
+    workers = access.workers
+    coordinator = _coordinator(access, workers[0])
+    logdir = _localize(ctx, access, spec.logs.tensorboard or "")
+    common = {
+        "TPUOPS_CLUSTER": access.state.name,
+        "TPUOPS_RUN_ID": run_id,
+        "TPUOPS_NUM_WORKERS": str(len(workers)),
+        "TPUOPS_COORDINATOR": coordinator,
+        "TPUOPS_LOGDIR": logdir,
+        **framework_env(access, spec),
+    }
+    if options.restart:
+        common |= {"TPUOPS_RESTART": str(options.restart), "TPUOPS_RESUME": "1"}
+    user_env = {key: _localize(ctx, access, value) for key, value in (spec.trainer.env if spec.trainer else {}).items()}
+    return {worker_name(w): {**user_env, **common, "TPUOPS_WORKER_ID": str(i)} for i, w in enumerate(workers)}
+
+
+def framework_env(access: ClusterAccess, spec: Spec) -> dict[str, str]:
+    """What each framework needs to find the TPU (see DESIGN.md: facts the code must get right)."""
+    framework = spec.trainer.framework if spec.trainer else None
+    if access.state.provider == "local":
+        return {"pytorch": {"PJRT_DEVICE": "CPU"}, "jax": {"JAX_PLATFORMS": "cpu"}}.get(framework or "", {})
+    if spec.tpu.mode == "node":
+        node_ip = _node_ip(access)
+        if framework == "pytorch":
+            return {"XRT_TPU_CONFIG": f"tpu_worker;0;{node_ip}:8470", "TPU_IP_ADDRESS": node_ip}
+        return {"TPU_NAME": access.state.name}  # TPUClusterResolver looks the Node up by name
+    if framework == "pytorch":
+        return {"PJRT_DEVICE": "TPU"}
+    if framework == "tensorflow":
+        return {"TPU_NAME": "local"}
+    return {}
+
+
+def _node_ip(access: ClusterAccess) -> str:
+    tpu = access.state.resource("tpu")
+    ip = tpu.detail.get("ip_address") if tpu else None
+    if not ip:
+        raise UsageError(f"the TPU Node of '{access.state.name}' has no recorded IP address",
+                         "run `tpuops up SPEC` again to refresh the cluster's state")
+    return ip
+
+
+def _coordinator(access: ClusterAccess, worker0: WorkerRecord) -> str:
+    if access.state.provider == "local":
+        return f"127.0.0.1:{free_port()}"  # several local clusters may run at once
+    return f"{worker0.internal_ip}:{COORDINATOR_PORT}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _localize(ctx: Context, access: ClusterAccess, text: str) -> str:
+    """For the local provider, gs://BUCKET/... stands for the bucket's local directory."""
+    if access.state.provider != "local" or access.spec is None or access.spec.bucket is None:
+        return text
+    bucket = access.spec.bucket.name
+    return text.replace(f"gs://{bucket}", str(local_path_for(ctx.local_root, f"gs://{bucket}")))
+
+
+# ------------------------------------------------------------------------------------ running, stop, follow
+
+
+def _status_lines(runners: Sequence[Runner], cluster: str, run_id: str | None, max_parallel: int) -> dict[str, str]:
+    args = [cluster] + ([run_id] if run_id else [])
+    results = run_each(runners, lambda r: r.run(script_command("status", *args), capture=True), max_parallel)
+    return {r.worker: _parse_status(r) for r in results}
+
+
+def _parse_status(result: RunResult) -> str:
+    if not result.ok:
+        return "unreachable"
+    words = result.stdout.decode().split()
+    if not words or words[0] == "none":
+        return "none"
+    return " ".join(words[1:3]) if words[1] == "exited" else words[1]
+
+
+def _running_workers(runners: Sequence[Runner], cluster: str, max_parallel: int) -> list[str]:
+    return [w for w, state in _status_lines(runners, cluster, None, max_parallel).items() if state == "running"]
+
+
+def _stop_current(access: ClusterAccess, runners: Sequence[Runner], max_parallel: int,
+                  run_id: str | None = None) -> Step:
+    run = access.state.run(run_id)
+    if run is None:
+        raise UsageError(f"no run {run_id or ''} recorded for '{access.state.name}'".replace("  ", " "),
+                         "see `tpuops status`")
+    argv = script_command("stop", access.state.name, run.id, str(STOP_GRACE_SECONDS))
+    return Step("stop", tuple(run_each(runners, lambda r: r.run(argv, capture=True), max_parallel)))
+
+
+@dataclass(frozen=True)
+class StopReport:
+    cluster: str
+    run_id: str
+    steps: tuple[Step, ...]
+    worker_states: Mapping[str, str]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.steps) and all(v != "running" for v in self.worker_states.values())
+
+
+def stop(ctx: Context, name: str | None, run_id: str | None = None, max_parallel: int = 32) -> StopReport:
+    """TERM the run's process group everywhere, KILL after a grace period, free the TPU, record the end."""
+    access = cluster_access(ctx, name, need_spec=False)
+    runners = make_runners(access, access.workers)
+    try:
+        stopped = _stop_current(access, runners, max_parallel, run_id)
+        run = access.state.run(run_id)
+        assert run is not None
+        steps = [stopped]
+        if access.spec is not None:
+            steps.append(_free_tpu(ctx, access, runners, access.spec, max_parallel, None))
+        states = _status_lines(runners, access.state.name, run.id, max_parallel)
+    finally:
+        for runner in runners:
+            runner.close()
+    _update_run(ctx, access.state.name, run.id, states)
+    return StopReport(access.state.name, run.id, tuple(steps), states)
+
+
+def follow(ctx: Context, name: str | None, run_id: str | None = None, *, on_line: LineHandler | None = None,
+           max_parallel: int = 32) -> Step:
+    """Stream every worker's output of the run until it ends there; each result carries that exit code."""
+    access = cluster_access(ctx, name, need_spec=False)
+    run = access.state.run(run_id)
+    if run is None:
+        raise UsageError(f"no run recorded for '{access.state.name}'", "start one with `tpuops launch`")
+    runners = make_runners(access, access.workers)
+    try:
+        argv = script_command("follow", access.state.name, run.id, "1")
+        results = tuple(run_each(runners, lambda r: r.run(argv, on_line=on_line), max_parallel))
+        states = _status_lines(runners, access.state.name, run.id, max_parallel)
+    finally:
+        for runner in runners:
+            runner.close()
+    _update_run(ctx, access.state.name, run.id, states)
+    return Step("follow", results)
+
+
+def follow_and_wait(ctx: Context, name: str | None, run_id: str | None = None, *,
+                    on_line: LineHandler | None = None) -> int:
+    """Follow the run to its end on every worker; the worst worker's exit code."""
+    return worst_exit_code(follow(ctx, name, run_id, on_line=on_line).results)
+
+
+def run_states(ctx: Context, name: str | None, max_parallel: int = 32) -> dict[str, str]:
+    """Each worker's state of the current run: running, exited N, killed, lost (or unreachable)."""
+    access = cluster_access(ctx, name, need_spec=False)
+    run = access.state.current_run
+    if run is None:
+        return {}
+    runners = make_runners(access, access.workers)
+    try:
+        states = _status_lines(runners, access.state.name, run.id, max_parallel)
+    finally:
+        for runner in runners:
+            runner.close()
+    _update_run(ctx, access.state.name, run.id, states)
+    return states
+
+
+def worst_exit_code(results: Sequence[RunResult]) -> int:
+    """0 when every worker exited 0; else the largest failure (a worker without an exit code counts as 255)."""
+    codes = [255 if r.exit_code is None else r.exit_code for r in results]
+    return max(codes, default=255)
+
+
+def _record_run(ctx: Context, access: ClusterAccess, run: RunRecord) -> None:
+    state = ctx.store.require(access.state.name)  # re-read: another command may have written meanwhile
+    state.runs.append(run)
+    state.log("launch", f"run {run.id} started on {len(run.workers)} worker(s): {run.command}")
+    ctx.store.save(state)
+
+
+def _update_run(ctx: Context, cluster: str, run_id: str, states: Mapping[str, str]) -> None:
+    state = ctx.store.load(cluster)
+    run = state.run(run_id) if state else None
+    if state is None or run is None:
+        return
+    run.worker_states.update({w: s for w, s in states.items() if s not in ("unreachable", "none")})
+    ctx.store.save(state)

@@ -1,0 +1,16 @@
+"""Host scripts tpuops runs on every worker (passed as `sh -c SCRIPT NAME ARGS...`, every argument quoted)."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+
+@cache
+def script(name: str) -> str:
+    return resources.files(__name__).joinpath(f"{name}.sh").read_text()
+
+
+def script_command(name: str, *args: str) -> list[str]:
+    """An argv for Runner.run: the script's text runs under sh with `args` as $1, $2, ... (quoted)."""
+    return ["sh", "-c", script(name), name, *args]
