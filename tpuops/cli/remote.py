@@ -92,3 +92,112 @@ def _escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
+
+
+@app.command()
+def push(
+    name: str | None = typer.Argument(None, help="Cluster name (default: the only cluster)."),
+    code_only: bool = typer.Option(False, "--code-only", help="Push the code, not the data."),
+    data_only: bool = typer.Option(False, "--data-only", help="Push the data, not the code."),
+    connect_timeout: float = CONNECT_TIMEOUT_OPTION,
+    parallel: int = typer.Option(32, "--parallel", help="Workers worked on at once."),
+    json_: bool = JSON_OPTION,
+) -> None:
+    """Sync the code (incrementally, by content hash) and the data to every worker or to the bucket."""
+    from tpuops.context import Context
+    from tpuops.errors import UsageError
+    from tpuops.ops.remote import push as push_cluster
+
+    if code_only and data_only:
+        raise UsageError("--code-only and --data-only exclude each other", "give at most one")
+    with UploadBar(enabled=not json_) as bar:
+        report = push_cluster(Context.from_env(), name, code=not data_only, data=not code_only,
+                              connect_timeout=connect_timeout, max_parallel=parallel, on_upload=bar.update,
+                              on_new_host_key=note_new_host_key)
+    if json_:
+        print_json(report.as_dict())
+    else:
+        print_push_report(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+class UploadBar:
+    """A progress bar (bytes and rate) per gs:// upload, on a terminal only."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and err_console.is_terminal
+        self._tasks: dict[str, int] = {}
+        self._progress = None
+
+    def __enter__(self) -> UploadBar:
+        if self.enabled:
+            from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
+
+            self._progress = Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(),
+                                      console=err_console, transient=True)
+            self._progress.start()
+        return self
+
+    def update(self, url: str, done: int, total: int) -> None:
+        if self._progress is None:
+            return
+        if url not in self._tasks:
+            self._tasks[url] = self._progress.add_task(f"upload {url}", total=total)
+        self._progress.update(self._tasks[url], completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def print_push_report(report) -> None:  # noqa: ANN001  (PushReport; import kept lazy)
+    for tree in report.trees:
+        statuses: dict[str, list[str]] = {}
+        for worker in tree.workers:
+            statuses.setdefault(worker.status, []).append(worker.worker)
+        summary = "; ".join(f"{status}: {', '.join(names)}" for status, names in statuses.items())
+        console.print(
+            f"{tree.dest}: {tree.files} files ({_size(tree.total_bytes)}), {tree.changed_files} changed, "
+            f"{_size(tree.bytes_sent)} sent from here ({summary})", markup=False,
+        )
+        for worker in tree.workers:
+            if worker.error:
+                err_console.print(f"[red]error:[/] {_escape(worker.error)}")
+    for upload in report.uploads:
+        console.print(f"{upload.url}: {upload.files} files, {upload.uploaded} uploaded "
+                      f"({_size(upload.bytes_uploaded)}), {upload.skipped} already there", markup=False)
+        if upload.error:
+            err_console.print(f"[red]error:[/] {_escape(upload.error)}")
+
+
+def _size(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{count} B"
+
+
+@app.command()
+def ssh(
+    name: str | None = typer.Argument(None, help="Cluster name (needed when a command follows)."),
+    command: list[str] | None = typer.Argument(None, help="A command to run instead of a shell (after `--`)."),
+    worker: int = typer.Option(0, "--worker", "-w", help="Worker index."),
+    forward: list[str] | None = typer.Option(None, "--local-forward", "-L",
+                                             help="Forward a local port, e.g. 6006:localhost:6006."),
+    print_only: bool = typer.Option(False, "--print", help="Print the ssh command instead of running it."),
+) -> None:
+    """Open a shell (or run a command) on one worker with the system OpenSSH client and the cluster's key."""
+    import os
+    import shlex
+
+    from tpuops.context import Context
+    from tpuops.ops.remote import ssh_argv
+
+    argv = ssh_argv(Context.from_env(), name, worker=worker, forwards=forward or [], command=command or [])
+    if print_only:
+        console.print(shlex.join(argv), markup=False)
+        return
+    os.execvp(argv[0], argv)  # the user's terminal belongs to ssh now

@@ -9,16 +9,20 @@ is the client VM (the TPU host itself cannot be reached), which `up` records as 
 from __future__ import annotations
 
 import getpass
+import hashlib
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops.context import Context
-from tpuops.errors import SpecError, UsageError
-from tpuops.remote.base import Command, LineHandler, Runner, RunResult
+from tpuops.errors import SpecError, TpuopsError, UsageError
+from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
 from tpuops.remote.local import LocalRunner
 from tpuops.remote.ssh import KnownHosts, SshRunner, SshSettings, SshTarget, load_private_key
+from tpuops.remote.sync import PushResult, push_tree, scan_tree
 from tpuops.spec import Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord
 
@@ -66,8 +70,8 @@ def cluster_access(ctx: Context, name: str | None, *, need_spec: bool = False) -
 
 def ssh_targets(state: ClusterState) -> list[WorkerRecord]:
     """The workers commands go to: the client VM when there is one marked as the only target (legacy Node)."""
-    client = [w for w in state.workers if getattr(w, "role", "tpu") == "client_vm"]
-    return client or [w for w in state.workers if getattr(w, "role", "tpu") != "client_vm"]
+    client = [w for w in state.workers if w.role == "client_vm"]
+    return client or list(state.workers)
 
 
 def _load_spec(state: ClusterState, required: bool) -> Spec | None:
@@ -80,7 +84,7 @@ def _load_spec(state: ClusterState, required: bool) -> Spec | None:
 
 
 def worker_name(worker: WorkerRecord) -> str:
-    return "client" if getattr(worker, "role", "tpu") == "client_vm" else f"w{worker.index}"
+    return "client" if worker.role == "client_vm" else f"w{worker.index}"
 
 
 def select_workers(workers: Sequence[WorkerRecord], selection: str | None) -> list[WorkerRecord]:
@@ -157,3 +161,169 @@ def exec_command(
     results = exec_all(runners, command, timeout=timeout, on_line=on_line, capture=capture,
                        max_parallel=max_parallel)
     return ExecReport(access.state.name, tuple(results))
+
+
+# ------------------------------------------------------------------------------------------------ push
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """One `data:` entry copied to object storage."""
+
+    source: str
+    url: str
+    files: int
+    uploaded: int
+    skipped: int
+    bytes_uploaded: int
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"source": self.source, "url": self.url, "files": self.files, "uploaded": self.uploaded,
+                "skipped": self.skipped, "bytes_uploaded": self.bytes_uploaded, "error": self.error, "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class PushReport:
+    cluster: str
+    trees: tuple[PushResult, ...]
+    uploads: tuple[UploadResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.trees) and all(u.ok for u in self.uploads)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"cluster": self.cluster, "ok": self.ok, "trees": [t.as_dict() for t in self.trees],
+                "uploads": [u.as_dict() for u in self.uploads]}
+
+
+UploadProgress = Callable[[str, int, int], None]  # (url, bytes done, bytes total)
+
+
+def code_dest(cluster: str) -> str:
+    return f"~/tpuops/{cluster}/code"
+
+
+def push(
+    ctx: Context,
+    name: str | None,
+    *,
+    code: bool = True,
+    data: bool = True,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    max_parallel: int = DEFAULT_MAX_PARALLEL,
+    on_upload: UploadProgress | None = None,
+    on_new_host_key: Callable[[str, str], None] | None = None,
+) -> PushReport:
+    """Code to `~/tpuops/NAME/code` on every target, `data:` entries to gs:// or to a path on every target."""
+    access = cluster_access(ctx, name, need_spec=True)
+    spec = access.spec
+    assert spec is not None
+    base_dir = Path(access.state.spec_path).resolve().parent
+    cache_root = ctx.store.cluster_dir(access.state.name) / "push"
+    trees: list[PushResult] = []
+    uploads: list[UploadResult] = []
+    tree_jobs: list[tuple[Path, str, Sequence[str]]] = []
+    if code:
+        tree_jobs.append((base_dir / spec.code.path, code_dest(access.state.name), spec.code.exclude))
+    for item in spec.data if data else []:
+        source = base_dir / Path(item.from_).expanduser()
+        if item.to.startswith("gs://"):
+            uploads.append(upload_tree(ctx, access, source, item.to, on_upload))
+        else:
+            tree_jobs.append((source, item.to, ()))
+    if tree_jobs:
+        runners = make_runners(access, access.workers, connect_timeout=connect_timeout,
+                               on_new_host_key=on_new_host_key)
+        relay = {} if access.state.provider == "local" else {worker_name(w): w.internal_ip for w in access.workers}
+        try:
+            for source, dest, exclude in tree_jobs:
+                cache_dir = cache_root / hashlib.sha256(dest.encode()).hexdigest()[:12]
+                trees.append(push_tree(runners, source, dest, exclude=exclude, cache_dir=cache_dir,
+                                       relay_hosts=relay, max_parallel=max_parallel))
+        finally:
+            for runner in runners:
+                runner.close()
+    return PushReport(access.state.name, tuple(trees), tuple(uploads))
+
+
+def upload_tree(ctx: Context, access: ClusterAccess, source: Path, url: str,
+                on_progress: UploadProgress | None = None, parallel: int = 8) -> UploadResult:
+    """Upload a file or directory to gs://..., skipping objects whose size and CRC32C already match."""
+    from tpuops.cloud.blobs import open_blob_store, same_content
+
+    local_buckets = ctx.local_root / "buckets" if access.state.provider == "local" else None
+    try:
+        store = open_blob_store(url, env=ctx.env, local_buckets=local_buckets)
+        files = [(source, source.name)] if source.is_file() else [
+            (source / e.path, e.path) for e in scan_tree(source, ()).entries if e.link is None
+        ]
+        remote = {info.name: info for info in store.list("", checksums=True)}
+    except TpuopsError as err:
+        return UploadResult(str(source), url, 0, 0, 0, 0, str(err))
+    todo = [(path, blob) for path, blob in files if not same_content(path, remote.get(blob))]
+    total = sum(path.stat().st_size for path, _ in todo)
+    done = 0
+    lock = threading.Lock()
+
+    def upload(job: tuple[Path, str]) -> None:
+        nonlocal done
+        store.upload_file(job[0], job[1])
+        with lock:
+            done += job[0].stat().st_size
+            if on_progress:
+                on_progress(url, done, total)
+
+    error = None
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="tpuops-upload") as pool:
+        for future in [pool.submit(upload, job) for job in todo]:
+            try:
+                future.result()
+            except (TpuopsError, OSError) as err:
+                error = error or f"upload to {url} failed: {err}"
+    return UploadResult(str(source), url, len(files), len(todo), len(files) - len(todo), done, error)
+
+
+# ------------------------------------------------------------------------------------------------- ssh
+
+
+def ssh_argv(ctx: Context, name: str | None, *, worker: int = 0, forwards: Sequence[str] = (),
+             command: Sequence[str] = (), ssh_binary: str = "ssh") -> list[str]:
+    """The system OpenSSH command line for one worker: the cluster's key, its known_hosts, keep-alives.
+
+    New host keys are accepted and recorded in the cluster's known_hosts (as our own runner does);
+    changed ones are refused by ssh itself (`StrictHostKeyChecking=accept-new`).
+    """
+    access = cluster_access(ctx, name)
+    if access.state.provider == "local":
+        raise UsageError("`tpuops ssh` needs SSH workers; the local provider's workers are directories",
+                         f"use `tpuops exec {access.state.name} -- CMD`")
+    [target] = select_workers(access.workers, str(worker)) if worker else access.workers[:1]
+    load_private_key(access.key_path)  # same checks (exists, 0600) and message as exec and push
+    argv = [
+        ssh_binary,
+        "-i", str(access.key_path),
+        "-o", "IdentitiesOnly=yes",
+        "-o", f"UserKnownHostsFile={access.known_hosts_path}",
+        "-o", "GlobalKnownHostsFile=/dev/null",
+        "-o", "StrictHostKeyChecking=accept-new",
+        "-o", "HashKnownHosts=no",
+        "-o", "ServerAliveInterval=30",
+        "-o", "ServerAliveCountMax=4",
+        "-o", "ConnectTimeout=20",
+        "-p", str(target.ssh_port),
+        "-l", access.user,
+    ]
+    for spec in forwards:
+        argv += ["-L", spec]
+    argv.append(target.ssh_host)
+    if command:
+        # ssh joins its arguments with spaces for the remote shell: as with exec, one argument is a shell
+        # line, several are an argv quoted one by one so that they arrive as given.
+        argv += ["--", command_text(command[0] if len(command) == 1 else list(command))]
+    return argv

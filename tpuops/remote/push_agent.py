@@ -271,7 +271,13 @@ def serve(payload, trees, host, token, seconds):
             finally:
                 self.shutdown_request(request)
 
-    server = Server((host, 0), Handler)
+    try:
+        server = Server((host, 0), Handler)
+    except OSError:
+        # This worker cannot serve on that address: say so, the client copies to the others directly.
+        print(json.dumps({"serving": None}), flush=True)
+        os.unlink(payload)
+        return
     served = os.path.join(trees, f".payload-serving-{os.getpid()}")
     os.rename(payload, served)
     payload = served

@@ -46,6 +46,8 @@ AGENT_SOURCE = (Path(__file__).with_name("push_agent.py")).read_text()
 RELAY_SERVE_SECONDS = 600  # how long the relay worker serves at most (it stops as soon as all fetched)
 RELAY_WAIT_SECONDS = 120  # how long the others wait for the relay to be ready before falling back
 HASH_CHUNK = 1024 * 1024
+# Below this a direct copy to each worker is quicker than starting a relay, and N copies cost little.
+RELAY_MIN_BYTES = 256 * 1024
 
 EXIT_BASE_UNUSABLE = 3
 EXIT_NOT_OURS = 4
@@ -283,6 +285,7 @@ class _Pusher:
     cache_dir: Path
     relay_hosts: Mapping[str, str]  # worker name -> address the other workers can reach it at
     max_parallel: int
+    relay_min_bytes: int
     outcomes: dict[str, WorkerPush] = field(default_factory=dict)
     payload_bytes: int = 0
     changed_files: int = 0
@@ -331,7 +334,7 @@ class _Pusher:
             self.changed_files = max(self.changed_files, payload.files)
         try:
             seed_host = self.relay_hosts.get(runners[0].name)
-            if len(runners) > 1 and seed_host:
+            if len(runners) > 1 and seed_host and payload.size >= self.relay_min_bytes:
                 self._relay(runners, base, payload, seed_host)
             else:
                 run_each(runners, lambda r: self._direct(r, base, payload), self.max_parallel)
@@ -367,8 +370,10 @@ class _Pusher:
 
         def watch(worker: str, stream: str, line: str) -> None:
             if stream == "stdout" and line.startswith('{"serving"'):
-                port.append(int(json.loads(line)["serving"]))
-                ready.set()
+                served_on = json.loads(line)["serving"]
+                if served_on is not None:
+                    port.append(int(served_on))
+                ready.set()  # with no port, the others get direct copies
 
         def run_seed() -> None:
             args = [*self._apply_args(base), "--serve", seed_host, token, str(RELAY_SERVE_SECONDS)]
@@ -437,11 +442,13 @@ def push_tree(
     cache_dir: Path,
     relay_hosts: Mapping[str, str] | None = None,
     max_parallel: int = DEFAULT_MAX_PARALLEL,
+    relay_min_bytes: int = RELAY_MIN_BYTES,
 ) -> PushResult:
     """Make `dest` on every worker hold exactly the (filtered) tree at `source`, sending changed bytes once.
 
     `relay_hosts` maps worker names to addresses the other workers reach them at (internal IPs); without
-    it every worker gets a direct copy. `cache_dir` keeps manifests and file hashes between pushes.
+    it (or for payloads under `relay_min_bytes`, where a direct copy costs less than starting a relay) every
+    worker gets a direct copy. `cache_dir` keeps manifests and file hashes between pushes.
     Runners are left open (the caller closes them). Errors are per worker, in the result.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -453,7 +460,7 @@ def push_tree(
         _write_json(hash_cache_path, hash_cache)
     (cache_dir / f"{manifest.tree_id}.json").write_text(manifest.text)
 
-    pusher = _Pusher(source, dest, manifest, cache_dir, relay_hosts or {}, max_parallel)
+    pusher = _Pusher(source, dest, manifest, cache_dir, relay_hosts or {}, max_parallel, relay_min_bytes)
     started = time.monotonic()
     trees = pusher.current_trees(runners)
     groups: dict[str | None, list[Runner]] = {}
