@@ -12,6 +12,7 @@ from tpuops.cli.errors import render_error
 
 # Each module registers its commands on `app` when imported (one decorated function per command).
 from tpuops.cli import spec_cmds  # noqa: F401,E402  isort: skip
+from tpuops.cli import cluster  # noqa: F401,E402  isort: skip
 from tpuops.cli import remote  # noqa: F401,E402  isort: skip
 from tpuops.cli import logs  # noqa: F401,E402  isort: skip
 

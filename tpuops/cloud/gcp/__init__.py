@@ -19,14 +19,14 @@ def make_cloud(env: Mapping[str, str], project: str) -> Cloud:
     endpoints = clients.Endpoints.from_env(env)
     creds = clients.credentials(endpoints)
     timing = Timing.from_env(env)
-    tpu_vms = TpuVmApi(clients.tpu_v2_client(endpoints, creds), project, timing)
-    compute = ComputeApi(*clients.compute_clients(endpoints, creds), project, timing)
+    tpu_vms = TpuVmApi(lambda: clients.tpu_v2_client(endpoints, creds), project, timing)
+    compute = ComputeApi(lambda: clients.compute_clients(endpoints, creds), project, timing)
     return Cloud(
         project=project,
         tpus=tpu_vms,
         queued=tpu_vms,
         vms=compute,
-        storage=GcsApi(clients.storage_client(endpoints, creds, project), timing),
+        storage=GcsApi(lambda: clients.storage_client(endpoints, creds, project), timing),
         projects=compute,
-        tpu_nodes=TpuNodeApi(clients.tpu_v1_client(endpoints, creds), project, timing),
+        tpu_nodes=TpuNodeApi(lambda: clients.tpu_v1_client(endpoints, creds), project, timing),
     )

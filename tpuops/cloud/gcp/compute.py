@@ -6,6 +6,8 @@ own operations client and would ignore a custom endpoint.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from tpuops.cloud.base import HostKey, Vm, VmRequest
@@ -20,12 +22,26 @@ TRANSIENT_OPERATION_CODES = frozenset({429, 500, 502, 503, 504})
 class ComputeApi:
     """VmApi and ProjectApi over compute_v1's InstancesClient, ZoneOperationsClient and ProjectsClient."""
 
-    def __init__(self, instances: Any, operations: Any, projects: Any, project: str, timing: Timing) -> None:
-        self.instances = instances
-        self.operations = operations
-        self.projects = projects
+    def __init__(self, make_clients: Callable[[], tuple[Any, Any, Any]], project: str, timing: Timing) -> None:
+        self._make_clients = make_clients
         self.project = project
         self.timing = timing
+
+    @functools.cached_property
+    def _clients(self) -> tuple[Any, Any, Any]:
+        return self._make_clients()  # built on first use: compute_v1 alone costs over a second to import
+
+    @property
+    def instances(self) -> Any:
+        return self._clients[0]
+
+    @property
+    def operations(self) -> Any:
+        return self._clients[1]
+
+    @property
+    def projects(self) -> Any:
+        return self._clients[2]
 
     def default_service_account(self) -> str:
         info = self.timing.call(lambda: self.projects.get(project=self.project), "read project", API)

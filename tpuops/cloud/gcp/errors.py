@@ -8,6 +8,7 @@ what is wrong.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 from tpuops.errors import CapacityError, CloudError, TpuopsError, TransientError
@@ -38,7 +39,7 @@ def translate(err: BaseException, what: str, api: str, from_operation: bool = Fa
             return CapacityError(f"{what}: no capacity: {message}", "try another zone or --wait-for-capacity")
         if code in TRANSIENT_HTTP or grpc_code in TRANSIENT_GRPC or isinstance(err, gexc.DeadlineExceeded):
             return TransientError(f"{what}: {message}", "the API is busy or unavailable; try again")
-        if isinstance(err, gexc.PermissionDenied):
+        if isinstance(err, gexc.Forbidden):
             return _permission_error(what, api, message)
         if isinstance(err, gexc.Unauthenticated):
             return CloudError(f"{what}: not authenticated: {message}", "run `gcloud auth application-default login`")
@@ -80,7 +81,9 @@ def _grpc_code(err: BaseException) -> int | None:
 
 def _message(err: BaseException) -> str:
     message = getattr(err, "message", None) or str(err) or type(err).__name__
-    return " ".join(str(message).split())
+    # REST errors start with "POST https://...?...: "; the URL says nothing the user can act on.
+    message = re.sub(r"^(GET|POST|PUT|PATCH|DELETE) \S+: ", "", str(message))
+    return " ".join(message.split())
 
 
 def _is_connection_error(err: BaseException) -> bool:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tpuops.cloud.base import Bucket
@@ -13,9 +14,13 @@ API = "storage"
 
 
 class GcsApi:
-    def __init__(self, client: Any, timing: Timing) -> None:
-        self.client = client
+    def __init__(self, make_client: Callable[[], Any], timing: Timing) -> None:
+        self._make_client = make_client
         self.timing = timing
+
+    @functools.cached_property
+    def client(self) -> Any:
+        return self._make_client()  # built on first use: importing a Google client costs a second or more
 
     def get_bucket(self, name: str) -> Bucket | None:
         found = self.timing.call(lambda: self.client.lookup_bucket(name), f"get bucket {name}", API)

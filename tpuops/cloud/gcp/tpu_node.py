@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from tpuops.cloud.base import HostKey, TpuNode, TpuRequest, Worker
@@ -14,10 +16,14 @@ API = "tpu"
 class TpuNodeApi:
     """TpuApi for mode node. Nodes have no SSH of their own: host keys come from the client VM."""
 
-    def __init__(self, client: Any, project: str, timing: Timing) -> None:
-        self.client = client
+    def __init__(self, make_client: Callable[[], Any], project: str, timing: Timing) -> None:
+        self._make_client = make_client
         self.project = project
         self.timing = timing
+
+    @functools.cached_property
+    def client(self) -> Any:
+        return self._make_client()  # built on first use: importing a Google client costs a second or more
 
     def get_node(self, zone: str, name: str) -> TpuNode | None:
         from google.api_core import exceptions as gexc

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from tpuops.cloud.base import HostKey, QueuedResource, TpuNode, TpuRequest, Worker
@@ -16,10 +18,14 @@ FAILED_QUEUED = ("FAILED", "SUSPENDED")
 class TpuVmApi:
     """TpuApi for TPU VMs (mode vm) and QueuedResourceApi, over one tpu_v2.TpuClient."""
 
-    def __init__(self, client: Any, project: str, timing: Timing) -> None:
-        self.client = client
+    def __init__(self, make_client: Callable[[], Any], project: str, timing: Timing) -> None:
+        self._make_client = make_client
         self.project = project
         self.timing = timing
+
+    @functools.cached_property
+    def client(self) -> Any:
+        return self._make_client()  # built on first use: importing a Google client costs a second or more
 
     # ---------------------------------------------------------------------------------------- nodes
     def get_node(self, zone: str, name: str) -> TpuNode | None:
