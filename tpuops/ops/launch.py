@@ -19,7 +19,7 @@ from tpuops import catalog
 from tpuops.cloud.local import local_path_for
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, worker_name
+from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push, worker_name
 from tpuops.remote.base import LineHandler, Runner, RunResult
 from tpuops.remote.fanout import run_each
 from tpuops.remote.scripts import script_command
@@ -85,16 +85,13 @@ StepHandler = Callable[[Step], None]
 
 
 def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOptions(), *,
-           on_line: LineHandler | None = None, on_step: StepHandler | None = None,
-           push: Callable[[], object] | None = None) -> LaunchReport:
+               on_line: LineHandler | None = None, on_step: StepHandler | None = None) -> LaunchReport:
     """Push, setup, free the TPU, start detached everywhere; returns as soon as every worker has started."""
     access = cluster_access(ctx, name, need_spec=True)
     spec = access.spec
     assert spec is not None
     if spec.trainer is None and options.command is None:
         raise UsageError(f"the spec of '{access.state.name}' has no trainer", "add trainer: {framework, command}")
-    if push is not None:
-        push()
     steps: list[Step] = []
 
     def record(step: Step) -> Step:
@@ -102,6 +99,9 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
         if on_step:
             on_step(step)
         return step
+
+    if not record(_push(ctx, access, options)).ok:
+        return LaunchReport(access.state.name, None, tuple(steps))
 
     runners = make_runners(access, access.workers)
     try:
@@ -131,6 +131,14 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
     finally:
         for runner in runners:
             runner.close()
+
+
+def _push(ctx: Context, access: ClusterAccess, options: LaunchOptions) -> Step:
+    report = push(ctx, access.state.name, data=options.push_data, max_parallel=options.max_parallel)
+    results = [RunResult(w.worker, 0 if w.ok else None, w.duration, w.error)
+               for tree in report.trees for w in tree.workers]
+    results += [RunResult(f"upload {u.url}", 0 if u.ok else None, 0.0, u.error) for u in report.uploads]
+    return Step("push", tuple(results))
 
 
 def new_run_id() -> str:

@@ -1,0 +1,135 @@
+"""`tpuops run SPEC`: up, launch, follow the workers' output and the TensorBoard scalars until the run ends,
+then a summary; with `down=True` everything is torn down afterwards, also after a failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tpuops.context import Context
+from tpuops.logs.events import ScalarPoint
+from tpuops.logs.tail import latest_values
+from tpuops.ops import down as down_ops
+from tpuops.ops import launch as launch_ops
+from tpuops.ops import up as up_ops
+from tpuops.ops.logs import LogsRequest, open_source
+from tpuops.remote.base import LineHandler, RunResult
+
+SCALAR_POLL_SECONDS = 2.0
+Phase = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    cluster: str
+    run_id: str | None
+    duration: float
+    workers: tuple[RunResult, ...] = ()
+    last_scalars: dict[tuple[str, str], ScalarPoint] = field(default_factory=dict)
+    failed_step: launch_ops.Step | None = None
+    torn_down: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.failed_step is not None or self.run_id is None:
+            return 1
+        return launch_ops.worst_exit_code(self.workers) if self.workers else 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "cluster": self.cluster, "run_id": self.run_id, "duration": round(self.duration, 1),
+            "exit_code": self.exit_code, "torn_down": self.torn_down,
+            "workers": [r.as_dict() for r in self.workers],
+            "failed_step": None if self.failed_step is None else {
+                "name": self.failed_step.name, "failures": self.failed_step.failures()},
+            "scalars": [{"run": p.run, "tag": p.tag, "step": p.step, "value": p.value}
+                        for p in self.last_scalars.values()],
+        }
+
+
+def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach: bool = False,
+             wait_for_capacity: float = 0.0, on_line: LineHandler | None = None,
+             on_points: Callable[[list[ScalarPoint]], None] | None = None,
+             on_phase: Phase | None = None, on_step: launch_ops.StepHandler | None = None) -> RunSummary:
+    phase = on_phase or (lambda text: None)
+    started = time.monotonic()
+    cluster: str | None = None
+    try:
+        phase("up")
+        result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity)
+        cluster = result.cluster
+        phase("launch")
+        report = launch_ops.launch_run(ctx, cluster, launch_ops.LaunchOptions(), on_line=on_line, on_step=on_step)
+        if not report.ok:
+            failed = next(step for step in report.steps if not step.ok)
+            return RunSummary(cluster, None, time.monotonic() - started, failed_step=failed, torn_down=down)
+        if detach:
+            return RunSummary(cluster, report.run_id, time.monotonic() - started)
+        phase("follow")
+        workers, scalars = _follow_run(ctx, cluster, report.run_id, on_line, on_points)
+        return RunSummary(cluster, report.run_id, time.monotonic() - started, workers, latest_values(scalars),
+                          torn_down=down)
+    finally:
+        if down and cluster is not None:
+            phase("down")
+            plan, cloud = down_ops.find(ctx, cluster, delete_bucket=False)
+            down_ops.execute(ctx, plan, cloud)
+
+
+def _follow_run(ctx: Context, cluster: str, run_id: str | None, on_line: LineHandler | None,
+                on_points: Callable[[list[ScalarPoint]], None] | None) -> tuple[tuple[RunResult, ...],
+                                                                              list[ScalarPoint]]:
+    """The workers' output (one thread) and the scalars (this thread) until every worker's trainer ended."""
+    outcome: list[launch_ops.Step] = []
+    errors: list[BaseException] = []
+
+    def follow_workers() -> None:
+        try:
+            outcome.append(launch_ops.follow(ctx, cluster, run_id, on_line=on_line))
+        except BaseException as err:  # noqa: BLE001  re-raised in the caller's thread
+            errors.append(err)
+
+    thread = threading.Thread(target=follow_workers, name="tpuops-follow", daemon=True)
+    thread.start()
+    scalars = ScalarFollower(ctx, cluster, on_points)
+    while thread.is_alive():
+        scalars.poll()
+        thread.join(timeout=SCALAR_POLL_SECONDS)
+    scalars.poll()  # what the trainer wrote last
+    if errors:
+        raise errors[0]
+    return outcome[0].results, scalars.points
+
+
+class ScalarFollower:
+    """Polls the cluster's TensorBoard logdir; silent until the trainer has created it."""
+
+    def __init__(self, ctx: Context, cluster: str, on_points: Callable[[list[ScalarPoint]], None] | None) -> None:
+        self.ctx, self.cluster, self.on_points = ctx, cluster, on_points
+        self.points: list[ScalarPoint] = []
+        self._source = None
+
+    def poll(self) -> None:
+        from tpuops.errors import TpuopsError
+
+        try:
+            if self._source is None:
+                self._source = open_source(self.ctx, logs_request(self.ctx, self.cluster), warn=lambda text: None)
+            new = self._source.poll()
+        except TpuopsError:
+            return  # no logdir yet, or a passing error: the next poll tries again
+        self.points.extend(new)
+        if new and self.on_points:
+            self.on_points(new)
+
+
+def logs_request(ctx: Context, cluster: str) -> LogsRequest:
+    from tpuops.ops.logs import resolve_logdir
+
+    state = ctx.store.require(cluster)
+    local = ctx.local_root / "buckets" if state.provider == "local" else None
+    return LogsRequest(logdir=resolve_logdir(ctx, cluster, None), local_buckets=local)
