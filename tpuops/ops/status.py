@@ -86,7 +86,8 @@ def live_status(cloud: Cloud, record: ResourceRecord, mode: TpuMode):  # noqa: A
         granted = cloud.storage.get_bucket(record.name) is not None and member in cloud.storage.bucket_members(
             record.name, IAM_ROLE
         )
-        return ResourceStatus("iam", record.name, None, "GRANTED" if granted else "MISSING", f"{IAM_ROLE} {member}"), None
+        state = "GRANTED" if granted else "MISSING"
+        return ResourceStatus("iam", record.name, None, state, f"{IAM_ROLE} {member}"), None
     if record.kind == "client_vm":
         vm = cloud.vms.get_vm(zone, record.name)
         if vm is None:

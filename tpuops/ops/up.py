@@ -254,11 +254,11 @@ class UpRun:
             for zone in zones:
                 try:
                     return self.create_tpu_in(action, zone)
-                except CapacityError:
-                    failures.append(zone)
+                except CapacityError as err:
+                    failures.append(f"{zone}: {err.message}")
                     self.progress(action.kind, action.name, f"no capacity in {zone}")
             raise CapacityError(
-                f"no capacity for {self.spec.tpu.type} in {', '.join(failures)}",
+                f"no capacity for {self.spec.tpu.type} ({'; '.join(failures)})",
                 "rerun with --wait-for-capacity 2h to keep trying, or add zones in the region to tpu.zones",
             )
 
@@ -273,7 +273,13 @@ class UpRun:
         self.progress(action.kind, action.name, f"creating in {zone}")
         if action.kind == "queued_resource":
             wait_seconds = self.wait_for_capacity or self.operation_timeout
-            self.cloud.queued.create_queued(action.name, request, wait_seconds)
+            try:
+                self.cloud.queued.create_queued(action.name, request, wait_seconds)
+            except CapacityError:
+                # A FAILED queued resource keeps holding quota: delete it before trying elsewhere or later.
+                self.progress(action.kind, action.name, f"failed in {zone}: deleting it")
+                self.cloud.queued.delete_queued(zone, action.name)
+                raise
             node = self.wait_node_ready(zone, request.name)
         else:
             node = self.cloud.tpu_api(self.spec.tpu.mode).create_node(request)
@@ -325,6 +331,7 @@ class UpRun:
             subnetwork=tpu.subnetwork,
             labels=self.spec.resource_labels,
             ssh_keys=self.ssh_keys if tpu.mode == "vm" else None,
+            workers=tpu.workers if self.spec.provider == "local" else None,
         )
 
     # ------------------------------------------------------------------------------------ client VM
@@ -362,7 +369,7 @@ class UpRun:
         assert node is not None
         if self.spec.tpu.mode == "node":
             vm = self.cloud.vms.get_vm(node.zone, client_vm_name(self.spec)) if self.spec.client_vm else None
-            hosts = [] if vm is None else [(0, vm.internal_ip or "", vm.external_ip)]
+            hosts = [] if vm is None else [(0, vm.internal_ip or "", vm.external_ip, None)]
             host_keys = self.cloud.vms.host_keys(vm.zone, vm.name) if vm is not None else []
             endpoints = ",".join(f"{w.internal_ip}:8470" for w in node.workers)
             kind = "queued_resource" if self.spec.tpu.queued else "tpu"
@@ -371,13 +378,19 @@ class UpRun:
                 if record is not None:
                     record.detail = {**record.detail, "tpu_endpoints": endpoints}
         else:
-            hosts = [(w.index, w.internal_ip, w.external_ip) for w in node.workers]
+            hosts = [(w.index, w.internal_ip, w.external_ip, w.home) for w in node.workers]
             host_keys = self.cloud.tpus.host_keys(node.zone, node.name)
         workers = tuple(
             WorkerRecord(
-                index=i, internal_ip=internal, external_ip=external, ssh_host=external or internal, ssh_port=port
+                index=i,
+                internal_ip=internal,
+                external_ip=external,
+                ssh_host=external or internal,
+                ssh_port=port,
+                home=home,
+                role="client_vm" if self.spec.tpu.mode == "node" else "tpu",
             )
-            for i, internal, external in hosts
+            for i, internal, external, home in hosts
         )
         directory = self.ctx.store.cluster_dir(self.spec.name)
         by_index = {w.index: w for w in workers}
