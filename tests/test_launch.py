@@ -63,7 +63,7 @@ def make_cluster(sshd: SshdCluster, home: Path, tmp_path: Path, *, name: str = "
         state = json.loads((cluster_dir / "state.json").read_text())
         state["workers"] = [dict(state["workers"][0], role="client_vm")]
         state["resources"] = [{"kind": "tpu", "name": name, "zone": zone, "status": "created",
-                               "detail": {"ip_address": node_ip or "10.1.2.3"}}]
+                               "detail": {"tpu_endpoints": f"{node_ip or '10.1.2.3'}:8470"}}]
         (cluster_dir / "state.json").write_text(json.dumps(state))
     return name
 

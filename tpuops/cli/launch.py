@@ -71,3 +71,65 @@ def _show_step(name: str, results) -> None:  # noqa: ANN001  (Sequence[RunResult
         print_results_table(results)
     else:
         err_console.print(f"{name}: ok on {len(results)} worker(s)")
+
+
+@app.command(name="run")
+def run_(
+    spec: str = typer.Argument(..., help="The spec file."),
+    down: bool = typer.Option(False, "--down", help="Tear everything down afterwards (also after a failure "
+                              "or Ctrl-C); the bucket stays."),
+    detach: bool = typer.Option(False, "--detach", help="Return once the run has started."),
+    wait_for_capacity: str = typer.Option("0", "--wait-for-capacity",
+                                          help="Keep retrying this long when the zone has no capacity."),
+    json_: bool = JSON_OPTION,
+) -> None:
+    """`up`, `launch`, then follow the workers' output and the scalars until the run ends (like `sky launch`)."""
+    from tpuops.cli.cluster import parse_duration
+    from tpuops.context import Context
+    from tpuops.ops.run import run_spec
+
+    printer = None if json_ else LinePrinter()
+    summary = run_spec(
+        Context.from_env(), spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
+        on_line=printer, on_points=None if json_ else _print_points,
+        on_phase=None if json_ else lambda phase: err_console.print(f"[bold]==> {phase}[/]"),
+        on_step=None if json_ else lambda step: _show_step(step.name, step.results),
+    )
+    if json_:
+        print_json(summary.as_dict())
+    else:
+        _print_summary(summary)
+    raise typer.Exit(summary.exit_code)
+
+
+def _print_points(points) -> None:  # noqa: ANN001  (list[ScalarPoint])
+    """One line per run and poll: the newest value of each tag (the trainer's own output says the rest)."""
+    from tpuops.logs.tail import latest_values
+
+    by_run: dict[str, list] = {}
+    for point in latest_values(points).values():
+        by_run.setdefault(point.run or ".", []).append(point)
+    for run, latest in by_run.items():
+        values = " ".join(f"{p.tag}={p.value:.4g}" for p in latest)
+        console.print(f"[scalars] {run} step {max(p.step for p in latest)}: {values}", markup=False)
+
+
+def _print_summary(summary) -> None:  # noqa: ANN001  (RunSummary)
+    from rich.table import Table
+
+    if summary.failed_step is not None:
+        err_console.print(f"[red]{summary.failed_step.name} failed:[/] {'; '.join(summary.failed_step.failures())}")
+        return
+    if not summary.workers:
+        console.print(f"Run {summary.run_id} started on {summary.cluster}; follow it with "
+                      f"`tpuops logs {summary.cluster} -f`, stop it with `tpuops stop {summary.cluster}`.")
+        return
+    console.print(f"\nRun {summary.run_id} on {summary.cluster}: {summary.duration:.1f} s")
+    print_results_table(summary.workers)
+    if summary.last_scalars:
+        table = Table(box=None, pad_edge=False, header_style="bold", title="last scalars", title_justify="left")
+        for column in ("run", "tag", "step", "value"):
+            table.add_column(column)
+        for point in summary.last_scalars.values():
+            table.add_row(point.run or ".", point.tag, str(point.step), f"{point.value:.6g}")
+        console.print(table)

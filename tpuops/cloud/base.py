@@ -32,6 +32,7 @@ class Worker:
     index: int
     internal_ip: str
     external_ip: str | None = None
+    home: str | None = None  # provider local only: the directory standing for this host's home
 
 
 @dataclass(frozen=True)

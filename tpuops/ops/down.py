@@ -181,6 +181,8 @@ class Finder:
 
 
 def zones_to_search(state: ClusterState | None, spec: Spec | None) -> list[str]:
+    if (state and state.provider == "local") or (spec and spec.provider == "local"):
+        return ["local"]  # the local provider has one "zone": this machine
     zones: list[str | None] = []
     if state is not None:
         zones += [state.zone, *(r.zone for r in state.resources)]

@@ -216,7 +216,8 @@ def framework_env(access: ClusterAccess, spec: Spec) -> dict[str, str]:
 
 def _node_ip(access: ClusterAccess) -> str:
     tpu = access.state.resource("tpu")
-    ip = tpu.detail.get("ip_address") if tpu else None
+    endpoints = tpu.detail.get("tpu_endpoints", "") if tpu else ""  # "IP:8470,..." as `up` recorded them
+    ip = endpoints.split(",")[0].rpartition(":")[0]
     if not ip:
         raise UsageError(f"the TPU Node of '{access.state.name}' has no recorded IP address",
                          "run `tpuops up SPEC` again to refresh the cluster's state")

@@ -86,7 +86,8 @@ class LocalProvider:
         return []  # local workers are not reached over SSH
 
     def _node(self, record: dict) -> TpuNode:
-        workers = tuple(Worker(index, LOOPBACK) for index in range(record["workers"]))
+        workers = tuple(Worker(index, LOOPBACK, None, str(self.worker_home(record["name"], index)))
+                        for index in range(record["workers"]))
         return TpuNode(name=record["name"], zone=record["zone"], accelerator_type=record["accelerator_type"],
                        state=record["state"], mode=record["mode"], health="HEALTHY", runtime=record["runtime"],
                        workers=workers, service_account=None, labels=record["labels"])
