@@ -285,3 +285,23 @@ def test_a_failing_file_read_does_not_hide_the_others(tmp_path: Path) -> None:
 def test_tail_of_a_missing_directory_finds_nothing(tmp_path: Path) -> None:
     tail = Tail(DirBlobStore(tmp_path / "not-yet"))
     assert tail.poll() == [] and tail.last.files == 0
+
+
+def test_large_growth_is_read_in_bounded_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tpuops.logs.tail as tail_module
+
+    monkeypatch.setattr(tail_module, "READ_CHUNK", 7)  # every record straddles several range reads
+    data = framed(*(simple_event(s, {"loss": float(s)}) for s in range(20)))
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / event_file_name()).write_bytes(data)
+
+    class Ranges(CountingStore):
+        widest = 0
+
+        def read_range(self, name: str, start: int, end: int) -> bytes:
+            Ranges.widest = max(Ranges.widest, end - start)
+            return super().read_range(name, start, end)
+
+    store = Ranges(DirBlobStore(tmp_path))
+    assert [p.step for p in Tail(store).poll()] == list(range(20))
+    assert store.bytes_read == len(data) and Ranges.widest == 7

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tensorboard.compat.proto import event_pb2
 
 SCALARS_PLUGIN = "scalars"
+_parse_event = event_pb2.Event.FromString
 
 # DataType enum value -> (struct format of one element in tensor_content, the TensorProto *_val field).
 _DTYPES: dict[int, tuple[str, str]] = {
@@ -38,8 +38,10 @@ _DT_BFLOAT16 = 14
 _DT_HALF = 19
 
 
-@dataclass(frozen=True, slots=True)
-class ScalarPoint:
+class ScalarPoint(NamedTuple):
+    """One scalar. A NamedTuple rather than a frozen dataclass: as immutable, and built five times faster,
+    which matters at hundreds of thousands of points per read."""
+
     run: str
     tag: str
     step: int
@@ -59,18 +61,19 @@ class ScalarDecoder:
         self._plugin_of_tag: dict[str, str] = {}
 
     def decode(self, record: bytes) -> list[ScalarPoint]:
-        event = event_pb2.Event.FromString(record)
-        if event.WhichOneof("what") != "summary":
+        event = _parse_event(record)
+        if not event.HasField("summary"):
             return []  # file_version, graph_def, session_log, ...
         points: list[ScalarPoint] = []
+        step, wall_time, run = event.step, event.wall_time, self.run
         for value in event.summary.value:
             kind = value.WhichOneof("value")
             if kind == "simple_value":
-                points.append(ScalarPoint(self.run, value.tag, event.step, value.simple_value, event.wall_time))
+                points.append(ScalarPoint(run, value.tag, step, value.simple_value, wall_time))
             elif kind == "tensor":
                 scalar = self._tensor_scalar(value)
                 if scalar is not None:
-                    points.append(ScalarPoint(self.run, value.tag, event.step, scalar, event.wall_time))
+                    points.append(ScalarPoint(run, value.tag, step, scalar, wall_time))
         return points
 
     def _tensor_scalar(self, value: Any) -> float | None:

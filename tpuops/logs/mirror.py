@@ -14,7 +14,7 @@ from pathlib import Path
 from tpuops.cloud.blobs import BlobInfo, BlobNotFound, BlobStore, DirBlobStore
 from tpuops.errors import TpuopsError
 from tpuops.logs.events import ScalarPoint
-from tpuops.logs.tail import PollStats, Tail, Warn, compile_filter, is_event_file, run_of
+from tpuops.logs.tail import READ_CHUNK, PollStats, Tail, Warn, compile_filter, is_event_file, run_of
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +46,25 @@ class Mirror:
             have = 0
         if info.size == have:
             return 0
-        try:
-            data = self.source.read_range(info.name, have, info.size)
-        except BlobNotFound:
-            return 0  # deleted since the listing; the copy stays for TensorBoard
-        except (TpuopsError, OSError) as err:
-            self._warn(f"could not fetch {self.source.url}/{info.name}: {err}; will retry")
-            return 0
+        fetched = 0
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "r+b" if have else "wb") as out:
+            out.truncate(have)
             out.seek(have)
-            out.write(data)
-            out.truncate()
-        return len(data)
+            while have < info.size:  # bounded range reads, appended as they come
+                try:
+                    data = self.source.read_range(info.name, have, min(info.size, have + READ_CHUNK))
+                except BlobNotFound:
+                    break  # deleted since the listing; the copy stays for TensorBoard
+                except (TpuopsError, OSError) as err:
+                    self._warn(f"could not fetch {self.source.url}/{info.name}: {err}; will retry")
+                    break
+                if not data:
+                    break
+                out.write(data)
+                have += len(data)
+                fetched += len(data)
+        return fetched
 
 
 class MirroredTail:

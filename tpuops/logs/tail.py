@@ -26,6 +26,7 @@ from tpuops.logs.tfrecord import RecordReader
 
 log = logging.getLogger(__name__)
 
+READ_CHUNK = 32 << 20  # bytes per range read
 EVENT_FILE_MARK = "tfevents"  # TensorBoard's own test: the basename contains "tfevents"
 
 Warn = Callable[[str], None]
@@ -126,18 +127,25 @@ class Tail:
             self._warn(f"{self._where(info.name)} shrank from {cursor.fetched} to {info.size} bytes "
                        "(replaced?): reading it again from the start")
             cursor = self._cursors[info.name] = _FileCursor(info.name, cursor.run)
-        if info.size == cursor.fetched:
-            return 0
-        try:
-            data = self.store.read_range(info.name, cursor.fetched, info.size)
-        except BlobNotFound:
-            del self._cursors[info.name]  # deleted since the listing
-            return 0
-        except (TpuopsError, OSError) as err:
-            # One unreadable file must not hide the others: keep its offset and try again next poll.
-            self._warn(f"could not read {self._where(info.name)}: {err}; will retry")
-            return 0
-        cursor.fetched += len(data)
+        fetched = 0
+        while cursor.fetched < info.size:  # in bounded range reads: a 2 GB file must not need 2 GB of memory
+            try:
+                data = self.store.read_range(info.name, cursor.fetched, min(info.size, cursor.fetched + READ_CHUNK))
+            except BlobNotFound:
+                del self._cursors[info.name]  # deleted since the listing
+                break
+            except (TpuopsError, OSError) as err:
+                # One unreadable file must not hide the others: keep its offset and try again next poll.
+                self._warn(f"could not read {self._where(info.name)}: {err}; will retry")
+                break
+            if not data:
+                break  # shorter than listed (replaced meanwhile): the next listing tells
+            cursor.fetched += len(data)
+            fetched += len(data)
+            self._decode(cursor, data, points)
+        return fetched
+
+    def _decode(self, cursor: _FileCursor, data: bytes, points: list[ScalarPoint]) -> None:
         decoder = self._decoders.get(cursor.run)
         if decoder is None:
             decoder = self._decoders[cursor.run] = ScalarDecoder(cursor.run)
@@ -145,12 +153,11 @@ class Tail:
             try:
                 points.extend(decoder.decode(record))
             except Exception as err:  # noqa: BLE001  protobuf DecodeError: a valid frame holding junk
-                self._warn(f"skipping undecodable event in {self._where(info.name)}: {err}")
+                self._warn(f"skipping undecodable event in {self._where(cursor.name)}: {err}")
         for corruption in cursor.reader.corruptions:
-            self._warn(f"skipping corrupt record in {self._where(info.name)} at offset {corruption.offset} "
+            self._warn(f"skipping corrupt record in {self._where(cursor.name)} at offset {corruption.offset} "
                        f"({corruption.reason})")
         cursor.reader.corruptions.clear()
-        return len(data)
 
     def _filtered(self, points: list[ScalarPoint]) -> list[ScalarPoint]:
         if self._tag_re is None and self._since is None:

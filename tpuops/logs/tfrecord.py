@@ -63,13 +63,16 @@ class RecordReader:
         """Add the next bytes of the file; return the complete, valid records they finish."""
         buf = self._pending + data if self._pending else data
         records: list[bytes] = []
-        pos = 0
-        size = len(buf)
+        append = records.append
+        crc = google_crc32c.value  # the hot loop: locals, and the CRC masking inlined (see masked_crc32c)
         unpack_header = _HEADER.unpack_from
         unpack_footer = _FOOTER.unpack_from
+        pos = 0
+        size = len(buf)
         while size - pos >= HEADER_SIZE:
             length, length_crc = unpack_header(buf, pos)
-            if masked_crc32c(buf[pos:pos + 8]) != length_crc:
+            value = crc(buf[pos:pos + 8])
+            if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != length_crc:
                 self._corrupt(pos, "bad length CRC")
                 pos += 1  # no length to trust: look for the next valid header
                 continue
@@ -78,7 +81,8 @@ class RecordReader:
             if size < data_end + FOOTER_SIZE:
                 break  # being written: wait for the rest
             record = buf[data_start:data_end]
-            if masked_crc32c(record) != unpack_footer(buf, data_end)[0]:
+            value = crc(record)
+            if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != unpack_footer(buf, data_end)[0]:
                 if self._resyncing:
                     pos += 1  # a header that only looked valid while scanning: keep scanning
                     continue
@@ -86,7 +90,7 @@ class RecordReader:
                 pos = data_end + FOOTER_SIZE
                 continue
             self._resyncing = False
-            records.append(record)
+            append(record)
             pos = data_end + FOOTER_SIZE
         self._pending = buf[pos:]
         self.offset += pos
