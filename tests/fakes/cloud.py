@@ -47,6 +47,7 @@ class FakeGcp:
             "TPUOPS_POLL_INTERVAL": "0.02",
             "TPUOPS_RETRY_INITIAL": "0.01",
             "TPUOPS_OPERATION_TIMEOUT": "60",
+            "TPUOPS_CAPACITY_BACKOFF": "0.05",
         }
 
     def storage(self):  # -> google.cloud.storage.Client on the emulator (for assertions)

@@ -95,6 +95,7 @@ class ComputeFake:
         ]
 
     def handle(self, request: Request) -> tuple[int, Any]:
+        self.model.operations.advance_due()
         for method, pattern, action in self.routes:
             match = re.match(pattern, request.path)
             if method == request.method and match:

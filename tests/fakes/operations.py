@@ -63,6 +63,14 @@ class Operations:
                 self._finish(operation)
             return operation
 
+    def advance_due(self) -> None:
+        """Finish every operation whose time has come: the cloud works on even when nobody polls."""
+        with self.lock:
+            now = time.monotonic()
+            for operation in list(self._ops.values()):
+                if not operation.done and now >= operation.done_at:
+                    self._finish(operation)
+
     def wait(self, name: str, at_most: float) -> FakeOperation | None:
         """Block until the operation is done or `at_most` seconds passed (Compute's operations.wait)."""
         deadline = time.monotonic() + at_most

@@ -87,6 +87,7 @@ class TpuV1Fake(operations_pb2_grpc.OperationsServicer):
                 time.sleep(fault.latency)
                 if fault.status is not None:
                     context.abort(HTTP_TO_GRPC.get(fault.status, grpc.StatusCode.UNKNOWN), fault.message)
+            self.model.operations.advance_due()
             try:
                 return action(request)
             except OperationFailed as failure:

@@ -33,6 +33,7 @@ class TpuV2Fake:
         ]
 
     def handle(self, request: Request) -> tuple[int, Any]:
+        self.model.operations.advance_due()
         for method, pattern, action in self.routes:
             match = re.match(pattern, request.path)
             if method == request.method and match:

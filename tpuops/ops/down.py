@@ -16,6 +16,7 @@ from tpuops.cloud.base import Cloud, TpuMode
 from tpuops.context import Context
 from tpuops.errors import CloudError
 from tpuops.ops.status import cloud_for_state, labelled, spec_of, tpu_mode
+from tpuops.plan import client_vm_name, queued_resource_name, tpu_name
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
 from tpuops.state import ClusterState
 
@@ -70,6 +71,9 @@ def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = F
         finder.search_zone(zone)
     for record in state.resources if state else []:
         finder.check_recorded(record.kind, record.name, record.zone)
+    if spec is not None and spec.zone:  # names `up` would use, in case state is lost
+        for kind, expected in expected_names(spec):
+            finder.check_recorded(kind, expected, spec.zone)
     bucket_name = bucket_of(state, spec)
     kept = None
     if bucket_name:
@@ -162,8 +166,9 @@ class Finder:
             found = self.cloud.queued.get_queued(zone, name)
         else:
             found = self.cloud.vms.get_vm(zone, name)
-        if found is not None and not labelled(found.labels, self.cluster):
-            self.left_alone.append(f"{kind} {name} in {zone} (no label {CLUSTER_LABEL}={self.cluster})")
+        described = f"{kind} {name} in {zone} (no label {CLUSTER_LABEL}={self.cluster})"
+        if found is not None and not labelled(found.labels, self.cluster) and described not in self.left_alone:
+            self.left_alone.append(described)
 
     def add_bucket(self, name: str, force: bool) -> None:
         bucket = self.cloud.storage.get_bucket(name)
@@ -180,9 +185,12 @@ class Finder:
         self.add(Doomed("bucket", name))
 
 
+def expected_names(spec: Spec) -> list[tuple[str, str]]:
+    names = [("queued_resource", queued_resource_name(spec))] if spec.tpu.queued else [("tpu", tpu_name(spec))]
+    return names + ([("client_vm", client_vm_name(spec))] if spec.client_vm else [])
+
+
 def zones_to_search(state: ClusterState | None, spec: Spec | None) -> list[str]:
-    if (state and state.provider == "local") or (spec and spec.provider == "local"):
-        return ["local"]  # the local provider has one "zone": this machine
     zones: list[str | None] = []
     if state is not None:
         zones += [state.zone, *(r.zone for r in state.resources)]
