@@ -147,7 +147,7 @@ def test_bucket_location_elsewhere_is_allowed(tmp_path: Path) -> None:
 
 def test_local_provider_needs_no_zone(tmp_path: Path) -> None:
     spec = load_spec(write_spec(tmp_path, "name: q\nprovider: local\ntpu: {type: v2-8, workers: 2}\n"))
-    assert spec.zone is None and spec.tpu.workers == 2
+    assert spec.zone == "local" and spec.tpu.workers == 2
 
 
 @pytest.mark.parametrize(("name", "ok"), [("ab", False), ("a" * 64, False), ("my.bucket_1", True),

@@ -19,6 +19,7 @@ NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")
 LABEL_VALUE_RE = re.compile(r"^[-_a-z0-9]{0,63}$")
 CLUSTER_LABEL = "tpuops-cluster"
+LOCAL_ZONE = "local"
 
 
 class Model(BaseModel):
@@ -145,6 +146,14 @@ class Spec(Model):
             if key == CLUSTER_LABEL:
                 raise ValueError(f"label {CLUSTER_LABEL} is set by tpuops itself")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _local_zone(cls, data: Any) -> Any:
+        # The local provider has one zone, this machine; naming it keeps zone-based lookups uniform.
+        if isinstance(data, dict) and data.get("provider") == "local" and not data.get("zone"):
+            return {**data, "zone": LOCAL_ZONE}
+        return data
 
     @model_validator(mode="after")
     def _zone_needed(self) -> Spec:

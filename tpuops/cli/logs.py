@@ -46,7 +46,14 @@ def logs(
     from tpuops.context import Context
     from tpuops.logs.plot import SeriesBook, png_available
     from tpuops.logs.tail import latest_values
-    from tpuops.ops.logs import LogsRequest, follow_points, open_source, read_once, resolve_logdir
+    from tpuops.ops.logs import (
+        LogsRequest,
+        follow_points,
+        local_buckets_for,
+        open_source,
+        read_once,
+        resolve_logdir,
+    )
 
     if until_idle is not None and not follow:
         raise UsageError("--until-idle only applies with --follow", "add -f")
@@ -54,7 +61,8 @@ def logs(
         raise TpuopsError("--png needs matplotlib", "pip install 'tpuops[png]'")
     ctx = Context.from_env()
     location = resolve_logdir(ctx, name, logdir)
-    request = LogsRequest(logdir=location, tag=tag, run=run, since=since, download=download)
+    request = LogsRequest(logdir=location, tag=tag, run=run, since=since, download=download,
+                          local_buckets=local_buckets_for(ctx, name, logdir))
     source = open_source(ctx, request, warn=_warn)
     book = SeriesBook() if (plot or png) else None
     out = _Output(json_output=json_output, plot=plot, png=png, book=book)

@@ -46,6 +46,14 @@ def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
     return location
 
 
+def local_buckets_for(ctx: Context, name: str | None, logdir: str | None) -> Path | None:
+    """For a cluster on the local provider, the directory that stands for gs:// (None otherwise)."""
+    if logdir:
+        return None
+    state = ctx.store.require(_cluster_name(ctx, name))
+    return ctx.local_root / "buckets" if state.provider == "local" else None
+
+
 def _cluster_name(ctx: Context, name: str | None) -> str:
     if name:
         return name

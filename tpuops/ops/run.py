@@ -16,7 +16,7 @@ from tpuops.logs.tail import latest_values
 from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
-from tpuops.ops.logs import LogsRequest, open_source
+from tpuops.ops.logs import LogsRequest, local_buckets_for, open_source, resolve_logdir
 from tpuops.remote.base import LineHandler, RunResult
 
 SCALAR_POLL_SECONDS = 2.0
@@ -128,8 +128,4 @@ class ScalarFollower:
 
 
 def logs_request(ctx: Context, cluster: str) -> LogsRequest:
-    from tpuops.ops.logs import resolve_logdir
-
-    state = ctx.store.require(cluster)
-    local = ctx.local_root / "buckets" if state.provider == "local" else None
-    return LogsRequest(logdir=resolve_logdir(ctx, cluster, None), local_buckets=local)
+    return LogsRequest(logdir=resolve_logdir(ctx, cluster, None), local_buckets=local_buckets_for(ctx, cluster, None))
