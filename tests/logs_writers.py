@@ -8,9 +8,25 @@ import sys
 import types
 from pathlib import Path
 
-# TensorBoard's writer reaches its file API through `tensorboard.compat.tf`, which imports TensorFlow when
-# it is installed (seconds). This marker module makes it use its own stub, as TensorBoard's no-TF build does.
-sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+
+def _use_tensorboards_stub_file_api() -> None:
+    """TensorBoard's writer reaches files through `tensorboard.compat.tf`, which imports TensorFlow when it is
+    installed (seconds). The `notf` marker module (TensorBoard's no-TF build switch) makes that lazy module
+    resolve to TensorBoard's stub; the marker is removed right after, so that `tf.summary` (which checks it
+    again through `tensorboard.compat.tf2`) keeps working for any later test in the session."""
+    marker = "tensorboard.compat.notf"
+    added = marker not in sys.modules
+    sys.modules.setdefault(marker, types.ModuleType(marker))
+    try:
+        from tensorboard.compat import tf
+
+        tf.io  # noqa: B018  resolves the lazy module now (to the stub, unless TensorFlow was loaded first)
+    finally:
+        if added:
+            del sys.modules[marker]
+
+
+_use_tensorboards_stub_file_api()
 
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2  # noqa: E402
 from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
