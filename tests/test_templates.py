@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates"
 CORPUS = ROOT / "examples" / "data" / "quickstart.txt"
@@ -221,3 +223,131 @@ def test_charlm_a_dying_worker_is_named_by_the_others(tmp_path: Path) -> None:
     (_, err0), code0 = results[0]
     assert code1 == 1 and "failing on purpose at step 10" in out1
     assert code0 == 3 and "lost worker 1" in err0
+
+
+# ---------------------------------------------------------------------------------------------- frameworks
+# Small models and few steps: each test is two short runs (train, then resume) on the CPU.
+
+SMALL = ["--dim", "64", "--layers", "1", "--heads", "2", "--batch-size", "8", "--log-every", "5"]
+
+
+def framework_run(trainer: Path, tmp_path: Path, steps: int, logs: str, *extra: str, **env: str):
+    args = [str(trainer), "--data", str(CORPUS), "--steps", str(steps), "--checkpoint-every", "15", *SMALL, *extra]
+    return run(args, trainer_env(tmp_path / "run" / logs, **env), cwd=tmp_path)
+
+
+def check_train_then_resume(
+    trainer: Path, tmp_path: Path, first_extra: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> str:
+    env = env or {}
+    first = framework_run(trainer, tmp_path, 30, "logs", *first_extra, **env)
+    assert "done at step 30" in first.stdout, first.stdout
+    scalars = read_scalars(tmp_path / "run" / "logs")
+    assert {"loss", "learning_rate", "tokens_per_sec"} <= set(scalars), scalars.keys()
+    assert_loss_went_down(scalars["loss"], margin=0.3)
+
+    second = framework_run(trainer, tmp_path, 40, "logs2", "--checkpoint-dir", str(tmp_path / "run" / "checkpoints"),
+                           TPUOPS_RESUME="1", TPUOPS_RESTART="1", **env)  # fmt: skip
+    assert "resumed from step 30" in second.stdout, second.stdout
+    assert "done at step 40" in second.stdout
+    resumed = read_scalars(tmp_path / "run" / "logs2")["loss"]
+    assert resumed[0][0] > 30, resumed
+    assert resumed[0][1] < scalars["loss"][0][1] - 0.3, "the resumed run started from scratch"
+    return first.stdout
+
+
+@pytest.mark.heavy
+def test_tensorflow_template_trains_with_xla_and_resumes(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    check_train_then_resume(TEMPLATES / "tensorflow" / "train.py", tmp_path, ("--check-xla",))
+
+
+@pytest.mark.heavy
+def test_tensorflow_template_pads_batches_to_multiples_of_64(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    code = f"""
+import sys; sys.path.insert(0, {str(TEMPLATES / "tensorflow")!r})
+import train
+examples = train.read_examples([{str(CORPUS)!r}], 128)
+lengths = {{len(e) for e in examples}}
+assert min(lengths) < 64 < max(lengths), lengths  # real variety, so the padding matters
+shapes = set()
+for inputs, labels, weights in train.make_dataset(examples, 8, 0.15, 0).take(40):
+    shapes.add(int(inputs.shape[1]))
+    assert float(weights.numpy().sum()) > 0
+    assert bool(((weights.numpy() == 0) | (labels.numpy() != train.PAD)).all())  # padding never in the loss
+print(sorted(shapes))
+"""
+    proc = run(["-c", code], trainer_env(tmp_path / "logs"), cwd=tmp_path)
+    shapes = eval(proc.stdout.strip().splitlines()[-1])
+    assert set(shapes) <= {64, 128} and shapes, shapes
+
+
+@pytest.mark.heavy
+def test_tensorflow_template_idles_on_workers_other_than_0(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    env = trainer_env(tmp_path / "logs", 1, 4)
+    proc = run([str(TEMPLATES / "tensorflow" / "train.py"), "--data", str(CORPUS)], env, cwd=tmp_path)
+    assert "nothing to do here" in proc.stdout
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.heavy
+def test_pytorch_template_trains_on_cpu_and_resumes(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    check_train_then_resume(TEMPLATES / "pytorch_xla" / "train.py", tmp_path)
+
+
+@pytest.mark.heavy
+def test_jax_template_trains_on_two_devices_and_resumes(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    # Two CPU devices: the batch is really sharded and the gradients all-reduced, as over TPU cores.
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    output = check_train_then_resume(TEMPLATES / "jax" / "train.py", tmp_path, env=env)
+    assert "2 cpu device(s)" in output
+
+
+def run_workers(args: list[str], tmp_path: Path, workers: int = 2) -> list[str]:
+    """Start `workers` processes of one run on loopback, wait for all (bounded), return their stdout."""
+    coordinator = f"127.0.0.1:{free_port()}"
+    procs = [
+        subprocess.Popen([sys.executable, *args], cwd=tmp_path, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=trainer_env(tmp_path / "logs", worker_id, workers, TPUOPS_COORDINATOR=coordinator))
+        for worker_id in range(workers)
+    ]  # fmt: skip
+    outputs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=TIMEOUT)
+            assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{err[-3000:]}"
+            outputs.append(out)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    return outputs
+
+
+def final_loss(output: str) -> str:
+    return re.findall(r"step \d+/\d+ loss (\S+)", output)[-1]
+
+
+@pytest.mark.heavy
+def test_jax_template_two_processes_join_with_jax_distributed(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    args = [str(TEMPLATES / "jax" / "train.py"), "--data", str(CORPUS), "--steps", "10", *SMALL]
+    outputs = run_workers(args, tmp_path)
+    assert "process 0/2" in outputs[0] and "process 1/2" in outputs[1]
+    # One program over both processes: the loss (a global mean) is the same number on both.
+    assert final_loss(outputs[0]) == final_loss(outputs[1])
+
+
+@pytest.mark.heavy
+def test_pytorch_template_two_workers_average_gradients_over_gloo(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    args = [str(TEMPLATES / "pytorch_xla" / "train.py"), "--data", str(CORPUS), "--steps", "10", *SMALL]
+    outputs = run_workers(args, tmp_path)
+    assert "2 process(es)" in outputs[0]
+    assert "done at step 10" in outputs[1]
