@@ -129,3 +129,20 @@ def test_gcs_without_credentials_says_how_to_log_in(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:1")
     with pytest.raises(CredentialsError, match="gcloud auth application-default login"):
         GcsBlobStore("bucket", "", env=env).list()
+
+
+def test_parallel_uploads_through_one_store(store: BlobStore, tmp_path: Path) -> None:
+    """What push does for `data:` on gs://: several threads, one store."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = []
+    for index in range(12):
+        path = tmp_path / f"shard-{index:02d}.bin"
+        path.write_bytes(bytes([index]) * (1000 + index))
+        files.append(path)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        infos = list(pool.map(lambda p: store.upload_file(p, f"shards/{p.name}"), files))
+    listed = {info.name: info for info in store.list("shards/", checksums=True)}
+    assert sorted(listed) == [f"shards/{p.name}" for p in files]
+    assert all(same_content(path, listed[f"shards/{path.name}"]) for path in files)
+    assert [info.size for info in infos] == [1000 + index for index in range(12)]

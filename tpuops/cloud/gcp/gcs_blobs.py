@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +47,7 @@ class GcsBlobStore:
         self.env = dict(os.environ if env is None else env)
         self._policy = policy
         self._client: Any = None
+        self._client_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -54,9 +56,10 @@ class GcsBlobStore:
     # -- the client ------------------------------------------------------------------------------------
 
     def client(self) -> Any:
-        if self._client is None:
-            self._client = make_storage_client(self.env)
-        return self._client
+        with self._client_lock:  # uploads run in threads: build one client, not one per thread
+            if self._client is None:
+                self._client = make_storage_client(self.env)
+            return self._client
 
     def _bucket(self) -> Any:
         return self.client().bucket(self.bucket_name)
@@ -79,7 +82,10 @@ class GcsBlobStore:
 
         def listing() -> list[BlobInfo]:
             blobs = self.client().list_blobs(
-                self.bucket_name, prefix=self.root + prefix, retry=None, timeout=REQUEST_TIMEOUT_S,
+                self.bucket_name,
+                prefix=self.root + prefix,
+                retry=None,
+                timeout=REQUEST_TIMEOUT_S,
                 fields="items(name,size,crc32c,updated),nextPageToken",
             )
             return [self._info(blob) for blob in blobs if not blob.name.endswith("/")]
@@ -127,8 +133,7 @@ class GcsBlobStore:
 
     def _info(self, blob: Any) -> BlobInfo:
         updated = blob.updated.timestamp() if blob.updated is not None else None
-        return BlobInfo(name=blob.name[len(self.root):], size=int(blob.size or 0), crc32c=blob.crc32c,
-                        updated=updated)
+        return BlobInfo(name=blob.name[len(self.root) :], size=int(blob.size or 0), crc32c=blob.crc32c, updated=updated)
 
     def _bucket_missing(self) -> Exception:
         return CloudError(f"bucket gs://{self.bucket_name} not found", "check the bucket name (and the project)")
@@ -144,8 +149,11 @@ def make_storage_client(env: Mapping[str, str]) -> Any:
         from google.auth.credentials import AnonymousCredentials
 
         endpoint = base_url(emulator)
-        return storage.Client(project=project or EMULATOR_PROJECT, credentials=AnonymousCredentials(),
-                              client_options={"api_endpoint": endpoint})
+        return storage.Client(
+            project=project or EMULATOR_PROJECT,
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": endpoint},
+        )
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
 
