@@ -70,8 +70,21 @@ def cluster_status(ctx: Context, name: str) -> ClusterStatus:
         rows.append(row)
         if node is not None:
             tpu_state, tpu_health = node.state, node.health
-    return ClusterStatus(state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state,
-                         tpu_health)
+            if mode == "vm":  # the live addresses: a lost or replaced host shows here first
+                port = state.workers[0].ssh_port if state.workers else 22
+                workers = tuple(
+                    WorkerRecord(
+                        index=w.index,
+                        internal_ip=w.internal_ip,
+                        external_ip=w.external_ip,
+                        ssh_host=w.external_ip or w.internal_ip,
+                        ssh_port=port,
+                    )
+                    for w in node.workers
+                )
+    return ClusterStatus(
+        state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state, tpu_health
+    )
 
 
 def live_status(cloud: Cloud, record: ResourceRecord, mode: TpuMode):  # noqa: ANN201  (row, TpuNode | None)
