@@ -199,6 +199,7 @@ def manifest_delta(new: Manifest, base: Manifest | None, base_id: str | None) ->
         "tree": new.tree_id,
         "set": [e.as_row() for e in new.entries if old.get(e.path) != e],
         "delete": sorted(set(old) - set(current)),
+        "sent": [e.path for e in changed_entries(new, base)],
     }
 
 
@@ -208,7 +209,9 @@ def build_payload(root: Path, manifest: Manifest, base: Manifest | None, base_id
     files = changed_entries(manifest, base)
     fd, name = tempfile.mkstemp(dir=directory, prefix="payload-", suffix=".tar")
     single = root.is_file()
-    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    # gzip level 1: code shrinks several times for little CPU, and tar's per-file padding disappears.
+    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", compresslevel=1,
+                                                  format=tarfile.PAX_FORMAT) as tar:
         data = json.dumps(manifest_delta(manifest, base, base_id if base else None)).encode()
         info = tarfile.TarInfo("delta.json")
         info.size = len(data)
