@@ -62,9 +62,8 @@ def init_distributed() -> None:
     num = int(os.environ.get("TPUOPS_NUM_WORKERS", "1"))
     if num <= 1:
         return
-    if jax.config.jax_platforms in (None, "", "cpu") and not os.environ.get("TPU_NAME"):
-        # CPU processes (the local simulator) exchange gradients over gloo.
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # CPU processes (the local simulator) exchange gradients over gloo; this only concerns the CPU backend.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     coordinator = os.environ.get("TPUOPS_COORDINATOR")
     if coordinator:
         jax.distributed.initialize(coordinator, num_processes=num, process_id=int(os.environ["TPUOPS_WORKER_ID"]))

@@ -16,8 +16,9 @@ One script for a Cloud TPU (TPU VM, or a legacy TPU Node driven from a client VM
 - TensorBoard scalars (loss, learning_rate, tokens_per_sec) to TPUOPS_LOGDIR, local or gs://; a
   checkpoint every --checkpoint-every steps beside it, restored when TPUOPS_RESUME=1.
 
-Data: UTF-8 text files (local or gs://; a legacy Node's TPU host reads only gs://), tokenized as bytes.
-Byte-level tokens keep the template free of tokenizer downloads; swap in your tokenizer for real runs.
+Data: UTF-8 text files, one example per line (local or gs://; a legacy Node's TPU host reads only gs://),
+tokenized as bytes inside tf.data. Byte-level tokens keep the template free of tokenizer downloads;
+for real runs, swap in your tokenizer (or TFRecords of token ids) in `encode_line`.
 
 CPU try-out: python train.py --data ../../examples/data/quickstart.txt --steps 30 --logdir /tmp/tf/logs
 """
@@ -29,8 +30,23 @@ import os
 import sys
 import time
 
-import numpy as np
-import tensorflow as tf
+
+def _idle_unless_worker_0() -> None:
+    """TensorFlow drives every host of a slice from one client (TPUClusterResolver), so other workers idle.
+
+    Decided before `import tensorflow`: importing it on a TPU host already claims the TPU.
+    """
+    worker, workers = int(os.environ.get("TPUOPS_WORKER_ID", "0")), int(os.environ.get("TPUOPS_NUM_WORKERS", "1"))
+    if worker != 0 and __name__ == "__main__":
+        print(f"[tf w{worker}] worker {worker}/{workers}: TensorFlow runs the whole slice from worker 0; "
+              "nothing to do here", flush=True)  # fmt: skip
+        sys.exit(0)
+
+
+_idle_unless_worker_0()
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 PAD, MASK, CLS = 256, 257, 258  # byte values are 0..255; three special tokens follow them
 VOCAB = 384  # 259 tokens padded up to a multiple of 128: the TPU's matrix units work in 128-wide tiles
@@ -84,27 +100,17 @@ def make_strategy(tpu: str | None) -> tuple[tf.distribute.Strategy, bool]:
 # ---------------------------------------------------------------------------------------------- data
 
 
-def read_examples(patterns: list[str], max_len: int) -> list[list[int]]:
-    """Byte-token examples of up to max_len tokens ([CLS] + text), packed from whole sentences.
-
-    Lengths vary, as real examples do: that is what the padding below is about.
-    """
+def text_files(patterns: list[str]) -> list[str]:
     paths = sorted(path for pattern in patterns for path in tf.io.gfile.glob(pattern))
     if not paths:
         raise SystemExit(f"tensorflow template: no file matches {patterns}")
-    examples: list[list[int]] = []
-    current: list[int] = [CLS]
-    for path in paths:
-        with tf.io.gfile.GFile(path, "rb") as f:
-            text = f.read().decode("utf-8", errors="replace")
-        for sentence in text.replace("\n", " ").split(". "):
-            tokens = list((sentence.strip() + ". ").encode("utf-8"))[: max_len - 1]
-            if len(current) + len(tokens) > max_len:
-                examples.append(current)
-                current = [CLS]
-            current.extend(tokens)
-    examples.append(current)
-    return [e for e in examples if len(e) > 8]
+    return paths
+
+
+def encode_line(line: tf.Tensor, max_len: int) -> tf.Tensor:
+    """One line of text -> [CLS] + its UTF-8 bytes, at most max_len tokens. Lengths vary, as real data's do."""
+    tokens = tf.cast(tf.io.decode_raw(line, tf.uint8), tf.int32)[: max_len - 1]
+    return tf.concat([[CLS], tokens], axis=0)
 
 
 def pad_to_multiple(tokens: tf.Tensor, multiple: int = PAD_MULTIPLE) -> tf.Tensor:
@@ -122,13 +128,13 @@ def mask_tokens(tokens: tf.Tensor, rate: float) -> tuple[tf.Tensor, tf.Tensor, t
     return inputs, tokens, tf.cast(chosen, tf.float32)
 
 
-def make_dataset(examples: list[list[int]], batch_size: int, rate: float, seed: int) -> tf.data.Dataset:
-    ragged = tf.ragged.constant(examples, dtype=tf.int32)
-    data = tf.data.Dataset.from_tensor_slices(ragged).repeat().shuffle(4096, seed=seed)
+def make_dataset(paths: list[str], batch_size: int, max_len: int, rate: float, seed: int) -> tf.data.Dataset:
+    """A tf.data pipeline from the text files: on a legacy Node it runs on the TPU host, reading gs://."""
+    data = tf.data.TextLineDataset(paths).filter(lambda line: tf.strings.length(line) > 8)
+    data = data.map(lambda line: encode_line(line, max_len)).repeat().shuffle(10_000, seed=seed)
     # padded_batch pads to the longest example of the batch; drop_remainder fixes the batch dimension.
-    data = data.map(lambda r: r).padded_batch(batch_size, padded_shapes=[None], padding_values=PAD,
-                                              drop_remainder=True)  # fmt: skip
-    data = data.map(pad_to_multiple).map(lambda t: mask_tokens(t, rate))
+    data = data.padded_batch(batch_size, padded_shapes=[None], padding_values=PAD, drop_remainder=True)
+    data = data.map(pad_to_multiple).map(lambda tokens: mask_tokens(tokens, rate))
     return data.prefetch(tf.data.AUTOTUNE)
 
 
@@ -203,20 +209,15 @@ def default_checkpoint_dir(logdir: str) -> str:
 
 
 def train(args: argparse.Namespace) -> int:
-    worker, workers = int(os.environ.get("TPUOPS_WORKER_ID", "0")), int(os.environ.get("TPUOPS_NUM_WORKERS", "1"))
-    if worker != 0:
-        # TensorFlow drives every host of a slice from one client through TPUClusterResolver.
-        log(f"worker {worker}/{workers}: TensorFlow runs the whole slice from worker 0; nothing to do here")
-        return 0
     tf.keras.utils.set_random_seed(args.seed)
     strategy, on_tpu = make_strategy(args.tpu)
     jit = args.check_xla and not on_tpu  # on a TPU everything is compiled by XLA anyway
     log(f"strategy {type(strategy).__name__}, {strategy.num_replicas_in_sync} replica(s), jit_compile={jit}")
 
     with strategy.scope():  # variables created here live on (and are mirrored across) the TPU cores
-        examples = read_examples(args.data, args.max_len)
+        paths = text_files(args.data)
         dataset = strategy.experimental_distribute_dataset(
-            make_dataset(examples, args.batch_size, args.mask_rate, args.seed)
+            make_dataset(paths, args.batch_size, args.max_len, args.mask_rate, args.seed)
         )
         model = build_model(args)
         schedule = WarmupCosine(args.lr, args.warmup, args.steps)
@@ -228,7 +229,7 @@ def train(args: argparse.Namespace) -> int:
         checkpoint, args.checkpoint_dir or default_checkpoint_dir(args.logdir), max_to_keep=2
     )
     restore(manager, step)
-    log(f"{len(examples)} examples, {model.count_params():,} parameters")
+    log(f"{len(paths)} file(s), {model.count_params():,} parameters")
 
     @tf.function(jit_compile=jit)
     def replica_step(inputs: tf.Tensor, labels: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
