@@ -146,10 +146,11 @@ def test_legacy_node_with_client_vm(gcp: FakeGcp, tmp_path: Path, tpuops_home: P
     gcp.tpu_v1.faults.http_error("RPC", "CreateNode", 503)  # transient on gRPC too
     gcp.tpu_v1.faults.http_error("RPC", "GetOperation", 503)
     gcp.compute_api.server.faults.http_error("POST", r"/instances$", 429)
+    gcp.compute.transient_failures["europe-west4-a"] = 1  # and a failed operation: the insert is made again
     result = run_cli("up", str(spec), "--json", env=gcp.env)
     assert result.returncode == 0, result.stderr
     assert sorted(a["kind"] for a in json.loads(result.stdout)["created"]) == ["bucket", "client_vm", "iam", "tpu"]
-    assert len(gcp.compute_api.server.calls("POST", r"/instances$")) == 2
+    assert len(gcp.compute_api.server.calls("POST", r"/instances$")) == 3
     assert [c[0] for c in gcp.tpu_v1.calls].count("CreateNode") == 2  # through the v1 gRPC API, retried once
     assert not gcp.tpu_v2.server.calls("POST", r"/nodes$")
     node = gcp.tpu.nodes[("europe-west4-a", name)]

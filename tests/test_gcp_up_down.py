@@ -133,6 +133,15 @@ def test_transient_errors_are_retried(gcp: FakeGcp, tmp_path: Path, status: int)
     assert gcp.tpu.nodes[(ZONE, name)].state == "READY"
 
 
+def test_an_operation_failing_unavailable_creates_again(gcp: FakeGcp, tmp_path: Path) -> None:
+    name, bucket = unique("op"), unique("tpuops-b")
+    gcp.tpu.transient_failures[ZONE] = 1
+    result = up(tpu_vm_spec(tmp_path, name, bucket), gcp)
+    assert result.returncode == 0, result.stderr
+    assert len(gcp.tpu_v2.server.calls("POST", r"/nodes$")) == 2
+    assert gcp.tpu.nodes[(ZONE, name)].state == "READY"
+
+
 def test_permission_denied_is_not_retried_and_says_so(gcp: FakeGcp, tmp_path: Path) -> None:
     name, bucket = unique("pd"), unique("tpuops-b")
     gcp.tpu_v2.server.faults.http_error(

@@ -39,6 +39,7 @@ class ComputeModel:
         self.create_seconds = 0.0
         self.delete_seconds = 0.0
         self.capacity_failures: dict[str, int] = {}
+        self.transient_failures: dict[str, int] = {}  # zone -> inserts whose operation fails with HTTP 503
         self.default_service_account = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
         self._numbers = itertools.count(0)
         self.external_ip: Callable[[str, int], str] = lambda name, n: f"127.0.0.{50 + n}"
@@ -57,6 +58,10 @@ class ComputeModel:
             return self.operations.start(location, instance.name, self.create_seconds, lambda: self._boot(instance))
 
     def _boot(self, instance: FakeInstance) -> None:
+        if self.transient_failures.get(instance.zone, 0) > 0:
+            self.transient_failures[instance.zone] -= 1
+            self.instances.pop((instance.zone, instance.name), None)
+            raise OperationFailed(503, "SERVICE_UNAVAILABLE: The service is currently unavailable")
         left = self.capacity_failures.get(instance.zone, 0)
         if left:
             self.capacity_failures[instance.zone] = left - 1 if left > 0 else left

@@ -13,6 +13,7 @@ PROJECT_NUMBER = "123456789012"
 RESOURCE_EXHAUSTED = 8
 NOT_FOUND = 5
 ALREADY_EXISTS = 6
+UNAVAILABLE = 14
 
 
 def hosts_of(accelerator_type: str) -> int:
@@ -82,6 +83,7 @@ class TpuModel:
         self.queued_seconds = 0.0
         self.capacity_failures: dict[str, int] = {}  # zone -> creates that fail for lack of capacity (-1: all)
         self.queued_failures: dict[str, int] = {}  # zone -> queued resources that end FAILED
+        self.transient_failures: dict[str, int] = {}  # zone -> creates whose operation fails UNAVAILABLE
         self.external_ip: Callable[[str, str, int], str] = default_external_ip
         self.internal_ip: Callable[[str, str, int], str] = default_internal_ip
         self.host_keys: Callable[[str, int], list[tuple[str, str]]] = fake_host_key
@@ -113,6 +115,9 @@ class TpuModel:
             return self.operations.start(location, node.name, self.create_seconds, lambda: self._provision(node))
 
     def _provision(self, node: FakeNode) -> FakeNode:
+        if self._use_up(self.transient_failures, node.zone):
+            self.nodes.pop((node.zone, node.name), None)
+            raise OperationFailed(UNAVAILABLE, "The service is currently unavailable.")
         if self._use_up(self.capacity_failures, node.zone):
             self.nodes.pop((node.zone, node.name), None)
             raise OperationFailed(RESOURCE_EXHAUSTED, CAPACITY_MESSAGE.format(zone=node.zone))

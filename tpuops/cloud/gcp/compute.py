@@ -70,14 +70,24 @@ class ComputeApi:
 
     def create_vm(self, request: VmRequest) -> Vm:
         what = f"create VM {request.name} in {request.zone}"
-        operation = self.timing.call(
-            lambda: self.instances.insert_unary(
-                project=self.project, zone=request.zone, instance_resource=instance_message(request)
-            ),
-            what,
-            API,
-        )
-        self._wait(operation, request.zone, what)
+        from google.api_core import exceptions as gexc
+
+        def create_and_wait() -> None:
+            try:
+                operation = self.timing.call(
+                    lambda: self.instances.insert_unary(
+                        project=self.project, zone=request.zone, instance_resource=instance_message(request)
+                    ),
+                    what,
+                    API,
+                )
+            except CloudError as err:
+                if isinstance(err.__cause__, gexc.Conflict):
+                    return  # a retried insert whose first attempt got through
+                raise
+            self._wait(operation, request.zone, what)
+
+        self.timing.retry_transient(create_and_wait)  # again when the operation itself failed transiently
         vm = self.get_vm(request.zone, request.name)
         if vm is None:
             raise CloudError(f"{what}: the operation finished but the VM is not there", "rerun `tpuops up`")

@@ -52,12 +52,15 @@ class TpuNodeApi:
             scheduling_config=tpu_v1.SchedulingConfig(preemptible=request.preemptible or request.spot),
             labels=dict(request.labels),
         )
-        operation = self.timing.call(
-            lambda: self.client.create_node(parent=self._parent(request.zone), node_id=request.name, node=node),
-            what,
-            API,
-        )
-        self.timing.wait_operation(operation, what, API)
+        from google.api_core import exceptions as gexc
+
+        def create() -> Any:
+            try:
+                return self.client.create_node(parent=self._parent(request.zone), node_id=request.name, node=node)
+            except gexc.AlreadyExists:
+                return None  # a retried create whose first attempt got through
+
+        self.timing.create_and_wait(create, what, API)
         created = self.get_node(request.zone, request.name)
         if created is None:
             raise CloudError(f"{what}: the operation finished but the node is not there", "rerun `tpuops up`")

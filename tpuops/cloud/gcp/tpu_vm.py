@@ -37,19 +37,27 @@ class TpuVmApi:
         return [to_tpu_node(node, zone) for node in pager]
 
     def create_node(self, request: TpuRequest) -> TpuNode:
+        from google.api_core import exceptions as gexc
+
         what = f"create TPU {request.name} in {request.zone}"
-        operation = self.timing.call(
-            lambda: self.client.create_node(
-                parent=self._parent(request.zone), node_id=request.name, node=node_message(request)
-            ),
-            what,
-            API,
-        )
-        self.timing.wait_operation(operation, what, API)
-        node = self.get_node(request.zone, request.name)
+
+        def create() -> Any:
+            try:
+                return self.client.create_node(
+                    parent=self._parent(request.zone), node_id=request.name, node=node_message(request)
+                )
+            except gexc.Conflict:
+                return None  # a retried create whose first attempt got through: wait for the node below
+
+        self.timing.create_and_wait(create, what, API)
+        return self.timing.poll_until(lambda: self._settled(request.zone, request.name, what), what)
+
+    def _settled(self, zone: str, name: str, what: str) -> TpuNode | None:
+        """The node once it is past CREATING (None while it is not)."""
+        node = self.get_node(zone, name)
         if node is None:
             raise CloudError(f"{what}: the operation finished but the TPU is not there", "rerun `tpuops up`")
-        return node
+        return None if node.state == "CREATING" else node
 
     def delete_node(self, zone: str, name: str) -> None:
         what = f"delete TPU {name}"

@@ -46,10 +46,27 @@ class Timing:
             with translated(what, api):
                 return fn()
 
+        return self.retry_transient(attempt)
+
+    def retry_transient(self, fn: Callable[[], T]) -> T:
+        """Retry `fn` (already translating its errors) while it raises TransientError: e.g. create-and-wait,
+        when the operation itself failed with UNAVAILABLE or INTERNAL."""
         policy = retry.transient(
             attempts=self.retry_attempts, initial=self.retry_initial, maximum=self.retry_initial * 30, sleep=self.sleep
         )
-        return retry.call_transient(attempt, policy)
+        return retry.call_transient(fn, policy)
+
+    def create_and_wait(self, create: Callable[[], Any], what: str, api: str) -> None:
+        """Start a create and wait for its operation, all again if the operation failed transiently.
+
+        `create` returns None when the resource already exists (an earlier attempt got through after all)."""
+
+        def attempt() -> None:
+            operation = self.call(create, what, api)
+            if operation is not None:
+                self.wait_operation(operation, what, api)
+
+        self.retry_transient(attempt)
 
     def poll_until(self, check: Callable[[], T | None], what: str, timeout: float | None = None) -> T:
         """Call `check` every poll interval until it returns something; transient errors are polled through."""
