@@ -162,6 +162,10 @@ def status(
         console.print(f"  {row.kind:<16} {row.name:<28} {row.state:<12} {row.detail}")
     if result.tpu_state:
         console.print(f"  TPU: {result.tpu_state}, health {result.tpu_health or '-'}")
+    if result.restarts:
+        console.print(f"  restarts: {len(result.restarts)} (by `tpuops watch`)")
+        for restart in result.restarts:
+            console.print(f"    {restart.at}  {restart.message}")
     for worker in result.workers:
         console.print(f"  worker {worker.index}: internal {worker.internal_ip}, external {worker.external_ip or '-'}")
 

@@ -7,6 +7,13 @@ import typer
 from tpuops.cli.app import JSON_OPTION, app
 from tpuops.cli.remote import LinePrinter, print_results_table
 from tpuops.cli.render import console, err_console, print_json
+from tpuops.cli.watch import (
+    MAX_RESTARTS_OPTION,
+    RESTART_ON_FAILURE_OPTION,
+    interruptible,
+    print_event,
+    watch_options,
+)
 
 
 @app.command()
@@ -81,6 +88,10 @@ def run_(
     detach: bool = typer.Option(False, "--detach", help="Return once the run has started."),
     wait_for_capacity: str = typer.Option("0", "--wait-for-capacity",
                                           help="Keep retrying this long when the zone has no capacity."),
+    watch: bool = typer.Option(False, "--watch", help="Instead of following the output, watch the run and "
+                               "recover from preemption (see `tpuops watch`)."),
+    max_restarts: int = MAX_RESTARTS_OPTION,
+    restart_on_failure: bool = RESTART_ON_FAILURE_OPTION,
     json_: bool = JSON_OPTION,
 ) -> None:
     """`up`, `launch`, then follow the workers' output and the scalars until the run ends (like `sky launch`)."""
@@ -88,18 +99,27 @@ def run_(
     from tpuops.context import Context
     from tpuops.ops.run import run_spec
 
+    ctx = Context.from_env()
     printer = None if json_ else LinePrinter()
-    summary = run_spec(
-        Context.from_env(), spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
+    watching = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, None, None) \
+        if watch else None
+    summary = interruptible_if(watch and not down, lambda: run_spec(
+        ctx, spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
         on_line=printer, on_points=None if json_ else _print_points,
         on_phase=None if json_ else lambda phase: err_console.print(f"[bold]==> {phase}[/]"),
         on_step=None if json_ else lambda step: _show_step(step.name, step.results),
-    )
+        watch=watching, on_event=print_event,
+    ))
     if json_:
         print_json(summary.as_dict())
     else:
         _print_summary(summary)
     raise typer.Exit(summary.exit_code)
+
+
+def interruptible_if(condition: bool, call):  # noqa: ANN001, ANN201
+    """run --watch without --down: Ctrl-C stops watching and deletes nothing (as `tpuops watch`)."""
+    return interruptible(call) if condition else call()
 
 
 def _print_points(points) -> None:  # noqa: ANN001  (list[ScalarPoint])
@@ -119,6 +139,11 @@ def _print_summary(summary) -> None:  # noqa: ANN001  (RunSummary)
 
     if summary.failed_step is not None:
         err_console.print(f"[red]{summary.failed_step.name} failed:[/] {'; '.join(summary.failed_step.failures())}")
+        return
+    if summary.watched is not None:
+        watched = summary.watched
+        console.print(f"\nRun {watched.run_id} on {summary.cluster}: {watched.reason} (exit {watched.exit_code}, "
+                      f"{watched.restarts} restart(s) by this watch, {summary.duration:.1f} s)")
         return
     if not summary.workers:
         console.print(f"Run {summary.run_id} started on {summary.cluster}; follow it with "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tpuops.context import Context
@@ -16,6 +16,7 @@ from tpuops.logs.tail import latest_values
 from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
+from tpuops.ops import watch as watch_ops
 from tpuops.ops.logs import LogsRequest, local_buckets_for, open_source, resolve_logdir
 from tpuops.remote.base import LineHandler, RunResult
 
@@ -32,11 +33,14 @@ class RunSummary:
     last_scalars: dict[tuple[str, str], ScalarPoint] = field(default_factory=dict)
     failed_step: launch_ops.Step | None = None
     torn_down: bool = False
+    watched: watch_ops.WatchResult | None = None  # run --watch: how the watch ended
 
     @property
     def exit_code(self) -> int:
         if self.failed_step is not None or self.run_id is None:
             return 1
+        if self.watched is not None:
+            return self.watched.exit_code
         return launch_ops.worst_exit_code(self.workers) if self.workers else 0
 
     def as_dict(self) -> dict[str, object]:
@@ -48,13 +52,16 @@ class RunSummary:
                 "name": self.failed_step.name, "failures": self.failed_step.failures()},
             "scalars": [{"run": p.run, "tag": p.tag, "step": p.step, "value": p.value}
                         for p in self.last_scalars.values()],
+            "watch": None if self.watched is None else self.watched.as_dict(),
         }
 
 
 def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach: bool = False,
              wait_for_capacity: float = 0.0, on_line: LineHandler | None = None,
              on_points: Callable[[list[ScalarPoint]], None] | None = None,
-             on_phase: Phase | None = None, on_step: launch_ops.StepHandler | None = None) -> RunSummary:
+             on_phase: Phase | None = None, on_step: launch_ops.StepHandler | None = None,
+             watch: watch_ops.WatchOptions | None = None,
+             on_event: watch_ops.EventHandler | None = None) -> RunSummary:
     phase = on_phase or (lambda text: None)
     started = time.monotonic()
     cluster: str | None = None
@@ -69,6 +76,10 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
             return RunSummary(cluster, None, time.monotonic() - started, failed_step=failed, torn_down=down)
         if detach:
             return RunSummary(cluster, report.run_id, time.monotonic() - started)
+        if watch is not None:  # watch (and recover) instead of following: `tpuops logs -f` shows the output
+            phase("watch")
+            watched = watch_ops.watch(ctx, cluster, replace(watch, down=False), on_event)  # --down is ours
+            return RunSummary(cluster, watched.run_id, time.monotonic() - started, torn_down=down, watched=watched)
         phase("follow")
         workers, scalars = _follow_run(ctx, cluster, report.run_id, on_line, on_points)
         return RunSummary(cluster, report.run_id, time.monotonic() - started, workers, latest_values(scalars),

@@ -32,6 +32,13 @@ class ClusterStatus:
     workers: tuple[WorkerRecord, ...]
     tpu_state: str | None
     tpu_health: str | None
+    restarts: tuple[RestartEvent, ...] = ()  # recoveries by `tpuops watch`, oldest first
+
+
+@dataclass(frozen=True)
+class RestartEvent:
+    at: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,8 @@ def cluster_status(ctx: Context, name: str) -> ClusterStatus:
                     for w in node.workers
                 )
     return ClusterStatus(
-        state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state, tpu_health
+        state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state, tpu_health,
+        tuple(RestartEvent(e.at, e.message) for e in state.events if e.kind == "restart"),
     )
 
 

@@ -1,0 +1,255 @@
+"""`tpuops watch` and `tpuops run --watch`: preemption during a run on real sshd workers behind the GCP fakes.
+
+The fake TPU API hands out the loopback addresses of the sshd workers (and their real host keys), so a
+"recreated" node is served by the same sshd processes: same host keys, fresh TPU record. The trainer appends
+one line per start to ~/attempts-CLUSTER on every worker, which is how the tests see each relaunch and its
+TPUOPS_RESTART / TPUOPS_RESUME.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
+from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
+from tests.helpers import run_cli, write_spec
+from tests.sshd import SshdCluster, sshd_available
+from tpuops.ops.watch import TpuView, judge_run, judge_tpu
+
+ZONE = "us-central2-b"
+WAIT_S = 90.0
+# Small knobs: a poll every 0.2 s, first backoff 0.1 s (the CLI subprocesses read them from the environment).
+FAST = {"TPUOPS_WATCH_INTERVAL": "0.2", "TPUOPS_WATCH_BACKOFF": "0.1", "TPUOPS_WATCH_UNHEALTHY_GRACE": "1"}
+
+needs_sshd = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
+
+
+# ------------------------------------------------------------------------------------------- verdicts
+
+
+@pytest.mark.parametrize(("tpu", "expected"), [
+    (TpuView("READY", "HEALTHY"), None),
+    (TpuView("READY", "UNHEALTHY_MAINTENANCE"), None),  # judged with the run, after a grace period
+    (TpuView("PREEMPTED"), ("recover", "TPU PREEMPTED")),
+    (TpuView("TERMINATED"), ("recover", "TPU TERMINATED")),
+    (TpuView("MISSING"), ("recover", "TPU MISSING")),
+    (TpuView("MISSING", None, "SUSPENDED"), ("recover", "queued resource SUSPENDED")),
+    (TpuView("MISSING", None, "FAILED"), ("recover", "queued resource FAILED")),
+    (TpuView("CREATING"), ("fine", "")),
+    (TpuView("REPAIRING"), ("fine", "")),
+])
+def test_judge_tpu(tpu: TpuView, expected: tuple[str, str] | None) -> None:
+    verdict = judge_tpu(tpu)
+    assert (verdict.kind, verdict.reason) == expected if expected else verdict is None
+
+
+@pytest.mark.parametrize(("states", "restart_on_failure", "kind", "code", "recreate"), [
+    ({"w0": "running", "w1": "exited 3"}, False, "fine", 0, True),
+    ({"w0": "exited 0", "w1": "exited 0"}, False, "ended", 0, True),
+    ({"w0": "exited 0", "w1": "exited 3"}, False, "ended", 3, True),
+    ({"w0": "exited 0", "w1": "exited 3"}, True, "recover", 3, False),  # relaunch only: the TPU is fine
+    ({"w0": "lost", "w1": "none"}, False, "recover", 0, True),
+    ({"w0": "lost", "w1": "unreachable"}, False, "fine", 0, True),  # waits out the grace period
+    ({"w0": "killed", "w1": "exited 0"}, True, "ended", 1, True),  # `tpuops stop` is never undone
+])
+def test_judge_run(states: dict[str, str], restart_on_failure: bool, kind: str, code: int, recreate: bool) -> None:
+    verdict = judge_run(states, restart_on_failure)
+    assert (verdict.kind, verdict.exit_code, verdict.recreate) == (kind, code, recreate)
+
+
+# ------------------------------------------------------------------------------------- GCP + sshd
+
+
+@pytest.fixture(scope="module")
+def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
+    if not sshd_available():
+        pytest.skip("needs root and OpenSSH sshd")
+    cluster = SshdCluster(tmp_path_factory.mktemp("sshd-watch"), 2).start_all()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def gcp(fake_gcp: FakeGcp, sshd2: SshdCluster, monkeypatch: pytest.MonkeyPatch) -> FakeGcp:  # noqa: F811
+    """The fakes giving every (re)created node the sshd workers' addresses and real host keys."""
+    fake_gcp.tpu.external_ip = lambda zone, name, index: sshd2.workers[index].host
+    fake_gcp.tpu.internal_ip = lambda zone, name, index: sshd2.workers[index].host
+    fake_gcp.tpu.host_keys = lambda name, index: [
+        tuple(sshd2.workers[index].host_key.with_suffix(".pub").read_text().split()[:2])]
+    # The workers share this machine's /dev and /tmp: keep their "TPU devices" and lock file in their homes.
+    monkeypatch.setenv("TPUOPS_TPU_DEVICE_GLOB", "~/dev/accel*")
+    monkeypatch.setenv("TPUOPS_LIBTPU_LOCKFILE", "~/libtpu_lockfile")
+    return fake_gcp
+
+
+def trainer(finish_at: int, marker: str) -> str:
+    """Record the start, then train "forever" until restart `finish_at`, where it succeeds at once."""
+    return (f'echo "restart=${{TPUOPS_RESTART:-0}} resume=${{TPUOPS_RESUME:-0}}" >> ~/attempts-$TPUOPS_CLUSTER; '
+            f'[ "${{TPUOPS_RESTART:-0}}" -ge {finish_at} ] || sleep 300 # {marker}')
+
+
+def make_cluster(sshd: SshdCluster, home: Path, tmp_path: Path, command: str) -> tuple[str, Path]:
+    """A v4-16 (2 hosts) spec; the cluster key is the one the sshd workers authorise (as `up` would install)."""
+    name = f"wt-{uuid.uuid4().hex[:8]}"
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        zone: {ZONE}
+        tpu: {{type: v4-16, runtime: tpu-ubuntu2204-base, preemptible: true}}
+        ssh: {{user: root, port: {sshd.port}}}
+        trainer:
+          framework: jax
+          command: {json.dumps(command)}
+        """)
+    cluster_dir = home / "clusters" / name
+    cluster_dir.mkdir(parents=True)
+    shutil.copy(sshd.client_key, cluster_dir / "id_ed25519")
+    shutil.copy(sshd.client_key.with_suffix(".pub"), cluster_dir / "id_ed25519.pub")
+    (cluster_dir / "id_ed25519").chmod(0o600)
+    return name, spec
+
+
+def attempts(sshd: SshdCluster, name: str) -> list[list[str]]:
+    """Each worker's recorded starts."""
+    return [(w.home / f"attempts-{name}").read_text().splitlines() if (w.home / f"attempts-{name}").exists()
+            else [] for w in sshd.workers]
+
+
+def state_of(home: Path, name: str) -> dict:
+    return json.loads((home / "clusters" / name / "state.json").read_text())
+
+
+def start_cli(gcp: FakeGcp, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], env={**os.environ, **gcp.env, **FAST},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        stdout, stderr = process.communicate(timeout=WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=10)
+    return process.returncode, stdout, stderr
+
+
+def wait_for(condition: Callable[[], bool], what: str, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if process.poll() is not None:
+            _, stderr = process.communicate(timeout=10)
+            raise AssertionError(f"tpuops ended (exit {process.returncode}) before {what}: {stderr[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def stop_leftovers(gcp: FakeGcp, name: str, marker: str) -> None:
+    """No trainer may outlive its test: stop the cluster's run (best effort) and check by marker."""
+    run_cli("stop", name, env=gcp.env, timeout=60)
+    subprocess.run(["pkill", "-f", marker], timeout=10, check=False)  # only this test's unique marker
+
+
+def node_calls(gcp: FakeGcp, method: str, name: str | None = None) -> int:
+    pattern = rf"/nodes/{name}$" if name else r"/nodes$"
+    return len(gcp.tpu_v2.server.calls(method, pattern))
+
+
+@needs_sshd
+def test_run_watch_recreates_a_preempted_tpu_waits_out_capacity_and_resumes(
+        gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    marker = f"tpuops-watch-{uuid.uuid4().hex[:8]}"
+    name, spec = make_cluster(sshd2, tpuops_home, tmp_path, trainer(finish_at=1, marker=marker))
+    process = start_cli(gcp, "run", str(spec), "--watch", "--wait-for-capacity", "1m")
+    try:
+        wait_for(lambda: all(len(lines) == 1 for lines in attempts(sshd2, name)), "the first start", process)
+        gcp.tpu.capacity_failures[ZONE] = 2  # the zone is full twice when the watch creates the node again
+        gcp.tpu.preempt(ZONE, name)
+        code, stdout, stderr = finish(process)
+    finally:
+        stop_leftovers(gcp, name, marker)
+    assert code == 0, stderr[-3000:]
+
+    # Deleted once, then created again: the first create, two refused for capacity, the one that worked.
+    assert node_calls(gcp, "DELETE", name) == 1
+    assert node_calls(gcp, "POST") == 4
+    assert gcp.tpu.nodes[(ZONE, name)].state == "READY"
+    # Relaunched on every worker with the restart count, and told to resume.
+    assert attempts(sshd2, name) == [["restart=0 resume=0", "restart=1 resume=1"]] * 2
+
+    state = state_of(tpuops_home, name)
+    assert [run["restart"] for run in state["runs"]] == [0, 1]
+    assert state["runs"][-1]["worker_states"] == {"w0": "exited 0", "w1": "exited 0"}
+    restarts = [e for e in state["events"] if e["kind"] == "restart"]
+    assert len(restarts) == 1 and "restart 1 after: TPU PREEMPTED" in restarts[0]["message"]
+    # Every event was printed with its time.
+    assert "TPU PREEMPTED: recovering (restart 1 of at most 10)" in stderr
+    assert any(line[:8].count(":") == 2 and "recovery:" in line for line in stderr.splitlines())
+    assert "every worker exited 0" in stdout
+
+    shown = run_cli("status", name, env=gcp.env)
+    assert shown.returncode == 0, shown.stderr
+    assert "restarts: 1" in shown.stdout and "TPU PREEMPTED" in shown.stdout
+    as_json = json.loads(run_cli("status", name, "--json", env=gcp.env).stdout)
+    assert [r["message"] for r in as_json["restarts"]] == [restarts[0]["message"]]
+
+
+@needs_sshd
+def test_watch_gives_up_when_max_restarts_is_used_up(gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path,
+                                                     tmp_path: Path) -> None:
+    marker = f"tpuops-watch-{uuid.uuid4().hex[:8]}"
+    name, spec = make_cluster(sshd2, tpuops_home, tmp_path, trainer(finish_at=99, marker=marker))
+    assert run_cli("up", str(spec), env=gcp.env, timeout=WAIT_S).returncode == 0
+    launched = run_cli("launch", name, env=gcp.env, timeout=WAIT_S)
+    assert launched.returncode == 0, launched.stderr
+    process = start_cli(gcp, "watch", name, "--max-restarts", "1")
+    try:
+        wait_for(lambda: "watching run" in json.dumps(state_of(tpuops_home, name)["events"]), "the watch", process)
+        gcp.tpu.preempt(ZONE, name)
+        wait_for(lambda: all(len(lines) == 2 for lines in attempts(sshd2, name)), "the relaunch", process)
+        gcp.tpu.preempt(ZONE, name)  # again: one restart was allowed, and it is used
+        code, _, stderr = finish(process)
+    finally:
+        stop_leftovers(gcp, name, marker)
+    assert code == 1
+    error = stderr.strip().splitlines()[-1]
+    assert error.startswith("tpuops: error: TPU PREEMPTED, and --max-restarts 1 is used up: gave up"), error
+    assert "hint:" in error
+    assert node_calls(gcp, "DELETE", name) == 1 and node_calls(gcp, "POST") == 2
+    assert gcp.tpu.nodes[(ZONE, name)].state == "PREEMPTED"  # giving up deletes nothing
+
+
+@needs_sshd
+def test_a_trainer_failing_by_itself_is_not_restarted(gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path,
+                                                      tmp_path: Path) -> None:
+    command = 'echo "restart=${TPUOPS_RESTART:-0}" >> ~/attempts-$TPUOPS_CLUSTER; [ "$TPUOPS_WORKER_ID" = 0 ] || exit 3'
+    name, spec = make_cluster(sshd2, tpuops_home, tmp_path, command)
+    done = run_cli("run", str(spec), "--watch", "--json", env={**gcp.env, **FAST}, timeout=WAIT_S)
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert json.loads(done.stdout)["watch"]["restarts"] == 0
+    assert "not restarted without --restart-on-failure" in done.stderr
+    assert attempts(sshd2, name) == [["restart=0"]] * 2
+    assert node_calls(gcp, "DELETE", name) == 0 and len(state_of(tpuops_home, name)["runs"]) == 1
+
+
+@needs_sshd
+def test_restart_on_failure_relaunches_on_the_same_tpu(gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path,
+                                                       tmp_path: Path) -> None:
+    command = 'echo "restart=${TPUOPS_RESTART:-0}" >> ~/attempts-$TPUOPS_CLUSTER; [ "${TPUOPS_RESTART:-0}" = 1 ]'
+    name, spec = make_cluster(sshd2, tpuops_home, tmp_path, command)
+    done = run_cli("run", str(spec), "--watch", "--restart-on-failure", env={**gcp.env, **FAST}, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert attempts(sshd2, name) == [["restart=0", "restart=1"]] * 2
+    assert node_calls(gcp, "DELETE", name) == 0 and node_calls(gcp, "POST") == 1  # relaunched, not recreated

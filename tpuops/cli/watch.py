@@ -1,0 +1,75 @@
+"""`tpuops watch`: parse, call tpuops.ops.watch, print each event with its time."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from tpuops.cli.app import JSON_OPTION, app
+from tpuops.cli.render import err_console, print_json
+
+INTERRUPTED_EXIT = 130
+
+MAX_RESTARTS_OPTION = typer.Option(10, "--max-restarts", help="Give up after this many recoveries.")
+RESTART_ON_FAILURE_OPTION = typer.Option(
+    False, "--restart-on-failure", help="Also relaunch a trainer that failed by itself (non-zero exit, TPU fine).")
+INTERVAL_OPTION = typer.Option(None, "--interval", help="Poll this often (default 30s, or TPUOPS_WATCH_INTERVAL).")
+GRACE_OPTION = typer.Option(None, "--unhealthy-grace",
+                            help="Recover when the TPU stays UNHEALTHY (or workers unreachable) this long "
+                                 "(default 10m).")
+
+
+@app.command()
+def watch(
+    name: str = typer.Argument(None, help="Cluster name (default: the only cluster)."),
+    max_restarts: int = MAX_RESTARTS_OPTION,
+    restart_on_failure: bool = RESTART_ON_FAILURE_OPTION,
+    wait_for_capacity: str = typer.Option("0", "--wait-for-capacity",
+                                          help="When recreating, keep retrying this long if there is no capacity."),
+    interval: str = INTERVAL_OPTION,
+    unhealthy_grace: str = GRACE_OPTION,
+    down: bool = typer.Option(False, "--down", help="Tear down when the run has ended (not after Ctrl-C); "
+                              "the bucket stays."),
+    json_: bool = JSON_OPTION,
+) -> None:
+    """Stay attached to the run: on preemption delete and recreate the TPU, push, and relaunch (resume)."""
+    from tpuops.context import Context
+    from tpuops.ops.watch import watch as run_watch
+
+    ctx = Context.from_env()
+    options = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, interval,
+                            unhealthy_grace, down)
+    result = interruptible(lambda: run_watch(ctx, name, options, on_event=print_event))
+    if json_:
+        print_json(result.as_dict())
+    raise typer.Exit(result.exit_code)
+
+
+def watch_options(env, max_restarts: int, restart_on_failure: bool, wait_for_capacity: str,  # noqa: ANN001
+                  interval: str | None, unhealthy_grace: str | None, down: bool = False):  # noqa: ANN201
+    """WatchOptions from the command line (durations like 30s, 10m), the environment filling the gaps."""
+    from tpuops.cli.cluster import parse_duration
+    from tpuops.ops.watch import WatchOptions
+
+    return WatchOptions.from_env(
+        env, max_restarts=max_restarts, restart_on_failure=restart_on_failure, down=down,
+        wait_for_capacity=parse_duration(wait_for_capacity),
+        poll_interval=parse_duration(interval) if interval else None,
+        unhealthy_grace=parse_duration(unhealthy_grace) if unhealthy_grace else None,
+    )
+
+
+def print_event(at: str, kind: str, message: str) -> None:
+    err_console.print(f"{at} [bold]{kind}[/]: {message}", highlight=False)
+
+
+def interruptible(watch_call):  # noqa: ANN001, ANN201
+    """Ctrl-C stops watching at once and deletes nothing (state is saved before every change)."""
+    try:
+        return watch_call()
+    except KeyboardInterrupt:
+        print("tpuops: stopped watching; nothing was deleted. The run (if alive) goes on: "
+              "`tpuops watch` attaches again, `tpuops down` deletes everything", file=sys.stderr, flush=True)
+        os._exit(INTERRUPTED_EXIT)  # threads of an interrupted `up` or push would block a normal exit

@@ -1,0 +1,368 @@
+"""`tpuops watch`: stay attached to a cluster's run and bring it back after a preemption.
+
+A small state machine, one step per poll (`Watcher.step`): observe the TPU (or queued resource) and then the
+run on its workers, `judge` what was seen, and act on the verdict:
+
+    fine     -> poll again after the interval
+    ended    -> the run is over: every worker exited 0 (exit 0), or the trainer failed by itself (its code)
+    recover  -> delete the TPU, create it again with `up` (capacity rules included), relaunch the same
+                command with TPUOPS_RESTART=n and TPUOPS_RESUME=1 (a trainer that failed by itself is only
+                relaunched, with --restart-on-failure)
+
+Polling and retrying are tenacity policies, not loops. Every event is printed with a time (through
+`on_event`) and appended to the cluster's state, so `tpuops status` can show restarts and when.
+Ctrl-C (KeyboardInterrupt) goes straight up: watching stops and nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Literal
+
+from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_attempt, wait_fixed
+
+from tpuops import keys, retry
+from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
+from tpuops.context import Context
+from tpuops.errors import (
+    ClusterNotFound,
+    CredentialsError,
+    ForeignResourceError,
+    SpecError,
+    TpuopsError,
+    UsageError,
+)
+from tpuops.ops import down as down_ops
+from tpuops.ops import launch as launch_ops
+from tpuops.ops import up as up_ops
+from tpuops.ops.remote import resolve_name
+from tpuops.ops.status import cloud_for_state, live_status, spec_of, tpu_mode
+from tpuops.state import ClusterState
+
+EventHandler = Callable[[str, str, str], None]  # (time, kind, message)
+# Worker states in which the trainer is gone without leaving an exit code (a fresh host has no run: "none").
+GONE = frozenset({"lost", "none"})
+UNREACHABLE = "unreachable"
+MISSING = "MISSING"
+# Event kinds kept in the cluster's state; `tpuops status` lists the "restart" ones.
+RESTART_EVENT = "restart"
+# Knobs tests (and impatient users) set small; the CLI options win over them.
+ENV_KNOBS = {"poll_interval": "TPUOPS_WATCH_INTERVAL", "unhealthy_grace": "TPUOPS_WATCH_UNHEALTHY_GRACE",
+             "backoff": "TPUOPS_WATCH_BACKOFF"}
+
+
+class WatchGaveUp(TpuopsError):
+    """Recovery was needed more often than --max-restarts allows, or kept failing."""
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    max_restarts: int = 10
+    restart_on_failure: bool = False
+    wait_for_capacity: float = 0.0  # seconds `up` keeps retrying a zone without capacity
+    poll_interval: float = 30.0
+    unhealthy_grace: float = 600.0  # an UNHEALTHY TPU (or unreachable workers) gets this long to come back
+    backoff: float = 30.0  # first wait between failed recovery attempts (exponential, capped)
+    backoff_max: float = 600.0
+    down: bool = False  # tear down once the watch ends by itself (never after Ctrl-C)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], **given: object) -> WatchOptions:
+        """Options given (None: not given), else TPUOPS_WATCH_* from the environment, else the defaults."""
+        values: dict[str, object] = {field_name: float(env[variable]) for field_name, variable in ENV_KNOBS.items()
+                                     if env.get(variable)}
+        values.update({key: value for key, value in given.items() if value is not None})
+        return cls(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class TpuView:
+    """What the cloud says about the cluster's TPU: its state (MISSING when gone), health, queued state."""
+
+    state: str
+    health: str | None = None
+    queued_state: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: Literal["fine", "ended", "recover"]
+    reason: str = ""
+    exit_code: int = 0
+    recreate: bool = True  # recover: delete and create the TPU again (False: relaunch only)
+
+
+FINE = Verdict("fine")
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    cluster: str
+    run_id: str | None
+    exit_code: int
+    reason: str
+    restarts: int  # restarts carried out by this watch
+    torn_down: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return {"cluster": self.cluster, "run_id": self.run_id, "exit_code": self.exit_code, "reason": self.reason,
+                "restarts": self.restarts, "torn_down": self.torn_down}
+
+
+# ------------------------------------------------------------------------------------------------ verdicts
+
+
+def judge_tpu(tpu: TpuView) -> Verdict | None:
+    """A verdict from the TPU alone (dead, missing, or not ready yet), or None: look at the run."""
+    if tpu.queued_state in DEAD_QUEUED_STATES:
+        return Verdict("recover", f"queued resource {tpu.queued_state}")
+    if tpu.state in DEAD_TPU_STATES or tpu.state == MISSING:
+        return Verdict("recover", f"TPU {tpu.state}")
+    if tpu.state != up_ops.READY:
+        return FINE  # CREATING, REPAIRING, RESTARTING...: the cloud is working on it; look again later
+    return None
+
+
+def is_unhealthy(tpu: TpuView) -> bool:
+    return bool(tpu.health) and (tpu.health.startswith("UNHEALTHY") or tpu.health == "TIMEOUT")  # type: ignore[union-attr]
+
+
+def judge_run(states: dict[str, str], restart_on_failure: bool) -> Verdict:
+    """The verdict from each worker's state of the run (running | exited N | killed | lost | none | unreachable)."""
+    values = list(states.values())
+    if not values or any(state == "running" for state in values):
+        return FINE
+    if all(state in GONE for state in values):
+        return Verdict("recover", "every worker's trainer is gone without an exit code")
+    if any(state == UNREACHABLE for state in values):
+        return FINE  # the rest ended or is gone: wait for the unreachable ones (their grace runs meanwhile)
+    if any(state == "killed" for state in values):
+        return Verdict("ended", "the run was stopped (tpuops stop)", exit_code=1)
+    codes = [int(state.split()[1]) if state.startswith("exited ") else 255 for state in values]
+    worst = max(codes)
+    if worst == 0:
+        return Verdict("ended", "every worker exited 0")
+    failed = ", ".join(f"{w} {s}" for w, s in states.items() if s != "exited 0")
+    if restart_on_failure:
+        return Verdict("recover", f"the trainer failed ({failed})", exit_code=worst, recreate=False)
+    return Verdict("ended", f"the trainer failed by itself ({failed}); not restarted without --restart-on-failure",
+                   exit_code=worst)
+
+
+def all_unreachable(states: dict[str, str]) -> bool:
+    return bool(states) and all(state in (UNREACHABLE, *GONE) for state in states.values()) and \
+        UNREACHABLE in states.values()
+
+
+# ------------------------------------------------------------------------------------------------ watcher
+
+
+def watch(ctx: Context, name: str | None, options: WatchOptions, on_event: EventHandler | None = None,
+          sleep: Callable[[float], None] = time.sleep) -> WatchResult:
+    """Watch the cluster's current run until it ends; recover from preemption on the way."""
+    watcher = Watcher(ctx, resolve_name(ctx, name), options, on_event, sleep)
+    try:
+        result = watcher.run()
+    except WatchGaveUp:
+        if options.down:
+            watcher.tear_down()
+        raise
+    if options.down:
+        watcher.tear_down()
+        return replace(result, torn_down=True)
+    return result
+
+
+@dataclass
+class Watcher:
+    ctx: Context
+    cluster: str
+    options: WatchOptions
+    on_event: EventHandler | None = None
+    sleep: Callable[[float], None] = time.sleep
+    restarts: int = 0  # recovery attempts by this watch
+    trouble_since: float | None = None  # when the TPU turned UNHEALTHY or every worker unreachable
+    pending_recreate: bool = False  # a recovery deleted the TPU and has not created it again yet
+    first_restart: int = 0  # the restart number of the run being watched: TPUOPS_RESTART continues from it
+
+    # ------------------------------------------------------------------------------------ the loop
+    def run(self) -> WatchResult:
+        state = self.ctx.store.require(self.cluster)
+        run = state.current_run
+        if run is None:
+            raise UsageError(f"'{self.cluster}' has no run to watch",
+                             "start one with `tpuops launch`, or use `tpuops run SPEC --watch`")
+        self.first_restart = run.restart
+        self.event("watch", f"watching run {run.id} (restart {run.restart}) of '{self.cluster}', "
+                            f"polling every {self.options.poll_interval:g}s, at most "
+                            f"{self.options.max_restarts} restart(s)")
+        policy = Retrying(retry=retry_if_result(lambda outcome: outcome is None),
+                          wait=wait_fixed(self.options.poll_interval), sleep=self.sleep)
+        result = policy(self.step)
+        self.event("watch", f"watch ended: {result.reason} (exit {result.exit_code})")
+        return result
+
+    def step(self) -> WatchResult | None:
+        """One poll: observe, judge, act. Returns the result once the run is over, None to poll again."""
+        verdict = self.observe_and_judge()
+        if verdict.kind == "ended":
+            run = self.state().current_run
+            return WatchResult(self.cluster, run.id if run else None, verdict.exit_code, verdict.reason,
+                               self.restarts)
+        if verdict.kind == "recover":
+            self.recover(verdict)
+        return None
+
+    def observe_and_judge(self) -> Verdict:
+        try:
+            tpu = self.observe_tpu()
+        except TpuopsError as err:  # the API may be briefly unavailable: look again at the next poll
+            self.event("observe", f"could not read the TPU's state: {err.message}")
+            return FINE
+        verdict = judge_tpu(tpu)
+        if verdict is not None:
+            return verdict
+        states = launch_ops.run_states(self.ctx, self.cluster)
+        verdict = judge_run(states, self.options.restart_on_failure)
+        if verdict.kind == "fine" and (is_unhealthy(tpu) or all_unreachable(states)):
+            why = f"TPU health {tpu.health}" if is_unhealthy(tpu) else "every worker unreachable"
+            return self.after_grace(why)
+        self.trouble_since = None
+        return verdict
+
+    def after_grace(self, why: str) -> Verdict:
+        """Trouble that may pass by itself (maintenance, a network blip) gets `unhealthy_grace` seconds."""
+        now = time.monotonic()
+        if self.trouble_since is None:
+            self.trouble_since = now
+            self.event("trouble", f"{why}: recovering unless it passes within {self.options.unhealthy_grace:g}s")
+        if now - self.trouble_since < self.options.unhealthy_grace:
+            return FINE
+        self.trouble_since = None
+        return Verdict("recover", f"{why} for more than {self.options.unhealthy_grace:g}s")
+
+    # ------------------------------------------------------------------------------------- observe
+    def state(self) -> ClusterState:
+        state = self.ctx.store.load(self.cluster)
+        if state is None:
+            raise WatchGaveUp(f"cluster '{self.cluster}' no longer has local state (taken down?): stopped watching",
+                              "start again with `tpuops run SPEC --watch`")
+        return state
+
+    def observe_tpu(self) -> TpuView:
+        state = self.state()
+        spec = spec_of(state)
+        record = state.resource("queued_resource") or state.resource("tpu")
+        if record is None:
+            return TpuView(MISSING)
+        row, node = live_status(cloud_for_state(self.ctx, state, spec), record, tpu_mode(state, spec))
+        if record.kind == "queued_resource":
+            return TpuView(node.state if node else MISSING, node.health if node else None, row.state)
+        return TpuView(row.state, node.health if node else None)
+
+    # ------------------------------------------------------------------------------------- recover
+    def recover(self, verdict: Verdict) -> None:
+        """Recovery attempts with exponential backoff between failures, bounded by --max-restarts."""
+        left = self.options.max_restarts - self.restarts
+        if left <= 0:
+            raise WatchGaveUp(f"{verdict.reason}, and --max-restarts {self.options.max_restarts} is used up: "
+                              "gave up", "rerun `tpuops watch` with a higher --max-restarts, or `tpuops down`")
+        self.event("recovery", f"{verdict.reason}: recovering (restart {self.restarts + 1} "
+                               f"of at most {self.options.max_restarts})")
+        self.pending_recreate = self.pending_recreate or verdict.recreate
+        policy = Retrying(
+            retry=retry_if_exception(worth_retrying),
+            wait=retry.backoff(self.options.backoff, self.options.backoff_max),
+            stop=stop_after_attempt(left),
+            sleep=self.sleep,
+            before_sleep=lambda state: self.event(
+                "recovery", f"attempt failed: {state.outcome.exception()}; trying again"),  # type: ignore[union-attr]
+            reraise=True,
+        )
+        try:
+            policy(lambda: self.recover_once(verdict.reason))
+        except TpuopsError as err:
+            if not worth_retrying(err):
+                raise
+            raise WatchGaveUp(f"recovery failed {self.restarts} time(s), --max-restarts "
+                              f"{self.options.max_restarts} is used up: {err.message}",
+                              err.hint or "see `tpuops status`; `tpuops down` frees the quota") from err
+
+    def recover_once(self, reason: str) -> None:
+        self.restarts += 1
+        restart = self.first_restart + self.restarts
+        if self.pending_recreate or judge_tpu(self.observe_tpu()) is not None:
+            self.replace_tpu()
+        run = self.state().current_run
+        assert run is not None
+        options = launch_ops.LaunchOptions(command=run.command, restart=restart, replace=True)
+        report = launch_ops.launch_run(self.ctx, self.cluster, options, on_step=self.show_step)
+        if not report.ok:
+            failed = next(step for step in report.steps if not step.ok)
+            raise TpuopsError(f"relaunch failed at {failed.name}: {'; '.join(failed.failures())}")
+        self.event(RESTART_EVENT, f"run {report.run_id} relaunched as restart {restart} after: {reason}")
+
+    def replace_tpu(self) -> None:
+        """Delete the TPU (or queued resource) and create it again the way `up` does (zones, capacity waits)."""
+        state = self.state()
+        spec = spec_of(state)
+        if spec is None:
+            raise SpecError(f"cannot read the spec of '{self.cluster}' at {state.spec_path}",
+                            "put the spec file back to let watch recreate the TPU")
+        self.pending_recreate = True
+        record = state.resource("queued_resource") or state.resource("tpu")
+        if record is not None and record.zone:
+            self.event("recovery", f"deleting {record.kind} {record.name} in {record.zone}")
+            record.status = "deleting"
+            self.ctx.store.save(state)  # a crash from here on leaves a record `down` and `up` understand
+            doomed = down_ops.Doomed(record.kind, record.name, record.zone)
+            down_ops.delete_one(cloud_for_state(self.ctx, state, spec), tpu_mode(state, spec), doomed,
+                                lambda kind, name, text: None)
+        self.forget_workers()
+        self.event("recovery", f"creating the TPU again ({spec.tpu.type})")
+        result = up_ops.up(self.ctx, state.spec_path, wait_for_capacity=self.options.wait_for_capacity,
+                           progress=lambda kind, name, text: self.say("up", f"{kind} {name}: {text}"))
+        self.pending_recreate = False
+        zone = self.state().zone
+        self.event("recovery", f"TPU ready again in {zone} with {len(result.workers)} worker(s)")
+
+    def forget_workers(self) -> None:
+        """The old hosts are gone: their addresses and host keys must not be trusted for the new ones."""
+        keys.forget_host_keys(self.ctx.store.cluster_dir(self.cluster))
+        state = self.state()
+        state.workers = []
+        self.ctx.store.save(state)
+
+    def tear_down(self) -> None:
+        self.event("down", "tearing down (--down)")
+        plan, cloud = down_ops.find(self.ctx, self.cluster)
+        down_ops.execute(self.ctx, plan, cloud)
+        self.say("down", "deleted " + (", ".join(f"{d.kind} {d.name}" for d in plan.doomed) or "nothing"))
+
+    # -------------------------------------------------------------------------------------- events
+    def event(self, kind: str, message: str) -> None:
+        """Printed with a time and kept in the cluster's state."""
+        state = self.ctx.store.load(self.cluster)
+        if state is not None:
+            state.log(kind, message)
+            self.ctx.store.save(state)
+        self.say(kind, message)
+
+    def say(self, kind: str, message: str) -> None:
+        """Printed only (progress of `up` and `launch`)."""
+        if self.on_event is not None:
+            self.on_event(datetime.now(timezone.utc).strftime("%H:%M:%S"), kind, message)
+
+    def show_step(self, step: launch_ops.Step) -> None:
+        failures = step.failures()
+        self.say("launch", f"{step.name}: " + (f"failed: {'; '.join(failures)}" if failures
+                                               else f"ok on {len(step.results)} worker(s)"))
+
+
+def worth_retrying(err: BaseException) -> bool:
+    """Recovery errors that another attempt can fix (capacity, API, SSH), not ones the user must fix."""
+    hopeless = (UsageError, SpecError, ForeignResourceError, CredentialsError, ClusterNotFound, WatchGaveUp)
+    return isinstance(err, TpuopsError) and not isinstance(err, hopeless)
