@@ -148,3 +148,14 @@ def test_host_key_line_format_is_openssh(sshd2: SshdCluster, tpuops_home: Path, 
                             str(directory / "known_hosts")], capture_output=True, text=True, timeout=10)
     assert found.returncode == 0 and worker.host_key_line().split(" ", 1)[1] in found.stdout
     assert shutil.which("ssh") and time.monotonic() > 0
+
+
+def test_legacy_node_targets_only_the_client_vm(sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    directory = cluster_dir(sshd2, tpuops_home, tmp_path)
+    state = json.loads((directory / "state.json").read_text())
+    state["workers"][1]["role"] = "client_vm"  # as `up` records a legacy Node's driver VM
+    (directory / "state.json").write_text(json.dumps(state))
+    report = exec_command(Context.from_env(), "demo", "touch ~/was-here")
+    assert report.ok and [r.worker for r in report.results] == ["client"]
+    assert (sshd2.workers[1].home / "was-here").exists() and not (sshd2.workers[0].home / "was-here").exists()
+    (sshd2.workers[1].home / "was-here").unlink()
