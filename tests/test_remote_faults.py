@@ -159,3 +159,23 @@ def test_legacy_node_targets_only_the_client_vm(sshd2: SshdCluster, tpuops_home:
     assert report.ok and [r.worker for r in report.results] == ["client"]
     assert (sshd2.workers[1].home / "was-here").exists() and not (sshd2.workers[0].home / "was-here").exists()
     (sshd2.workers[1].home / "was-here").unlink()
+
+
+def test_full_remote_disk_is_reported_for_that_worker(sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    data = tmp_path / "dataset"
+    data.mkdir()
+    (data / "big.bin").write_bytes(__import__("os").urandom(256 * 1024))
+    cluster_dir(sshd2, tpuops_home, tmp_path, SPEC + "data:\n  - from: ./dataset\n    to: ~/small/ds\n")
+    # Worker 1 gets a 64 KiB disk at ~/small (a tmpfs mounted inside its own mount namespace).
+    mounted = exec_command(Context.from_env(), "demo", "mkdir -p ~/small && mount -t tmpfs -o size=64k tmpfs ~/small",
+                           workers="1", capture=True)
+    assert mounted.ok, mounted.results[0].stderr
+    try:
+        report = push(Context.from_env(), "demo", code=False)
+    finally:
+        exec_command(Context.from_env(), "demo", "umount ~/small", workers="1")
+    [tree] = report.trees
+    errors = {w.worker: w.error for w in tree.workers}
+    assert errors["w0"] is None
+    assert errors["w1"].startswith("w1: push to ~/small/ds failed") and "No space left on device" in errors["w1"]
+    assert "free space" in errors["w1"]
