@@ -129,7 +129,9 @@ def test_interrupted_up_resumes_without_creating_twice_then_down_cleans(
         text=True,
     )
     try:
-        wait_for(lambda: recorded_status(tpuops_home, name, "tpu") == "creating", "the TPU to be recorded")
+        # Interrupt once the TPU's create reached the API (its state was recorded before that).
+        wait_for(lambda: ("us-central1-a", name) in gcp.tpu.nodes, "the TPU's create to reach the API")
+        assert recorded_status(tpuops_home, name, "tpu") == "creating"
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=WAIT_S)
     finally:
