@@ -253,3 +253,64 @@ def test_restart_on_failure_relaunches_on_the_same_tpu(gcp: FakeGcp, sshd2: Sshd
     assert done.returncode == 0, done.stderr[-3000:]
     assert attempts(sshd2, name) == [["restart=0", "restart=1"]] * 2
     assert node_calls(gcp, "DELETE", name) == 0 and node_calls(gcp, "POST") == 1  # relaunched, not recreated
+
+
+# ------------------------------------------------------------------------------------ local provider
+
+
+def local_cluster(tmp_path: Path, finish_at: int) -> tuple[str, Path]:
+    """A local 2-worker cluster whose trainer records each start outside the worker homes (recreating the
+    node deletes those)."""
+    name = f"wl-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "attempts"
+    command = (f'echo "w$TPUOPS_WORKER_ID restart=${{TPUOPS_RESTART:-0}}" >> {log}; '
+               f'[ "${{TPUOPS_RESTART:-0}}" -ge {finish_at} ] || sleep 300')
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        provider: local
+        tpu: {{type: v2-8, workers: 2}}
+        trainer: {{framework: jax, command: {json.dumps(command)}}}
+        """)
+    return name, spec
+
+
+def local_starts(tmp_path: Path) -> list[str]:
+    log = tmp_path / "attempts"
+    return sorted(log.read_text().splitlines()) if log.exists() else []
+
+
+def test_local_provider_preempted_node_is_recreated(tmp_path: Path, tpuops_home: Path) -> None:
+    name, spec = local_cluster(tmp_path, finish_at=1)
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", "run", str(spec), "--watch", "--json"],
+                               env={**os.environ, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(local_starts(tmp_path)) == 2, "the first start", process)
+        record = tpuops_home / "local" / "tpus" / f"{name}.json"
+        node = json.loads(record.read_text())
+        record.write_text(json.dumps({**node, "state": "PREEMPTED"}))  # what a preemption looks like there
+        code, stdout, stderr = finish(process)
+    finally:
+        run_cli("down", name, "--yes", timeout=60)
+    assert code == 0, stderr[-3000:]
+    assert local_starts(tmp_path) == ["w0 restart=0", "w0 restart=1", "w1 restart=0", "w1 restart=1"]
+    assert json.loads(stdout)["watch"]["restarts"] == 1
+    assert "TPU PREEMPTED: recovering" in stderr
+
+
+def test_local_provider_trainers_gone_without_exit_code_are_recovered(tmp_path: Path, tpuops_home: Path) -> None:
+    import signal
+
+    name, spec = local_cluster(tmp_path, finish_at=1)
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", "run", str(spec), "--watch"],
+                               env={**os.environ, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(local_starts(tmp_path)) == 2, "the first start", process)
+        # The hosts rebooted, say: every trainer's process group vanishes without writing an exit code.
+        for pid_file in (tpuops_home / "local" / "workers" / name).glob(f"w*/tpuops/{name}/runs/*/pid"):
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        code, _, stderr = finish(process)
+    finally:
+        run_cli("down", name, "--yes", timeout=60)
+    assert code == 0, stderr[-3000:]
+    assert "every worker's trainer is gone without an exit code: recovering" in stderr
+    assert local_starts(tmp_path) == ["w0 restart=0", "w0 restart=1", "w1 restart=0", "w1 restart=1"]
