@@ -7,6 +7,20 @@ Use from a test module:
 
 `fake_gcp.env` points the tpuops CLI (a subprocess) at the fakes the way a user would point it at a
 private endpoint: gcloud's endpoint override variables, STORAGE_EMULATOR_HOST, TPUOPS_TPU_V1_GRPC_ENDPOINT.
+
+Knobs (set them before `tpuops up`):
+- addresses: `fake_gcp.tpu.external_ip = lambda zone, node, index: "127.0.0.1"` (default 127.0.0.(10+index);
+  keep it on loopback), `fake_gcp.tpu.internal_ip`, `fake_gcp.compute.external_ip = lambda vm, n: ...`;
+- host keys published as guest attributes: `fake_gcp.tpu.host_keys = lambda node, index: [("ssh-ed25519", b64)]`,
+  `fake_gcp.compute.host_keys = lambda vm: [...]` (e.g. the keys of the sshd a test started);
+- latency: `fake_gcp.tpu.create_seconds`, `.delete_seconds`, `.queued_seconds`, `fake_gcp.compute.create_seconds`,
+  `fake_gcp.gcs.faults.delay("POST", r"/storage/v1/b$", 0.5)`;
+- faults: `fake_gcp.tpu_v2.server.faults.http_error("POST", r"/nodes$", 503, times=2)`,
+  `fake_gcp.tpu_v1.faults.http_error("RPC", "CreateNode", 503)`, `fake_gcp.tpu.capacity_failures[zone] = n`
+  (-1: always), `.transient_failures[zone]`, `.queued_failures[zone]`, `fake_gcp.tpu.preempt(zone, node)`,
+  `fake_gcp.tpu.lose_worker(zone, node, index)`, `fake_gcp.tpu.suspend_queued(zone, name)`;
+- what was asked: `fake_gcp.tpu_v2.server.calls("POST", r"/nodes$")`, `fake_gcp.gcs.calls(...)`,
+  `fake_gcp.tpu_v1.calls`.
 """
 
 from __future__ import annotations
