@@ -130,6 +130,12 @@ def state_of(home: Path, name: str) -> dict:
     return json.loads((home / "clusters" / name / "state.json").read_text())
 
 
+def watching(home: Path, name: str) -> bool:
+    """The watch has started (its first event is in the state, which `run` writes only once `up` begins)."""
+    path = home / "clusters" / name / "state.json"
+    return path.exists() and any(e["message"].startswith("watching run") for e in state_of(home, name)["events"])
+
+
 def start_cli(gcp: FakeGcp, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "tpuops", *args], env={**os.environ, **gcp.env, **FAST},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -216,7 +222,7 @@ def test_watch_gives_up_when_max_restarts_is_used_up(gcp: FakeGcp, sshd2: SshdCl
     assert launched.returncode == 0, launched.stderr
     process = start_cli(gcp, "watch", name, "--max-restarts", "1")
     try:
-        wait_for(lambda: "watching run" in json.dumps(state_of(tpuops_home, name)["events"]), "the watch", process)
+        wait_for(lambda: watching(tpuops_home, name), "the watch", process)
         gcp.tpu.preempt(ZONE, name)
         wait_for(lambda: all(len(lines) == 2 for lines in attempts(sshd2, name)), "the relaunch", process)
         gcp.tpu.preempt(ZONE, name)  # again: one restart was allowed, and it is used
@@ -314,3 +320,66 @@ def test_local_provider_trainers_gone_without_exit_code_are_recovered(tmp_path: 
     assert code == 0, stderr[-3000:]
     assert "every worker's trainer is gone without an exit code: recovering" in stderr
     assert local_starts(tmp_path) == ["w0 restart=0", "w0 restart=1", "w1 restart=0", "w1 restart=1"]
+
+
+@needs_sshd
+def test_suspended_queued_resource_is_deleted_and_queued_again(gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path,
+                                                               tmp_path: Path) -> None:
+    marker = f"tpuops-watch-{uuid.uuid4().hex[:8]}"
+    name, spec = make_cluster(sshd2, tpuops_home, tmp_path, trainer(finish_at=1, marker=marker))
+    spec.write_text(spec.read_text().replace("preemptible: true", "spot: true, queued: true"))
+    process = start_cli(gcp, "run", str(spec), "--watch")
+    try:
+        wait_for(lambda: all(len(lines) == 1 for lines in attempts(sshd2, name)), "the first start", process)
+        queued_name = next(iter(gcp.tpu.queued))[1]
+        gcp.tpu.suspend_queued(ZONE, queued_name)  # spot capacity taken back: the node is gone
+        code, _, stderr = finish(process)
+    finally:
+        stop_leftovers(gcp, name, marker)
+    assert code == 0, stderr[-3000:]
+    assert "queued resource SUSPENDED: recovering" in stderr
+    assert len(gcp.tpu_v2.server.calls("DELETE", rf"/queuedResources/{queued_name}")) == 1
+    assert len(gcp.tpu_v2.server.calls("POST", r"/queuedResources")) == 2
+    assert gcp.tpu.queued[(ZONE, queued_name)].state == "ACTIVE"
+    assert attempts(sshd2, name) == [["restart=0 resume=0", "restart=1 resume=1"]] * 2
+
+
+@needs_sshd
+def test_unhealthy_tpu_is_recovered_after_the_grace_period(gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path,
+                                                           tmp_path: Path) -> None:
+    marker = f"tpuops-watch-{uuid.uuid4().hex[:8]}"
+    name, spec = make_cluster(sshd2, tpuops_home, tmp_path, trainer(finish_at=1, marker=marker))
+    process = start_cli(gcp, "run", str(spec), "--watch")  # FAST: 1 s of grace
+    try:
+        wait_for(lambda: all(len(lines) == 1 for lines in attempts(sshd2, name)), "the first start", process)
+        gcp.tpu.lose_worker(ZONE, name, 1)  # UNHEALTHY_MAINTENANCE; the trainers themselves keep running
+        code, _, stderr = finish(process)
+    finally:
+        stop_leftovers(gcp, name, marker)
+    assert code == 0, stderr[-3000:]
+    assert "TPU health UNHEALTHY_MAINTENANCE: recovering unless it passes within 1s" in stderr
+    assert "TPU health UNHEALTHY_MAINTENANCE for more than 1s: recovering" in stderr
+    assert node_calls(gcp, "DELETE", name) == 1 and node_calls(gcp, "POST") == 2
+    assert attempts(sshd2, name) == [["restart=0 resume=0", "restart=1 resume=1"]] * 2
+
+
+@needs_sshd
+def test_ctrl_c_stops_watching_and_deletes_nothing(gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path,
+                                                   tmp_path: Path) -> None:
+    import signal
+
+    marker = f"tpuops-watch-{uuid.uuid4().hex[:8]}"
+    name, spec = make_cluster(sshd2, tpuops_home, tmp_path, trainer(finish_at=1, marker=marker))
+    process = start_cli(gcp, "run", str(spec), "--watch")
+    try:
+        wait_for(lambda: watching(tpuops_home, name), "the watch", process)
+        process.send_signal(signal.SIGINT)
+        code, _, stderr = finish(process)
+        assert code == 130, stderr[-3000:]
+        assert "stopped watching; nothing was deleted" in stderr
+        assert node_calls(gcp, "DELETE", name) == 0 and gcp.tpu.nodes[(ZONE, name)].state == "READY"
+        shown = run_cli("status", name, "--json", env=gcp.env)
+        assert json.loads(shown.stdout)["tpu_state"] == "READY"
+        assert subprocess.run(["pgrep", "-f", marker], capture_output=True, timeout=10).stdout  # still training
+    finally:
+        stop_leftovers(gcp, name, marker)
