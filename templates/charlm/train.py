@@ -439,7 +439,8 @@ def run_steps(
                     scalars.write(state.step, {"eval_loss": eval_loss})
                     scalars.flush()
                 line += f" eval_loss {eval_loss:.4f}"
-            log(worker_id, line)
+            if worker_id == 0 or state.step in (1, args.steps):  # the others only show that they run
+                log(worker_id, line)
             window_start, window_steps = time.perf_counter(), 0
         if worker_id == 0 and (state.step % args.checkpoint_every == 0 or state.step == args.steps):
             save_checkpoint(checkpoint_dir, state_to_bytes(state, cfg))

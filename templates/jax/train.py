@@ -278,6 +278,7 @@ def train(args: argparse.Namespace) -> int:
             if scalars:
                 scalars.write(step, {"loss": value, "learning_rate": float(lr), "tokens_per_sec": rate})
             log(f"step {step}/{args.steps} loss {value:.4f} lr {float(lr):.2e} tokens/s {rate:,.0f}")
+            started, seen = time.perf_counter(), 0  # the rate over the last interval, not since the start
         if step % args.checkpoint_every == 0 or step == args.steps:
             host = jax.tree.map(np.asarray, state)  # replicated: every host has the whole state
             if process == 0:

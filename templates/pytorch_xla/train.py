@@ -223,6 +223,7 @@ def train(world: World, args: argparse.Namespace) -> None:
                 writer.add_scalar("tokens_per_sec", rate, step)
                 writer.flush()
                 log(world, f"step {step}/{args.steps} loss {value:.4f} lr {lr:.2e} tokens/s {rate:,.0f}")
+            started, seen = time.perf_counter(), 0  # the rate over the last interval, not since the start
         if step % args.checkpoint_every == 0 or step == args.steps:
             state = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
             save_checkpoint(checkpoint_dir, step, state, world)

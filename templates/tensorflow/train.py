@@ -248,25 +248,27 @@ def train(args: argparse.Namespace) -> int:
 
     writer = tf.summary.create_file_writer(args.logdir)
     iterator = iter(dataset)
+    current = int(step.numpy())  # a Python counter: reading the TPU variable every step would stall it
     started, tokens = time.perf_counter(), 0
-    while int(step.numpy()) < args.steps:
+    while current < args.steps:
         batch = next(iterator)
-        loss = float(train_step(batch))
-        step.assign_add(1)
-        current = int(step.numpy())
+        loss = train_step(batch)  # returns at once; the value is fetched only on logging steps
+        current += 1
         tokens += args.batch_size * int(strategy.experimental_local_results(batch[0])[0].shape[1])
-        rate = tokens / max(time.perf_counter() - started, 1e-9)
-        with writer.as_default(step=current):
-            tf.summary.scalar("loss", loss)
-            tf.summary.scalar("learning_rate", float(schedule(current - 1)))
-            tf.summary.scalar("tokens_per_sec", rate)
         if current == 1 or current % args.log_every == 0 or current == args.steps:
-            log(f"step {current}/{args.steps} loss {loss:.4f} tokens/s {rate:,.0f}")
+            value, rate = float(loss), tokens / max(time.perf_counter() - started, 1e-9)
+            with writer.as_default(step=current):
+                tf.summary.scalar("loss", value)
+                tf.summary.scalar("learning_rate", float(schedule(current - 1)))
+                tf.summary.scalar("tokens_per_sec", rate)
             writer.flush()
+            log(f"step {current}/{args.steps} loss {value:.4f} tokens/s {rate:,.0f}")
+            started, tokens = time.perf_counter(), 0  # the rate over the last interval, not since the start
         if current % args.checkpoint_every == 0 or current == args.steps:
+            step.assign(current)
             manager.save(checkpoint_number=current)
     writer.close()
-    log(f"done at step {int(step.numpy())}")
+    log(f"done at step {current}")
     return 0
 
 
