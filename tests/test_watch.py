@@ -287,7 +287,7 @@ def local_starts(tmp_path: Path) -> list[str]:
 
 def test_local_provider_preempted_node_is_recreated(tmp_path: Path, tpuops_home: Path) -> None:
     name, spec = local_cluster(tmp_path, finish_at=1)
-    process = subprocess.Popen([sys.executable, "-m", "tpuops", "run", str(spec), "--watch", "--json"],
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", "run", str(spec), "--watch", "--down", "--json"],
                                env={**os.environ, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: len(local_starts(tmp_path)) == 2, "the first start", process)
@@ -299,26 +299,31 @@ def test_local_provider_preempted_node_is_recreated(tmp_path: Path, tpuops_home:
         run_cli("down", name, "--yes", timeout=60)
     assert code == 0, stderr[-3000:]
     assert local_starts(tmp_path) == ["w0 restart=0", "w0 restart=1", "w1 restart=0", "w1 restart=1"]
-    assert json.loads(stdout)["watch"]["restarts"] == 1
+    summary = json.loads(stdout)
+    assert summary["watch"]["restarts"] == 1 and summary["torn_down"]
     assert "TPU PREEMPTED: recovering" in stderr
+    assert not (tpuops_home / "local" / "tpus" / f"{name}.json").exists()  # --down after the run succeeded
 
 
 def test_local_provider_trainers_gone_without_exit_code_are_recovered(tmp_path: Path, tpuops_home: Path) -> None:
     import signal
 
     name, spec = local_cluster(tmp_path, finish_at=1)
-    process = subprocess.Popen([sys.executable, "-m", "tpuops", "run", str(spec), "--watch"],
+    assert run_cli("up", str(spec), timeout=60).returncode == 0
+    assert run_cli("launch", name, timeout=60).returncode == 0
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", "watch", name, "--down", "--json"],
                                env={**os.environ, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: len(local_starts(tmp_path)) == 2, "the first start", process)
+        wait_for(lambda: watching(tpuops_home, name), "the watch", process)
         # The hosts rebooted, say: every trainer's process group vanishes without writing an exit code.
         for pid_file in (tpuops_home / "local" / "workers" / name).glob(f"w*/tpuops/{name}/runs/*/pid"):
             os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-        code, _, stderr = finish(process)
+        code, stdout, stderr = finish(process)
     finally:
         run_cli("down", name, "--yes", timeout=60)
     assert code == 0, stderr[-3000:]
     assert "every worker's trainer is gone without an exit code: recovering" in stderr
+    assert json.loads(stdout)["torn_down"] and not (tpuops_home / "local" / "tpus" / f"{name}.json").exists()
     assert local_starts(tmp_path) == ["w0 restart=0", "w0 restart=1", "w1 restart=0", "w1 restart=1"]
 
 
@@ -383,3 +388,26 @@ def test_ctrl_c_stops_watching_and_deletes_nothing(gcp: FakeGcp, sshd2: SshdClus
         assert subprocess.run(["pgrep", "-f", marker], capture_output=True, timeout=10).stdout  # still training
     finally:
         stop_leftovers(gcp, name, marker)
+
+
+@needs_sshd
+def test_recovery_attempts_without_capacity_are_bounded_by_max_restarts(
+        gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    marker = f"tpuops-watch-{uuid.uuid4().hex[:8]}"
+    name, spec = make_cluster(sshd2, tpuops_home, tmp_path, trainer(finish_at=1, marker=marker))
+    process = start_cli(gcp, "run", str(spec), "--watch", "--max-restarts", "2")  # no --wait-for-capacity
+    try:
+        wait_for(lambda: all(len(lines) == 1 for lines in attempts(sshd2, name)), "the first start", process)
+        gcp.tpu.capacity_failures[ZONE] = -1  # the zone stays full
+        gcp.tpu.preempt(ZONE, name)
+        code, _, stderr = finish(process)
+    finally:
+        stop_leftovers(gcp, name, marker)
+    assert code == 1
+    assert "attempt failed: no capacity for v4-16" in stderr  # the first failure, then a backoff and a retry
+    error = stderr.strip().splitlines()[-1]
+    assert error.startswith("tpuops: error: recovery failed 2 time(s), --max-restarts 2 is used up: no capacity"), \
+        error
+    assert node_calls(gcp, "POST") == 3  # the first create, then one per recovery attempt
+    assert (ZONE, name) not in gcp.tpu.nodes
+    assert attempts(sshd2, name) == [["restart=0 resume=0"]] * 2

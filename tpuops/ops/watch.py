@@ -187,6 +187,7 @@ class Watcher:
     trouble_since: float | None = None  # when the TPU turned UNHEALTHY or every worker unreachable
     pending_recreate: bool = False  # a recovery deleted the TPU and has not created it again yet
     first_restart: int = 0  # the restart number of the run being watched: TPUOPS_RESTART continues from it
+    blind: bool = False  # the last poll could not read the TPU's state (kept once in the state, not every poll)
 
     # ------------------------------------------------------------------------------------ the loop
     def run(self) -> WatchResult:
@@ -220,8 +221,10 @@ class Watcher:
         try:
             tpu = self.observe_tpu()
         except TpuopsError as err:  # the API may be briefly unavailable: look again at the next poll
-            self.event("observe", f"could not read the TPU's state: {err.message}")
+            (self.say if self.blind else self.event)("observe", f"could not read the TPU's state: {err.message}")
+            self.blind = True
             return FINE
+        self.blind = False
         verdict = judge_tpu(tpu)
         if verdict is not None:
             return verdict
