@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuops.cloud.base import Cloud, TpuMode
+from tpuops.cloud.base import Cloud, TpuMode, TpuNode
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
 from tpuops.plan import IAM_ROLE
@@ -95,7 +95,7 @@ def cluster_status(ctx: Context, name: str) -> ClusterStatus:
     )
 
 
-def live_status(cloud: Cloud, record: ResourceRecord, mode: TpuMode):  # noqa: ANN201  (row, TpuNode | None)
+def live_status(cloud: Cloud, record: ResourceRecord, mode: TpuMode) -> tuple[ResourceStatus, TpuNode | None]:
     zone = record.zone or ""
     if record.kind == "bucket":
         bucket = cloud.storage.get_bucket(record.name)
