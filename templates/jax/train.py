@@ -190,8 +190,9 @@ def make_train_step(args: argparse.Namespace, dtype: Any) -> Any:
         logp = jax.nn.log_softmax(logits.astype(jnp.float32))
         return -jnp.take_along_axis(logp, labels[..., None], axis=-1).mean()
 
-    def step_fn(state: dict[str, Any], inputs: Any, labels: Any) -> tuple[dict[str, Any], Any, Any]:
+    def step_fn(state: dict[str, Any], batch: Any) -> tuple[dict[str, Any], Any, Any]:
         """One AdamW step. The batch is sharded over devices; jit adds the all-reduce of the gradients."""
+        inputs, labels = batch[:, :-1], batch[:, 1:]
         loss, grads = jax.value_and_grad(loss_fn)(state["params"], inputs, labels)
         norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grads)))
         grads = jax.tree.map(lambda g: g * jnp.minimum(1.0, 1.0 / (norm + 1e-6)), grads)
@@ -270,7 +271,7 @@ def train(args: argparse.Namespace) -> int:
     while step < args.steps:
         local = local_blocks(tokens, args, local_batch, process, step)
         batch = jax.make_array_from_process_local_data(sharded, local)
-        state, loss, lr = step_fn(state, batch[:, :-1], batch[:, 1:])
+        state, loss, lr = step_fn(state, batch)
         step += 1
         seen += args.batch_size * args.block_size
         if step == 1 or step % args.log_every == 0 or step == args.steps:

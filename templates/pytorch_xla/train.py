@@ -189,6 +189,8 @@ def log(world: World, message: str) -> None:
 def train(world: World, args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)  # the same initial weights in every process
     model = GPT(args.dim, args.layers, args.heads, args.block_size).to(world.device)
+    if world.xla:
+        xm.broadcast_master_param(model)  # every device starts from rank 0's weights
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     checkpoint_dir = args.checkpoint_dir or default_checkpoint_dir(args.logdir)
     step = maybe_resume(world, model, optimizer, checkpoint_dir)
@@ -242,12 +244,13 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch
         logits = model(inputs)
     loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), labels.reshape(-1))
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     if world.xla:
-        xm.optimizer_step(optimizer)  # all-reduce of the gradients over every TPU device, then the update
+        xm.reduce_gradients(optimizer)  # all-reduce (mean) of the gradients over every TPU device
+    # Clip the averaged gradients (DDP has averaged them during backward): the same update everywhere.
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    if world.xla:
         xm.mark_step()  # cut the lazy graph here: one compiled program per step
-    else:
-        optimizer.step()
     return loss.detach()
 
 
