@@ -235,6 +235,7 @@ def test_watch_gives_up_when_max_restarts_is_used_up(gcp: FakeGcp, sshd2: SshdCl
     assert "hint:" in error
     assert node_calls(gcp, "DELETE", name) == 1 and node_calls(gcp, "POST") == 2
     assert gcp.tpu.nodes[(ZONE, name)].state == "PREEMPTED"  # giving up deletes nothing
+    assert [e["kind"] for e in state_of(tpuops_home, name)["events"]][-1] == "gave-up"
 
 
 @needs_sshd

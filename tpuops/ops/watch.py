@@ -166,7 +166,8 @@ def watch(ctx: Context, name: str | None, options: WatchOptions, on_event: Event
     watcher = Watcher(ctx, resolve_name(ctx, name), options, on_event, sleep)
     try:
         result = watcher.run()
-    except WatchGaveUp:
+    except WatchGaveUp as err:
+        watcher.event("gave-up", err.message)  # kept in the state: `tpuops status` users see why it stopped
         if options.down:
             watcher.tear_down()
         raise
