@@ -75,7 +75,9 @@ def test_tpu_vm_up_creates_bucket_grant_tpu_and_records_workers(gcp: FakeGcp, tm
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
 
     # Workers recorded with the ssh port; host keys pinned in OpenSSH format.
-    state = json.loads((tpuops_home / "clusters" / name / "state.json").read_text())
+    state_text = (tpuops_home / "clusters" / name / "state.json").read_text()
+    assert "PRIVATE KEY" not in state_text and private.read_text().split("\n")[1] not in state_text
+    state = json.loads(state_text)
     assert [(w["index"], w["internal_ip"], w["ssh_host"], w["ssh_port"]) for w in state["workers"]] == [
         (0, "10.130.0.2", "127.0.0.10", 2222)
     ]
