@@ -287,19 +287,19 @@ def clean_in_background(trees, keep):
         os._exit(0)
 
 
-def action_apply(dest, base, new, source):
+def action_apply(dest, base, new, source, payload, after_receive=None):
+    """Receive the payload into `payload` (the caller removes it), build the new tree, switch DEST to it."""
     dest, parent, trees = paths(dest)
-    os.makedirs(trees, exist_ok=True)
-    lock(trees)
     current = current_tree(dest)
     final = os.path.join(trees, new)
-    payload = os.path.join(trees, f".payload-{os.getpid()}")
     stage = os.path.join(trees, f".partial-{new}-{os.getpid()}")
     try:
         if source[0] == "stdin":
             receive_stdin(payload)
         else:
             receive_url(payload, *source[1:])
+        if after_receive is not None:
+            after_receive()  # the relay starts serving now, so the others unpack while we do
         if not os.path.isdir(final):
             base_dir = base_manifest = None
             if base != "-" and base == current and os.path.isdir(os.path.join(trees, base)):
@@ -310,74 +310,97 @@ def action_apply(dest, base, new, source):
             write_json(final + ".json", manifest)
             os.rename(stage, final)
         switch(dest, parent, trees, new)
-        return payload
-    except BaseException as err:
-        if os.path.exists(payload):
-            os.unlink(payload)
-        if isinstance(err, OSError):
-            raise Fail(7, f"writing {err.filename or dest} failed: {err.strerror or err}") from None
-        raise
+    except OSError as err:
+        raise Fail(7, f"writing {err.filename or dest} failed: {err.strerror or err}") from None
     finally:
         if os.path.isdir(stage):
             shutil.rmtree(stage, ignore_errors=True)
 
 
-def serve(payload, trees, host, token, seconds):
-    """Serve the payload to the other workers on the internal network until stdin closes (or time is up)."""
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+class Relay:
+    """Serves the payload to the other workers on the internal network until stdin closes (or time is up)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            if self.path != "/" + token:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(os.path.getsize(payload)))
-            self.end_headers()
-            with open(payload, "rb") as handle:
-                shutil.copyfileobj(handle, self.wfile, CHUNK)
+    def __init__(self, payload, host, token, seconds):
+        self.payload, self.host, self.token, self.seconds = payload, host, token, seconds
+        self.server = None
 
-        def log_message(self, *args):
-            pass
+    def start(self):
+        from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    class Server(HTTPServer):
-        daemon_threads = True
+        payload, token = self.payload, self.token
 
-        def process_request(self, request, client_address):  # one thread per fetching worker
-            threading.Thread(target=self.process_request_thread, args=(request, client_address),
-                             daemon=True).start()
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                if self.path != "/" + token:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(os.path.getsize(payload)))
+                self.end_headers()
+                with open(payload, "rb") as handle:
+                    shutil.copyfileobj(handle, self.wfile, CHUNK)
 
-        def process_request_thread(self, request, client_address):
-            try:
-                self.finish_request(request, client_address)
-            finally:
-                self.shutdown_request(request)
-
-    try:
-        server = Server((host, 0), Handler)
-    except OSError:
-        # This worker cannot serve on that address: say so, the client copies to the others directly.
-        print(json.dumps({"serving": None}), flush=True)
-        os.unlink(payload)
-        return
-    served = os.path.join(trees, f".payload-serving-{os.getpid()}")
-    os.rename(payload, served)
-    payload = served
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    stdin_closed = threading.Event()
-
-    def wait_for_eof():
-        try:
-            while sys.stdin.buffer.read(CHUNK):
+            def log_message(self, *args):
                 pass
-        finally:
-            stdin_closed.set()
 
-    threading.Thread(target=wait_for_eof, daemon=True).start()
-    print(json.dumps({"serving": server.server_address[1]}), flush=True)
-    stdin_closed.wait(seconds)  # the client closes stdin when every other worker has its copy
-    server.shutdown()
-    os.unlink(payload)
+        class Server(HTTPServer):
+            def process_request(self, request, client_address):  # one thread per fetching worker
+                threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                                 daemon=True).start()
+
+            def process_request_thread(self, request, client_address):
+                try:
+                    self.finish_request(request, client_address)
+                finally:
+                    self.shutdown_request(request)
+
+        try:
+            self.server = Server((self.host, 0), Handler)
+        except OSError:
+            # This worker cannot serve on that address: say so, the client copies to the others directly.
+            print(json.dumps({"serving": None}), flush=True)
+            return
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        print(json.dumps({"serving": self.server.server_address[1]}), flush=True)
+
+    def wait_and_stop(self):
+        if self.server is None:
+            return
+        stdin_closed = threading.Event()
+
+        def wait_for_eof():
+            try:
+                while sys.stdin.buffer.read(CHUNK):
+                    pass
+            finally:
+                stdin_closed.set()
+
+        threading.Thread(target=wait_for_eof, daemon=True).start()
+        stdin_closed.wait(self.seconds)  # the client closes stdin when every other worker has its copy
+        self.server.shutdown()
+
+
+def apply_main(dest, base, new, options):
+    source, relay = ("stdin",), None
+    trees = paths(dest)[2]
+    os.makedirs(trees, exist_ok=True)
+    lock(trees)
+    payload = os.path.join(trees, f".payload-{os.getpid()}")
+    if options and options[0] == "--fetch":
+        source = ("url", options[1], int(options[2]), options[3])
+    elif options and options[0] == "--serve":
+        relay = Relay(payload, options[1], options[2], float(options[3]))
+    try:
+        try:
+            action_apply(dest, base, new, source, payload, relay.start if relay else None)
+        finally:
+            if relay is not None:
+                relay.wait_and_stop()  # even if our own apply failed, the others may be fetching
+        print(json.dumps({"tree": new}), flush=True)
+    finally:
+        if os.path.exists(payload):
+            os.unlink(payload)
+    clean_in_background(trees, new)
 
 
 def main(argv):
@@ -388,21 +411,7 @@ def main(argv):
         elif action == "manifest":
             action_manifest(argv[1], argv[2])
         elif action == "apply":
-            dest, base, new = argv[1:4]
-            options = argv[4:]
-            source = ("stdin",)
-            relay = None
-            if options and options[0] == "--fetch":
-                source = ("url", options[1], int(options[2]), options[3])
-            elif options and options[0] == "--serve":
-                relay = (options[1], options[2], float(options[3]))
-            payload = action_apply(dest, base, new, source)
-            print(json.dumps({"tree": new}), flush=True)
-            if relay is not None:
-                serve(payload, paths(dest)[2], *relay)
-            elif os.path.exists(payload):
-                os.unlink(payload)
-            clean_in_background(paths(dest)[2], new)
+            apply_main(argv[1], argv[2], argv[3], argv[4:])
         else:
             raise Fail(1, f"unknown action {action!r}")
     except Fail as err:
