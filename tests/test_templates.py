@@ -225,6 +225,40 @@ def test_charlm_a_dying_worker_is_named_by_the_others(tmp_path: Path) -> None:
     assert code0 == 3 and "lost worker 1" in err0
 
 
+# ---------------------------------------------------------------------------------------------- examples
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+def test_the_examples_are_all_there() -> None:
+    names = {path.name for path in EXAMPLES}
+    assert {"quickstart.yaml", "bert-trc-v3-8.yaml", "gpt2-pytorch-v3-8.yaml", "tf-legacy-node.yaml",
+            "jax-v4-32.yaml"} <= names  # fmt: skip
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_example_passes_plan(example: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tpuops", "plan", str(example)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "TPUOPS_HOME": "/nonexistent-tpuops-home"})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_example_points_at_a_template_that_takes_its_flags(example: Path) -> None:
+    from tpuops.spec import load_spec
+
+    spec = load_spec(example)
+    code = (example.parent / spec.code.path).resolve()
+    assert code.parent == TEMPLATES, f"{example.name}: code.path should point into templates/"
+    trainer = code / "train.py"
+    assert trainer.is_file() and (code / "requirements.txt").is_file()
+    for item in spec.data:
+        assert (example.parent / item.from_).exists(), f"{example.name}: data {item.from_} is not shipped"
+    source = trainer.read_text()
+    for flag in re.findall(r"(--[a-z][-a-z]*)", spec.trainer.command):
+        assert f'"{flag}"' in source, f"{example.name}: {trainer.relative_to(ROOT)} has no option {flag}"
+
+
 # ---------------------------------------------------------------------------------------------- frameworks
 # Small models and few steps: each test is two short runs (train, then resume) on the CPU.
 

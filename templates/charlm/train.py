@@ -34,7 +34,10 @@ from pathlib import Path
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import numpy as np  # noqa: E402
+try:
+    import numpy as np
+except ImportError:  # typically: python3 is not the Python tpuops was installed into
+    sys.exit(f"charlm: numpy is missing in {sys.executable}; use the Python (venv) where tpuops is installed")
 from collective import Group, PeerError  # noqa: E402
 
 PARAM_NAMES = ("emb", "w1", "b1", "w2", "b2")
@@ -298,8 +301,11 @@ class Scalars:
     def __init__(self, logdir: str) -> None:
         # Use TensorBoard's TF stub even where TensorFlow is installed: importing TF costs seconds.
         sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        try:
+            from tensorboard.compat.proto import event_pb2, summary_pb2
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        except ImportError:
+            sys.exit(f"charlm: tensorboard is missing in {sys.executable}; `pip install tensorboard` there")
 
         self._event_pb2, self._summary_pb2 = event_pb2, summary_pb2
         self._writer = EventFileWriter(logdir, flush_secs=5)
