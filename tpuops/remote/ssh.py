@@ -248,9 +248,10 @@ class SshRunner:
         transport = self.connect()
         try:
             channel = transport.open_session(timeout=self.settings.attempt_timeout)
+            channel.exec_command(line)
         except (paramiko.SSHException, EOFError, OSError) as err:
-            raise RemoteError(f"{self.name}: could not open a session: {err}", "try again") from None
-        channel.exec_command(line)
+            raise RemoteError(f"{self.name}: could not start the command: {err or type(err).__name__}",
+                              "try again; if it persists, check the worker with `tpuops ssh`") from None
         # The worker stops the command at `timeout`; our own deadline only covers a connection gone silent.
         deadline = None if timeout is None else started + timeout + 30
         sender = _StdinSender(channel, stdin)

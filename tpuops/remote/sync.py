@@ -44,7 +44,6 @@ IGNORE_FILE = ".tpuopsignore"
 ALWAYS_EXCLUDED = [".git/", "__pycache__/", IGNORE_FILE]
 AGENT_SOURCE = (Path(__file__).with_name("push_agent.py")).read_text()
 RELAY_SERVE_SECONDS = 600  # how long the relay worker serves at most (it stops as soon as all fetched)
-RELAY_WAIT_SECONDS = 120  # how long the others wait for the relay to be ready before falling back
 HASH_CHUNK = 1024 * 1024
 # Below this a direct copy to each worker is quicker than starting a relay, and N copies cost little.
 RELAY_MIN_BYTES = 256 * 1024
@@ -394,7 +393,9 @@ class _Pusher:
                                    result.duration))
 
         def fetch(runner: Runner) -> RunResult:
-            ready.wait(RELAY_WAIT_SECONDS)
+            # Wait as long as worker 0 is still receiving (a big payload over a slow uplink takes a while).
+            while not ready.wait(1.0) and seed_thread.is_alive():
+                pass
             if port:
                 url = f"http://{_url_host(seed_host)}:{port[0]}/{token}"
                 args = [*self._apply_args(base), "--fetch", url, str(payload.size), payload.digest]
