@@ -220,7 +220,12 @@ def push(
     on_upload: UploadProgress | None = None,
     on_new_host_key: Callable[[str, str], None] | None = None,
 ) -> PushReport:
-    """Code to `~/tpuops/NAME/code` on every target, `data:` entries to gs:// or to a path on every target."""
+    """Code to `~/tpuops/NAME/code` on every target, `data:` entries to gs:// or to a path on every target.
+
+    A directory `from` becomes the `to` directory; a single file `from` lands inside `to` (like `cp f dir/`).
+    Per-worker and per-upload failures are in the report (`report.ok`), never raised; bad specs, a missing
+    cluster or key are raised as one TpuopsError.
+    """
     access = cluster_access(ctx, name, need_spec=True)
     spec = access.spec
     assert spec is not None
