@@ -305,3 +305,15 @@ def test_large_growth_is_read_in_bounded_ranges(tmp_path: Path, monkeypatch: pyt
     store = Ranges(DirBlobStore(tmp_path))
     assert [p.step for p in Tail(store).poll()] == list(range(20))
     assert store.bytes_read == len(data) and Ranges.widest == 7
+
+
+def test_a_valid_frame_holding_junk_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    from tpuops.logs.tfrecord import frame_record
+
+    (tmp_path / "r").mkdir()
+    junk = frame_record(b"\xff\xff\xff\xff")  # framing and CRCs fine, not an Event
+    (tmp_path / "r" / event_file_name()).write_bytes(framed(simple_event(1, {"x": 1.0})) + junk
+                                                     + framed(simple_event(2, {"x": 2.0})))
+    warnings: list[str] = []
+    assert [p.step for p in Tail(DirBlobStore(tmp_path), warn=warnings.append).poll()] == [1, 2]
+    assert len(warnings) == 1 and "undecodable event" in warnings[0]

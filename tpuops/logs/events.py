@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
+from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2
 
 SCALARS_PLUGIN = "scalars"
@@ -61,20 +63,32 @@ class ScalarDecoder:
         self._plugin_of_tag: dict[str, str] = {}
 
     def decode(self, record: bytes) -> list[ScalarPoint]:
-        event = _parse_event(record)
-        if not event.HasField("summary"):
-            return []  # file_version, graph_def, session_log, ...
         points: list[ScalarPoint] = []
-        step, wall_time, run = event.step, event.wall_time, self.run
-        for value in event.summary.value:
-            kind = value.WhichOneof("value")
-            if kind == "simple_value":
-                points.append(ScalarPoint(run, value.tag, step, value.simple_value, wall_time))
-            elif kind == "tensor":
-                scalar = self._tensor_scalar(value)
-                if scalar is not None:
-                    points.append(ScalarPoint(run, value.tag, step, scalar, wall_time))
+        self.decode_into([record], points)
         return points
+
+    def decode_into(self, records: Iterable[bytes], points: list[ScalarPoint],
+                    on_error: Callable[[Exception], None] | None = None) -> None:
+        """Append the scalars of `records` to `points`. The hot loop of every read: one call per chunk,
+        locals for everything, points built as tuples directly (no per-point Python-level __new__)."""
+        parse, run, append, make = _parse_event, self.run, points.append, tuple.__new__
+        for record in records:
+            try:
+                event = parse(record)
+            except DecodeError as err:  # a valid frame holding junk
+                if on_error is None:
+                    raise
+                on_error(err)
+                continue
+            # Events without a summary (file_version, graph_def, session_log...) have no values: the loop is empty.
+            for value in event.summary.value:
+                kind = value.WhichOneof("value")
+                if kind == "simple_value":
+                    append(make(ScalarPoint, (run, value.tag, event.step, value.simple_value, event.wall_time)))
+                elif kind == "tensor":
+                    scalar = self._tensor_scalar(value)
+                    if scalar is not None:
+                        append(ScalarPoint(run, value.tag, event.step, scalar, event.wall_time))
 
     def _tensor_scalar(self, value: Any) -> float | None:
         if value.HasField("metadata") and value.metadata.plugin_data.plugin_name:

@@ -149,11 +149,9 @@ class Tail:
         decoder = self._decoders.get(cursor.run)
         if decoder is None:
             decoder = self._decoders[cursor.run] = ScalarDecoder(cursor.run)
-        for record in cursor.reader.feed(data):
-            try:
-                points.extend(decoder.decode(record))
-            except Exception as err:  # noqa: BLE001  protobuf DecodeError: a valid frame holding junk
-                self._warn(f"skipping undecodable event in {self._where(cursor.name)}: {err}")
+        where = self._where(cursor.name)
+        decoder.decode_into(cursor.reader.feed(data), points,
+                            on_error=lambda err: self._warn(f"skipping undecodable event in {where}: {err}"))
         for corruption in cursor.reader.corruptions:
             self._warn(f"skipping corrupt record in {self._where(cursor.name)} at offset {corruption.offset} "
                        f"({corruption.reason})")

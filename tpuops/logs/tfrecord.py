@@ -23,6 +23,8 @@ FOOTER_SIZE = 4  # masked CRC of the data
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
+_LENGTH_CRC_CACHE = 1 << 16
+_LENGTH_CRCS: dict[int, int] = {}  # length -> masked CRC32C of its 8 little-endian bytes (pure function)
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -69,10 +71,16 @@ class RecordReader:
         unpack_footer = _FOOTER.unpack_from
         pos = 0
         size = len(buf)
+        length_crcs = _LENGTH_CRCS
         while size - pos >= HEADER_SIZE:
             length, length_crc = unpack_header(buf, pos)
-            value = crc(buf[pos:pos + 8])
-            if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != length_crc:
+            expected = length_crcs.get(length)
+            if expected is None:  # event lengths repeat: the masked CRC of each length is computed once
+                value = crc(buf[pos:pos + 8])
+                expected = (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+                if len(length_crcs) < _LENGTH_CRC_CACHE:
+                    length_crcs[length] = expected
+            if expected != length_crc:
                 self._corrupt(pos, "bad length CRC")
                 pos += 1  # no length to trust: look for the next valid header
                 continue
