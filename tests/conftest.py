@@ -19,7 +19,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(NETGUARD), os.envir
 for _name in ("GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CORE_PROJECT", "GOOGLE_CLOUD_PROJECT"):
     os.environ.pop(_name, None)
 os.environ["CLOUDSDK_CONFIG"] = "/nonexistent-gcloud-config"
-os.environ["NO_GCE_CHECK"] = "True"  # google-auth must not probe the metadata server
+os.environ["NO_GCE_CHECK"] = "true"  # google-auth must not probe the metadata server
 
 
 @pytest.fixture(autouse=True)
