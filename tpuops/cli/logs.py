@@ -36,12 +36,16 @@ def logs(
     until_idle: float | None = typer.Option(
         None, "--until-idle", min=0.0,
         help="With -f: stop once nothing new arrived for this many seconds (e.g. after training ends)."),
+    workers: bool = typer.Option(
+        False, "--workers", help="The trainer's own output on every worker instead, prefixed [wN] (-f: follow "
+                                 "it to the end of the run)."),
 ) -> None:
     """TensorBoard scalars of a cluster's run (or any logdir), read incrementally.
 
     Default: the latest value, step and time of each run/tag. -f prints the latest point of each series
     (or every point from --since STEP) and then new points as `run tag step value` until Ctrl-C or
-    --until-idle. --json prints one JSON object per point instead.
+    --until-idle. --json prints one JSON object per point instead. --workers shows the current run's output
+    on every worker rather than scalars.
     """
     from tpuops.context import Context
     from tpuops.logs.plot import SeriesBook, png_available
@@ -57,6 +61,9 @@ def logs(
 
     if until_idle is not None and not follow:
         raise UsageError("--until-idle only applies with --follow", "add -f")
+    if workers:
+        _worker_output(name, follow)
+        return
     if png is not None and not png_available():
         raise TpuopsError("--png needs matplotlib", "pip install 'tpuops[png]'")
     ctx = Context.from_env()
@@ -84,6 +91,16 @@ def logs(
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a follow normally ends
     _report_download(source, download)
+
+
+def _worker_output(name: str | None, follow: bool) -> None:
+    from tpuops.cli.remote import LinePrinter
+    from tpuops.context import Context
+    from tpuops.ops.logs import worker_output
+
+    code = worker_output(Context.from_env(), name, follow=follow, on_line=LinePrinter(), on_error=_warn)
+    if code:
+        raise typer.Exit(code)
 
 
 class _Output:

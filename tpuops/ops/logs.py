@@ -6,7 +6,7 @@ relative directory there is taken relative to the spec file, like every path in 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from tpuops.errors import TpuopsError, UsageError
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.mirror import Mirror, MirroredTail
 from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow
+from tpuops.remote.base import LineHandler
 
 
 @dataclass(frozen=True)
@@ -94,3 +95,32 @@ def follow_points(source: Pollable, *, interval: float, max_interval: float, unt
     backoff = Backoff(initial=interval, maximum=max(interval, max_interval))
     return follow(source, backoff=backoff, until_idle=until_idle, warn=warn)
 
+
+
+def worker_output(ctx: Context, name: str | None, *, follow: bool, on_line: LineHandler,
+                  on_error: Callable[[str], None]) -> int:
+    """The trainer's own output of the current run on every worker, line by line with the worker's name.
+
+    follow: stream until the run ends everywhere (the launch's `follow`); the exit code is the worst worker's.
+    Otherwise: what each worker has written so far; non-zero when a worker could not be read.
+    """
+    from tpuops.ops.launch import follow as follow_run
+    from tpuops.ops.launch import worst_exit_code
+    from tpuops.ops.remote import exec_command
+
+    state = ctx.store.require(_cluster_name(ctx, name))
+    run = state.current_run
+    if run is None:
+        raise UsageError(f"no run recorded for '{state.name}'", f"start one with `tpuops launch {state.name}`")
+    if follow:
+        results = follow_run(ctx, state.name, run.id, on_line=on_line).results
+        code = worst_exit_code(results)
+    else:
+        # The run's directory on a worker, as the host scripts lay it out (remote/scripts/follow.sh).
+        log = f'"$HOME/tpuops/{state.name}/runs/{run.id}/output.log"'
+        results = exec_command(ctx, state.name, f"cat {log}", on_line=on_line).results
+        code = 0 if all(result.exit_code == 0 for result in results) else 1
+    for result in results:
+        if result.error:
+            on_error(result.error)
+    return code
