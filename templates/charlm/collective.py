@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -65,6 +67,23 @@ def _with_timeout(fn: Callable[[], T], timeout: float, what: str) -> T:
     return result[0]
 
 
+def _set_send_timeout(conn: Connection, timeout: float) -> Connection:
+    """A send to a peer that stopped reading fails after `timeout` instead of blocking forever.
+
+    SO_SNDTIMEO works on the blocking socket the Connection uses (a Python socket timeout would make
+    it non-blocking, which Connection does not expect).
+    """
+    sock = socket.socket(fileno=conn.fileno())
+    try:
+        seconds = int(timeout)
+        sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
+        )
+    finally:
+        sock.detach()  # the Connection keeps owning the file descriptor
+    return conn
+
+
 class Group:
     """The workers of one run. With one worker every operation is a no-op."""
 
@@ -108,7 +127,7 @@ class Group:
                 if peer_n != num_workers or not 0 < peer_id < num_workers or peer_id in peers:
                     conn.close()
                     raise PeerError(f"worker {peer_id} of {peer_n} does not belong to this run of {num_workers}")
-                peers[peer_id] = conn
+                peers[peer_id] = _set_send_timeout(conn, timeout)
 
         try:
             _with_timeout(accept_all, timeout, f"waiting for workers to connect to {address[0]}:{address[1]}")
@@ -137,6 +156,7 @@ class Group:
                         f"within {timeout:.0f}s (is worker 0 running?)"
                     ) from None
                 time.sleep(0.2)
+        _set_send_timeout(conn, timeout)
         conn.send_bytes(json.dumps({"worker_id": worker_id, "num_workers": num_workers}).encode())
         return cls(worker_id, num_workers, {0: conn}, timeout)
 
@@ -161,6 +181,11 @@ class Group:
     def _send(self, peer: int, data: bytes) -> None:
         try:
             self.peers[peer].send_bytes(data)
+        except BlockingIOError:  # SO_SNDTIMEO expired: the peer is alive but not reading
+            who = "the coordinator (worker 0)" if peer == 0 else f"worker {peer}"
+            raise PeerError(
+                f"worker {self.worker_id}: {who} took nothing for {self.timeout:.0f}s (is it stuck?)"
+            ) from None
         except (ConnectionError, OSError):
             who = "the coordinator (worker 0)" if peer == 0 else f"worker {peer}"
             raise PeerError(f"worker {self.worker_id}: lost {who}: it probably crashed, see its log") from None
