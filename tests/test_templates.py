@@ -13,6 +13,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,30 @@ def test_charlm_a_dying_worker_is_named_by_the_others(tmp_path: Path) -> None:
     (_, err0), code0 = results[0]
     assert code1 == 1 and "failing on purpose at step 10" in out1
     assert code0 == 3 and "lost worker 1" in err0
+
+
+def test_charlm_collective_send_times_out_on_a_peer_that_stopped_reading() -> None:
+    """A peer that is alive but stuck must not hang the others forever: sends time out too."""
+    sys.path.insert(0, str(TEMPLATES / "charlm"))
+    try:
+        import collective
+    finally:
+        sys.path.remove(str(TEMPLATES / "charlm"))
+    from multiprocessing.connection import Client, Listener
+
+    key = collective.authkey_for("test")
+    with Listener(("127.0.0.1", 0), authkey=key) as listener:
+        accepted = []
+        thread = threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True)
+        thread.start()
+        client = Client(listener.address, authkey=key)
+        thread.join(timeout=10)
+        group = collective.Group(1, 2, {0: collective._set_send_timeout(client, 0.5)}, timeout=0.5)
+        with pytest.raises(collective.PeerError, match="took nothing"):
+            for _ in range(1000):  # the peer never reads: the socket buffers fill, then the send times out
+                group._send(0, b"x" * 1_000_000)
+        client.close()
+        accepted[0].close()
 
 
 # ---------------------------------------------------------------------------------------------- examples
