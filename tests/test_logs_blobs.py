@@ -146,3 +146,80 @@ def test_parallel_uploads_through_one_store(store: BlobStore, tmp_path: Path) ->
     assert sorted(listed) == [f"shards/{p.name}" for p in files]
     assert all(same_content(path, listed[f"shards/{path.name}"]) for path in files)
     assert [info.size for info in infos] == [1000 + index for index in range(12)]
+
+
+class FlakyProxy:
+    """A loopback HTTP proxy in front of the emulator that answers 503 to the next `fail_next` requests."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import threading
+        import urllib.error
+        import urllib.request
+
+        proxy = self
+        self.fail_next = 0
+        self.failed = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _relay(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.fail_next:
+                    proxy.fail_next -= 1
+                    proxy.failed += 1
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                request = urllib.request.Request(upstream + self.path, data=body or None, headers=headers,
+                                                 method=self.command)
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as answer:
+                        status, answer_headers, payload = answer.status, answer.headers, answer.read()
+                except urllib.error.HTTPError as err:
+                    status, answer_headers, payload = err.code, err.headers, err.read()
+                self.send_response(status)
+                for key, value in answer_headers.items():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
+
+
+def test_gcs_503s_are_retried_and_then_succeed(gcs_emulator: GcsEmulator, tmp_path: Path) -> None:  # noqa: F811
+    bucket = gcs_emulator.new_bucket()
+    gcs_emulator.client().bucket(bucket).blob("logs/f.bin").upload_from_string(b"0123456789")
+    proxy = FlakyProxy(gcs_emulator.host)
+    waits: list[float] = []
+    try:
+        store = GcsBlobStore(bucket, "logs", env={"STORAGE_EMULATOR_HOST": proxy.url},
+                             policy=lambda: transient(attempts=4, sleep=waits.append))
+        proxy.fail_next = 2
+        assert [i.name for i in store.list()] == ["f.bin"]
+        proxy.fail_next = 3
+        assert store.read_range("f.bin", 3, 7) == b"3456"
+        # Every 503 was answered and our policy waited between tries (the SDK may spend a failure on its own
+        # follow-up request, e.g. a bucket lookup after a failed listing, so waits <= failures).
+        assert proxy.failed == 5 and 4 <= len(waits) <= 5
+        proxy.fail_next = 4  # more failures than attempts: a TransientError, one line for the user
+        with pytest.raises(TransientError, match="503"):
+            store.read_range("f.bin", 0, 2)
+    finally:
+        proxy.close()

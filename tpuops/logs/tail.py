@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tpuops.cloud.blobs import BlobInfo, BlobNotFound, BlobStore
-from tpuops.errors import TpuopsError
+from tpuops.errors import TpuopsError, UsageError
 from tpuops.logs.events import ScalarDecoder, ScalarPoint
 from tpuops.logs.tfrecord import RecordReader
 
@@ -47,7 +47,7 @@ def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
     try:
         return re.compile(pattern)
     except re.error as err:
-        raise TpuopsError(f"bad {what} regular expression {pattern!r}: {err}", "use Python regex syntax") from err
+        raise UsageError(f"bad {what} regular expression {pattern!r}: {err}", "use Python regex syntax") from err
 
 
 @dataclass
@@ -242,6 +242,7 @@ def latest_values(points: Iterable[ScalarPoint]) -> dict[tuple[str, str], Scalar
     return latest
 
 
-def read_scalars(store: BlobStore, **filters: object) -> list[ScalarPoint]:
-    """Every scalar under the store's root, read once (filters: tag=, run=, since=, warn=)."""
-    return Tail(store, **filters).poll()  # type: ignore[arg-type]
+def read_scalars(store: BlobStore, *, tag: str | None = None, run: str | None = None, since: int | None = None,
+                 warn: Warn | None = None) -> list[ScalarPoint]:
+    """Every scalar under the store's root, read once."""
+    return Tail(store, tag=tag, run=run, since=since, warn=warn).poll()
