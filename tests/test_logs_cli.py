@@ -3,6 +3,7 @@ writer appends (local directory and gcp-storage-emulator), logdir from a cluster
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import queue
@@ -227,3 +228,17 @@ def test_no_event_files_and_no_matching_scalars(tmp_path: Path) -> None:
     write_runs(tmp_path)
     nothing = run_cli("logs", "--logdir", str(tmp_path), "--tag", "accuracy")
     assert nothing.returncode == 1 and "match the filters" in nothing.stderr
+
+
+def test_follow_with_plot_and_png_redraws_then_ends_when_idle(tmp_path: Path) -> None:
+    write_runs(tmp_path / "logs")
+    png = tmp_path / "live.png"
+    args = ["logs", "--logdir", str(tmp_path / "logs"), "-f", "--plot", "--tag", "^loss$", "--interval", "0.05",
+            "--until-idle", "0.3"]
+    has_matplotlib = importlib.util.find_spec("matplotlib") is not None
+    result = run_cli(*args, *(["--png", str(png)] if has_matplotlib else []), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "loss" in result.stdout and "train" in result.stdout and "eval" in result.stdout
+    assert "\x1b[2J" not in result.stdout  # not a terminal: charts follow each other, no screen clearing
+    if has_matplotlib:
+        assert png.read_bytes()[:4] == b"\x89PNG"
