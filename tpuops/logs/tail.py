@@ -12,6 +12,8 @@ Reused by `tpuops logs` and by `tpuops run` (which follows while training and pr
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import re
 import time
@@ -48,6 +50,19 @@ def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
         return re.compile(pattern)
     except re.error as err:
         raise UsageError(f"bad {what} regular expression {pattern!r}: {err}", "use Python regex syntax") from err
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic GC while decoding a chunk: it allocates hundreds of thousands of small tuples that can hold
+    no cycle, and the collections they trigger cost about a fifth of the read."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 @dataclass
@@ -150,8 +165,9 @@ class Tail:
         if decoder is None:
             decoder = self._decoders[cursor.run] = ScalarDecoder(cursor.run)
         where = self._where(cursor.name)
-        decoder.decode_into(cursor.reader.feed(data), points,
-                            on_error=lambda err: self._warn(f"skipping undecodable event in {where}: {err}"))
+        with gc_paused():
+            decoder.decode_into(cursor.reader.feed(data), points,
+                                on_error=lambda err: self._warn(f"skipping undecodable event in {where}: {err}"))
         for corruption in cursor.reader.corruptions:
             self._warn(f"skipping corrupt record in {self._where(cursor.name)} at offset {corruption.offset} "
                        f"({corruption.reason})")
