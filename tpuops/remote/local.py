@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -30,11 +31,17 @@ from tpuops.remote.base import (
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
+def worker_path() -> str:
+    """This interpreter's directory first, so `python3` on a simulated worker is the one running tpuops (a
+    virtual environment that was never activated still has numpy and tensorboard for the trainer)."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", BASE_PATH)])
+
+
 class LocalRunner:
     def __init__(self, name: str, home: Path, base_env: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.home = home
-        self.base_env = dict(base_env) if base_env is not None else {"PATH": os.environ.get("PATH", BASE_PATH)}
+        self.base_env = dict(base_env) if base_env is not None else {"PATH": worker_path()}
 
     def run(
         self,
