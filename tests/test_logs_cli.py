@@ -209,7 +209,7 @@ def test_corrupt_record_warns_on_stderr_and_goes_on(tmp_path: Path) -> None:
         (["--logdir", "/nonexistent/logdir"], "logdir /nonexistent/logdir does not exist"),
         (["--logdir", "s3://bucket/x"], "unsupported storage URL scheme s3://"),
         (["--logdir", "gs://"], "names no bucket"),
-        ([], "no cluster here to read logs from"),
+        ([], "no clusters here (hint: create one with `tpuops up SPEC`, or pass --logdir"),
         (["ghost"], "no cluster named 'ghost'"),
         (["--logdir", ".", "--until-idle", "3"], "--until-idle only applies with --follow"),
         (["--logdir", ".", "--tag", "("], "bad --tag regular expression"),

@@ -11,15 +11,13 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from tpuops import catalog
+from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
 from tpuops.errors import ForeignResourceError
 from tpuops.spec import CLUSTER_LABEL, Spec
 
 Kind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm"]
 Verb = Literal["create", "keep", "recreate"]
 IAM_ROLE = "roles/storage.objectAdmin"
-# States in which a TPU or queued resource keeps holding quota without doing work: delete and recreate.
-DEAD_TPU_STATES = frozenset({"PREEMPTED", "TERMINATED"})
-DEAD_QUEUED_STATES = frozenset({"FAILED", "SUSPENDED"})
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from tpuops.errors import TpuopsError, UsageError
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.mirror import Mirror, MirroredTail
 from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow
+from tpuops.ops.remote import resolve_name
 from tpuops.remote.base import LineHandler
 
 
@@ -56,14 +57,7 @@ def local_buckets_for(ctx: Context, name: str | None, logdir: str | None) -> Pat
 
 
 def _cluster_name(ctx: Context, name: str | None) -> str:
-    if name:
-        return name
-    names = ctx.store.names()
-    if len(names) == 1:
-        return names[0]
-    if not names:
-        raise UsageError("no cluster here to read logs from", "pass --logdir gs://BUCKET/PATH or a directory")
-    raise UsageError(f"several clusters here ({', '.join(names)})", "name one: `tpuops logs NAME`, or pass --logdir")
+    return resolve_name(ctx, name, otherwise="pass --logdir gs://BUCKET/PATH or a directory")
 
 
 def open_source(ctx: Context, request: LogsRequest, warn: Warn | None = None) -> Pollable:

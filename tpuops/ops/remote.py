@@ -43,16 +43,18 @@ class ClusterAccess:
     known_hosts_path: Path
 
 
-def resolve_name(ctx: Context, name: str | None) -> str:
-    """The cluster a command is about: the one given, else the only one there is."""
+def resolve_name(ctx: Context, name: str | None, otherwise: str | None = None) -> str:
+    """The cluster a command is about: the one given, else the only one there is. `otherwise` names the
+    command's way to do without a cluster, for the hints."""
     if name:
         return name
     names = ctx.store.names()
     if len(names) == 1:
         return names[0]
+    alternative = f", or {otherwise}" if otherwise else ""
     if not names:
-        raise UsageError("no clusters here", "create one with `tpuops up SPEC`")
-    raise UsageError(f"several clusters here ({', '.join(names)})", "name the one you mean")
+        raise UsageError("no clusters here", f"create one with `tpuops up SPEC`{alternative}")
+    raise UsageError(f"several clusters here ({', '.join(names)})", f"name the one you mean{alternative}")
 
 
 def cluster_access(ctx: Context, name: str | None, *, need_spec: bool = False) -> ClusterAccess:
