@@ -225,3 +225,23 @@ def _wait_for(check, timeout: float = 10.0) -> bool:  # noqa: ANN001
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_partial_start_is_stopped_everywhere(sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    import shutil
+
+    name = make_cluster(sshd3, tpuops_home, tmp_path)
+    runs = sshd3.workers[2].home / "tpuops" / name / "runs"
+    shutil.rmtree(runs, ignore_errors=True)
+    runs.parent.mkdir(parents=True, exist_ok=True)
+    runs.write_text("")  # w2 cannot create its run directory: its start fails
+    marker = f"tpuops-partial-{uuid.uuid4().hex[:8]}"
+    try:
+        report = launch_run(Context.from_env(), name, LaunchOptions(command=f"sleep 300 # {marker}", replace=True))
+    finally:
+        runs.unlink()
+    assert not report.ok and report.run_id is None
+    start, stop_step = report.steps[-2:]
+    assert (start.name, stop_step.name) == ("start", "stop")
+    assert [r.worker for r in start.results if not r.ok] == ["w2"]
+    assert _processes_with(marker) == []  # w0 and w1 did start, and were stopped again

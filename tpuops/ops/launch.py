@@ -100,17 +100,16 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
             on_step(step)
         return step
 
-    if not record(_push(ctx, access, options)).ok:
-        return LaunchReport(access.state.name, None, tuple(steps))
-
     runners = make_runners(access, access.workers)
     try:
         running = _running_workers(runners, access.state.name, options.max_parallel)
         if running and not options.replace:
             raise RunInProgress(f"a run of '{access.state.name}' is still running on {', '.join(running)}",
                                 "stop it with `tpuops stop`, or pass --replace")
+        if not record(_push(ctx, access, options)).ok:
+            return LaunchReport(access.state.name, None, tuple(steps))
         if running:
-            record(_stop_current(access, runners, options.max_parallel))
+            record(_stop_run(access.state.name, None, runners, options.max_parallel))
         if spec.trainer and spec.trainer.setup:
             setup = record(_setup(access, runners, spec.trainer.setup, options, on_line))
             if not setup.ok:
@@ -127,6 +126,10 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
                                            restart=options.restart,
                                            worker_states={r.worker: "running" if r.ok else "lost"
                                                           for r in started.results}))
+        if not started.ok:
+            # A multi-host trainer waits forever for a missing peer: stop the part that did start.
+            record(_stop_run(access.state.name, run_id, runners, options.max_parallel))
+            return LaunchReport(access.state.name, None, tuple(steps))
         return LaunchReport(access.state.name, run_id, tuple(steps))
     finally:
         for runner in runners:
@@ -266,14 +269,18 @@ def _running_workers(runners: Sequence[Runner], cluster: str, max_parallel: int)
     return [w for w, state in _status_lines(runners, cluster, None, max_parallel).items() if state == "running"]
 
 
-def _stop_current(access: ClusterAccess, runners: Sequence[Runner], max_parallel: int,
-                  run_id: str | None = None) -> Step:
+def _stop_run(cluster: str, run_id: str | None, runners: Sequence[Runner], max_parallel: int) -> Step:
+    """Stop a run on the given workers; without a run id, whatever run each worker has as its current one."""
+    argv = script_command("stop", cluster, run_id or "", str(STOP_GRACE_SECONDS))
+    return Step("stop", tuple(run_each(runners, lambda r: r.run(argv, capture=True), max_parallel)))
+
+
+def _recorded_run(access: ClusterAccess, run_id: str | None) -> RunRecord:
     run = access.state.run(run_id)
     if run is None:
-        raise UsageError(f"no run {run_id or ''} recorded for '{access.state.name}'".replace("  ", " "),
-                         "see `tpuops status`")
-    argv = script_command("stop", access.state.name, run.id, str(STOP_GRACE_SECONDS))
-    return Step("stop", tuple(run_each(runners, lambda r: r.run(argv, capture=True), max_parallel)))
+        what = f"run {run_id}" if run_id else "run"
+        raise UsageError(f"no {what} recorded for '{access.state.name}'", "see `tpuops status`")
+    return run
 
 
 @dataclass(frozen=True)
@@ -293,10 +300,8 @@ def stop(ctx: Context, name: str | None, run_id: str | None = None, max_parallel
     access = cluster_access(ctx, name, need_spec=False)
     runners = make_runners(access, access.workers)
     try:
-        stopped = _stop_current(access, runners, max_parallel, run_id)
-        run = access.state.run(run_id)
-        assert run is not None
-        steps = [stopped]
+        run = _recorded_run(access, run_id)
+        steps = [_stop_run(access.state.name, run.id, runners, max_parallel)]
         if access.spec is not None:
             steps.append(_free_tpu(ctx, access, runners, access.spec, max_parallel, None))
         states = _status_lines(runners, access.state.name, run.id, max_parallel)
@@ -311,9 +316,7 @@ def follow(ctx: Context, name: str | None, run_id: str | None = None, *, on_line
            max_parallel: int = 32) -> Step:
     """Stream every worker's output of the run until it ends there; each result carries that exit code."""
     access = cluster_access(ctx, name, need_spec=False)
-    run = access.state.run(run_id)
-    if run is None:
-        raise UsageError(f"no run recorded for '{access.state.name}'", "start one with `tpuops launch`")
+    run = _recorded_run(access, run_id)
     runners = make_runners(access, access.workers)
     try:
         argv = script_command("follow", access.state.name, run.id, "1")
