@@ -44,6 +44,8 @@ def test_quickstart_trains_and_down_leaves_nothing(tpuops_home: Path) -> None:
 
     status = run_cli("status", "quickstart")
     assert status.returncode == 0 and "2 worker(s)" in status.stdout
+    assert f"run {summary['run_id']}" in status.stdout
+    assert "w0: exited 0 (now)" in status.stdout and "w1: exited 0 (now)" in status.stdout
 
     workers = tpuops_home / "local" / "workers"
     gone = run_cli("down", "quickstart", "--yes", "--delete-bucket", "--force")

@@ -168,6 +168,12 @@ def status(
             console.print(f"    {restart.at}  {restart.message}")
     for worker in result.workers:
         console.print(f"  worker {worker.index}: internal {worker.internal_ip}, external {worker.external_ip or '-'}")
+    if result.run:
+        run = result.run
+        when = "now" if run.live else "as last recorded"
+        console.print(f"  run {run.id} (started {run.started_at}, restart {run.restart}): {run.command}", markup=False)
+        for worker, worker_state in run.workers.items():
+            console.print(f"    {worker}: {worker_state} ({when})")
 
 
 @app.command()

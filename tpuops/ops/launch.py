@@ -335,13 +335,15 @@ def follow_and_wait(ctx: Context, name: str | None, run_id: str | None = None, *
     return worst_exit_code(follow(ctx, name, run_id, on_line=on_line).results)
 
 
-def run_states(ctx: Context, name: str | None, max_parallel: int = 32) -> dict[str, str]:
+def run_states(ctx: Context, name: str | None, max_parallel: int = 32,
+               connect_timeout: float | None = None) -> dict[str, str]:
     """Each worker's state of the current run: running, exited N, killed, lost (or unreachable)."""
     access = cluster_access(ctx, name, need_spec=False)
     run = access.state.current_run
     if run is None:
         return {}
-    runners = make_runners(access, access.workers)
+    extra = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
+    runners = make_runners(access, access.workers, **extra)
     try:
         states = _status_lines(runners, access.state.name, run.id, max_parallel)
     finally:

@@ -33,6 +33,17 @@ class ClusterStatus:
     tpu_state: str | None
     tpu_health: str | None
     restarts: tuple[RestartEvent, ...] = ()  # recoveries by `tpuops watch`, oldest first
+    run: RunStatus | None = None  # the current run, each worker's state of it
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    id: str
+    command: str
+    started_at: str
+    restart: int
+    workers: dict[str, str]  # running | exited N | killed | lost | unreachable
+    live: bool  # asked the workers just now (else: as last recorded)
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,24 @@ def cluster_status(ctx: Context, name: str) -> ClusterStatus:
     return ClusterStatus(
         state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state, tpu_health,
         tuple(RestartEvent(e.at, e.message) for e in state.events if e.kind == "restart"),
+        run_status(ctx, state, reachable=tpu_state == "READY"),
     )
+
+
+RUN_STATUS_CONNECT_TIMEOUT = 10.0  # status must answer quickly even when a worker is gone
+
+
+def run_status(ctx: Context, state: ClusterState, reachable: bool) -> RunStatus | None:
+    """The current run: asked live from the workers when the TPU is up, else as last recorded."""
+    from tpuops.ops.launch import run_states
+
+    run = state.current_run
+    if run is None:
+        return None
+    workers, live = dict(run.worker_states), False
+    if reachable and state.workers:
+        workers, live = run_states(ctx, state.name, connect_timeout=RUN_STATUS_CONNECT_TIMEOUT), True
+    return RunStatus(run.id, run.command, run.started_at, run.restart, workers, live)
 
 
 def live_status(cloud: Cloud, record: ResourceRecord, mode: TpuMode) -> tuple[ResourceStatus, TpuNode | None]:
