@@ -14,7 +14,6 @@ import typer
 
 from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, YES_OPTION, app
 from tpuops.cli.render import console, err_console, print_json
-from tpuops.context import Context
 from tpuops.errors import UsageError
 
 DURATION_RE = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
@@ -87,6 +86,7 @@ def up(
     project: str = PROJECT_OPTION,
 ) -> None:
     """Create or adopt everything the spec asks for (idempotent, resumable)."""
+    from tpuops.context import Context
     from tpuops.ops.up import up as run_up
 
     ctx = Context.from_env(project=project, assume_yes=yes)
@@ -137,6 +137,7 @@ def status(
     project: str = PROJECT_OPTION,
 ) -> None:
     """Resources and their live state, the TPU's state and health, workers and their IPs."""
+    from tpuops.context import Context
     from tpuops.ops import status as ops_status
 
     ctx = Context.from_env(project=project)
@@ -186,6 +187,7 @@ def down(
     project: str = PROJECT_OPTION,
 ) -> None:
     """Delete everything tpuops created for a cluster (the bucket only with --delete-bucket)."""
+    from tpuops.context import Context
     from tpuops.ops import down as ops_down
 
     ctx = Context.from_env(project=project, assume_yes=yes)
