@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.http import HttpError, JsonServer, Request
+from tests.fakes.http import HttpError, JsonServer, Request, dispatch
 from tests.fakes.operations import FakeOperation, OperationFailed, Operations
 from tests.fakes.tpu_model import PROJECT_NUMBER, fake_host_key
 
@@ -101,14 +100,7 @@ class ComputeFake:
 
     def handle(self, request: Request) -> tuple[int, Any]:
         self.model.operations.advance_due()
-        for method, pattern, action in self.routes:
-            match = re.match(pattern, request.path)
-            if method == request.method and match:
-                try:
-                    return 200, action(request, **match.groupdict())
-                except OperationFailed as failure:
-                    raise HttpError(409 if failure.code == 6 else 400, failure.message) from None
-        raise HttpError(404, f"fake compute: no route for {request.method} {request.path}")
+        return dispatch("compute", self.routes, request, _operation_error)
 
     def get_project(self, request: Request, project: str) -> dict[str, Any]:
         from google.cloud import compute_v1
@@ -231,3 +223,9 @@ def _json(body: dict[str, Any]) -> str:
     import json
 
     return json.dumps(body)
+
+
+def _operation_error(err: Exception) -> HttpError | None:
+    if isinstance(err, OperationFailed):
+        return HttpError(409 if err.code == 6 else 400, err.message)  # 6: ALREADY_EXISTS
+    return None

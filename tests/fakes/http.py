@@ -86,6 +86,23 @@ class Faults:
 
 
 Handler = Callable[[Request], tuple[int, Any]]
+Route = tuple[str, str, Callable[..., Any]]  # (method, path regex with named groups, action(request, **groups))
+
+
+def dispatch(service: str, routes: list[Route], request: Request, failed: Callable[[Exception], HttpError | None],
+             ) -> tuple[int, Any]:
+    """Call the first route matching the request; `failed` turns an action's exception into an HTTP error."""
+    for method, pattern, action in routes:
+        match = re.match(pattern, request.path)
+        if method == request.method and match:
+            try:
+                return 200, action(request, **match.groupdict())
+            except Exception as err:
+                error = failed(err)
+                if error is None:
+                    raise
+                raise error from None
+    raise HttpError(404, f"fake {service}: no route for {request.method} {request.path}")
 
 
 class JsonServer:

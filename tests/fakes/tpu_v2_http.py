@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from tests.fakes.http import HttpError, JsonServer, Request
+from tests.fakes.http import HttpError, JsonServer, Request, dispatch
 from tests.fakes.operations import FakeOperation, OperationFailed
 from tests.fakes.tpu_model import FakeNode, FakeQueued, TpuModel
 
@@ -34,14 +33,7 @@ class TpuV2Fake:
 
     def handle(self, request: Request) -> tuple[int, Any]:
         self.model.operations.advance_due()
-        for method, pattern, action in self.routes:
-            match = re.match(pattern, request.path)
-            if method == request.method and match:
-                try:
-                    return 200, action(request, **match.groupdict())
-                except OperationFailed as failure:
-                    raise HttpError(GRPC_TO_HTTP.get(failure.code, 400), failure.message) from None
-        raise HttpError(404, f"fake tpu v2: no route for {request.method} {request.path}")
+        return dispatch("tpu v2", self.routes, request, _operation_error)
 
     # ------------------------------------------------------------------------------------------ nodes
     def create_node(self, request: Request, project: str, zone: str) -> dict[str, Any]:
@@ -223,3 +215,9 @@ def _json(body: dict[str, Any]) -> str:
     import json
 
     return json.dumps(body)
+
+
+def _operation_error(err: Exception) -> HttpError | None:
+    if isinstance(err, OperationFailed):
+        return HttpError(GRPC_TO_HTTP.get(err.code, 400), err.message)
+    return None
