@@ -27,3 +27,11 @@ def tpuops_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     home = tmp_path_factory.mktemp("tpuops-home")
     monkeypatch.setenv("TPUOPS_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def tpu_paths_in_worker_homes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loopback workers share this machine's /dev and /tmp: keep their "TPU devices" and libtpu lock file in
+    their own homes (a leading ~/ is the worker's home)."""
+    monkeypatch.setenv("TPUOPS_TPU_DEVICE_GLOB", "~/dev/accel*")
+    monkeypatch.setenv("TPUOPS_LIBTPU_LOCKFILE", "~/libtpu_lockfile")

@@ -123,6 +123,16 @@ class SshdCluster:
         for worker in self.workers:
             self.stop(worker.index)
 
+    def __enter__(self) -> SshdCluster:
+        try:
+            return self.start_all()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def new_host_key(self, index: int) -> None:
         """Give a worker a new host key (as a re-created VM would have); restart its sshd if running."""
         worker = self.workers[index]

@@ -17,7 +17,10 @@ from tpuops.context import Context
 from tpuops.ops.launch import LaunchOptions, RunInProgress, follow, launch_run, run_states, stop, worst_exit_code
 from tpuops.ops.remote import exec_command
 
-pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
+pytestmark = [
+    pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd"),
+    pytest.mark.usefixtures("tpu_paths_in_worker_homes"),
+]
 
 SPEC = """
 name: {name}
@@ -36,18 +39,10 @@ logs: {{tensorboard: "gs://{name}-bucket/logs"}}
 
 @pytest.fixture(scope="module")
 def sshd3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
-    cluster = SshdCluster(tmp_path_factory.mktemp("sshd3"), 3).start_all()
-    try:
+    with SshdCluster(tmp_path_factory.mktemp("sshd3"), 3) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
-@pytest.fixture(autouse=True)
-def fake_tpu_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The workers share this machine's /dev and /tmp: keep their "TPU devices" and lock file in their homes.
-    monkeypatch.setenv("TPUOPS_TPU_DEVICE_GLOB", "~/dev/accel*")
-    monkeypatch.setenv("TPUOPS_LIBTPU_LOCKFILE", "~/libtpu_lockfile")
 
 
 def make_cluster(sshd: SshdCluster, home: Path, tmp_path: Path, *, name: str = "demo", framework: str = "jax",

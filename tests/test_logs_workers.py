@@ -12,7 +12,10 @@ from tests.sshd import SshdCluster, sshd_available
 from tpuops.context import Context
 from tpuops.ops.launch import LaunchOptions, follow, launch_run
 
-pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
+pytestmark = [
+    pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd"),
+    pytest.mark.usefixtures("tpu_paths_in_worker_homes"),
+]
 
 SPEC = """
 name: {name}
@@ -26,18 +29,10 @@ trainer:
 
 @pytest.fixture(scope="module")
 def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
-    cluster = SshdCluster(tmp_path_factory.mktemp("sshd-logs"), 2).start_all()
-    try:
+    with SshdCluster(tmp_path_factory.mktemp("sshd-logs"), 2) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
-@pytest.fixture(autouse=True)
-def fake_tpu_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The workers share this machine's /dev and /tmp: keep their "TPU devices" and lock file in their homes.
-    monkeypatch.setenv("TPUOPS_TPU_DEVICE_GLOB", "~/dev/accel*")
-    monkeypatch.setenv("TPUOPS_LIBTPU_LOCKFILE", "~/libtpu_lockfile")
 
 
 def test_worker_output_snapshot_and_follow(sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:

@@ -29,11 +29,8 @@ HOSTILE = ["; rm -rf ~", "a'b\"c", "line1\nline2", "$(touch ~/pwned)", "`touch ~
 
 @pytest.fixture(scope="module")
 def sshd8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
-    cluster = SshdCluster(tmp_path_factory.mktemp("sshd8"), 8).start_all()
-    try:
+    with SshdCluster(tmp_path_factory.mktemp("sshd8"), 8) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 def make_cluster(sshd: SshdCluster, tpuops_home: Path, tmp_path: Path, name: str = "demo", pin: bool = False) -> str:

@@ -31,11 +31,8 @@ tpu:
 
 @pytest.fixture(scope="module")
 def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
-    cluster = SshdCluster(tmp_path_factory.mktemp("sshd2"), 2).start_all()
-    try:
+    with SshdCluster(tmp_path_factory.mktemp("sshd2"), 2) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 def cluster_dir(sshd: SshdCluster, tpuops_home: Path, tmp_path: Path, spec_text: str = SPEC) -> Path:

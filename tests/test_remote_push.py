@@ -38,11 +38,8 @@ CODE = "tpuops/demo/code"
 
 @pytest.fixture(scope="module")
 def sshd4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
-    cluster = SshdCluster(tmp_path_factory.mktemp("sshd4"), 4).start_all()
-    try:
+    with SshdCluster(tmp_path_factory.mktemp("sshd4"), 4) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 def make_tree(root: Path, files: int = 120, size: int = 4096) -> None:

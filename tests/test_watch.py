@@ -74,23 +74,17 @@ def test_judge_run(states: dict[str, str], restart_on_failure: bool, kind: str, 
 def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
     if not sshd_available():
         pytest.skip("needs root and OpenSSH sshd")
-    cluster = SshdCluster(tmp_path_factory.mktemp("sshd-watch"), 2).start_all()
-    try:
+    with SshdCluster(tmp_path_factory.mktemp("sshd-watch"), 2) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture
-def gcp(fake_gcp: FakeGcp, sshd2: SshdCluster, monkeypatch: pytest.MonkeyPatch) -> FakeGcp:  # noqa: F811
+def gcp(fake_gcp: FakeGcp, sshd2: SshdCluster, tpu_paths_in_worker_homes: None) -> FakeGcp:  # noqa: F811
     """The fakes giving every (re)created node the sshd workers' addresses and real host keys."""
     fake_gcp.tpu.external_ip = lambda zone, name, index: sshd2.workers[index].host
     fake_gcp.tpu.internal_ip = lambda zone, name, index: sshd2.workers[index].host
     fake_gcp.tpu.host_keys = lambda name, index: [
         tuple(sshd2.workers[index].host_key.with_suffix(".pub").read_text().split()[:2])]
-    # The workers share this machine's /dev and /tmp: keep their "TPU devices" and lock file in their homes.
-    monkeypatch.setenv("TPUOPS_TPU_DEVICE_GLOB", "~/dev/accel*")
-    monkeypatch.setenv("TPUOPS_LIBTPU_LOCKFILE", "~/libtpu_lockfile")
     return fake_gcp
 
 

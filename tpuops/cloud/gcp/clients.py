@@ -8,7 +8,8 @@ use anonymous credentials; otherwise Application Default Credentials.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -111,3 +112,14 @@ def storage_client(endpoints: Endpoints, creds: Any, project: str) -> Any:
     from google.cloud import storage
 
     return storage.Client(project=project, credentials=creds, client_options=client_options(endpoints.storage))
+
+
+class LazyClient:
+    """Base of the adapters: the Google client is built on first use (importing one costs a second or more)."""
+
+    def __init__(self, make_client: Callable[[], Any]) -> None:
+        self._make_client = make_client
+
+    @functools.cached_property
+    def client(self) -> Any:
+        return self._make_client()

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from tpuops.cloud.base import Bucket
+from tpuops.cloud.gcp.clients import LazyClient
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CloudError
 
 API = "storage"
 
 
-class GcsApi:
+class GcsApi(LazyClient):
     def __init__(self, make_client: Callable[[], Any], timing: Timing) -> None:
-        self._make_client = make_client
+        super().__init__(make_client)
         self.timing = timing
-
-    @functools.cached_property
-    def client(self) -> Any:
-        return self._make_client()  # built on first use: importing a Google client costs a second or more
 
     def get_bucket(self, name: str) -> Bucket | None:
         found = self.timing.call(lambda: self.client.lookup_bucket(name), f"get bucket {name}", API)

@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 from tpuops.cloud.base import HostKey, TpuNode, TpuRequest, Worker
+from tpuops.cloud.gcp.clients import LazyClient
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CloudError
 
 API = "tpu"
 
 
-class TpuNodeApi:
+class TpuNodeApi(LazyClient):
     """TpuApi for mode node. Nodes have no SSH of their own: host keys come from the client VM."""
 
     def __init__(self, make_client: Callable[[], Any], project: str, timing: Timing) -> None:
-        self._make_client = make_client
+        super().__init__(make_client)
         self.project = project
         self.timing = timing
-
-    @functools.cached_property
-    def client(self) -> Any:
-        return self._make_client()  # built on first use: importing a Google client costs a second or more
 
     def get_node(self, zone: str, name: str) -> TpuNode | None:
         from google.api_core import exceptions as gexc

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 from tpuops.cloud.base import HostKey, QueuedResource, TpuNode, TpuRequest, Worker
+from tpuops.cloud.gcp.clients import LazyClient
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CapacityError, CloudError
 
@@ -15,17 +15,13 @@ ACTIVE_QUEUED = "ACTIVE"
 FAILED_QUEUED = ("FAILED", "SUSPENDED")
 
 
-class TpuVmApi:
+class TpuVmApi(LazyClient):
     """TpuApi for TPU VMs (mode vm) and QueuedResourceApi, over one tpu_v2.TpuClient."""
 
     def __init__(self, make_client: Callable[[], Any], project: str, timing: Timing) -> None:
-        self._make_client = make_client
+        super().__init__(make_client)
         self.project = project
         self.timing = timing
-
-    @functools.cached_property
-    def client(self) -> Any:
-        return self._make_client()  # built on first use: importing a Google client costs a second or more
 
     # ---------------------------------------------------------------------------------------- nodes
     def get_node(self, zone: str, name: str) -> TpuNode | None:
