@@ -167,7 +167,7 @@ def test_legacy_node_with_client_vm(gcp: FakeGcp, tmp_path: Path, tpuops_home: P
     state = state_of(tpuops_home, name)
     assert [(w["ssh_host"], w["internal_ip"]) for w in state["workers"]] == [("127.0.0.50", "10.140.0.2")]
     tpu_record = next(r for r in state["resources"] if r["kind"] == "tpu")
-    assert tpu_record["detail"]["tpu_endpoints"] == "10.130.0.2:8470"
+    assert tpu_record["node_ips"] == ["10.130.0.2"]  # the Node is reached at IP:8470
     known_hosts = (tpuops_home / "clusters" / name / "known_hosts").read_text().splitlines()
     assert known_hosts == [f"127.0.0.50 {' '.join(gcp.compute.host_keys(f'{name}-client')[0])}"]
 

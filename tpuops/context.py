@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpuops.cloud.base import Cloud
+from tpuops.cloud.provider import Provider
 from tpuops.errors import UsageError
 from tpuops.spec import Spec
-from tpuops.state import StateStore, tpuops_home
+from tpuops.state import ClusterState, StateStore, tpuops_home
 
 
 @dataclass
@@ -37,18 +37,21 @@ class Context:
         """Where the local provider keeps its simulated workers and buckets."""
         return self.store.home / "local"
 
-    def cloud_for(self, spec: Spec, project: str | None = None) -> Cloud:
-        """The provider's clients for this spec (built once per Context): GCP from env, or the local provider."""
-        key = f"cloud:{spec.provider}:{project or ''}"
+    def provider_for(self, spec: Spec | None = None, state: ClusterState | None = None) -> Provider:
+        """The provider of a cluster (built once per Context): from its spec, else from its state. A GCP
+        provider's project is the cluster's recorded one, else the spec's, --project, the environment's."""
+        name = spec.provider if spec is not None else state.provider if state is not None else "gcp"
+        project = None if name == "local" else (state.project if state else None) or self.project_for(spec)
+        key = f"provider:{name}:{project or ''}"
         if key not in self._cache:
-            if spec.provider == "local":
-                from tpuops.cloud.local import make_cloud as make_local_cloud
+            if name == "local":
+                from tpuops.cloud.local.provider import LocalProvider
 
-                self._cache[key] = make_local_cloud(self.local_root)
+                self._cache[key] = LocalProvider(self.env, self.local_root)
             else:
-                from tpuops.cloud.gcp import make_cloud as make_gcp_cloud
+                from tpuops.cloud.gcp.provider import GcpProvider
 
-                self._cache[key] = make_gcp_cloud(self.env, project or self.require_project(spec))
+                self._cache[key] = GcpProvider(self.env, project, lambda: self.require_project(spec))
         return self._cache[key]  # type: ignore[return-value]
 
     def project_for(self, spec: Spec | None) -> str | None:

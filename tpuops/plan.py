@@ -6,7 +6,7 @@ is what makes `up` idempotent and printable. No I/O here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -70,13 +70,17 @@ def client_vm_name(spec: Spec) -> str:
     return f"{spec.name}-client"
 
 
-def iam_member(spec: Spec, project_number: str | None = None, service_account: str | None = None) -> str:
-    """Who reads and writes the bucket: the TPU VM's account, or for a legacy Node the Cloud TPU agent."""
-    number = project_number or "PROJECT_NUMBER"
+def tpu_kind(spec: Spec) -> Kind:
+    """The TPU is created directly, or through a queued resource."""
+    return "queued_resource" if spec.tpu.queued else "tpu"
+
+
+def bucket_reader(spec: Spec, node_account: str | None, default_account: Callable[[], str]) -> str | None:
+    """Who reads and writes the bucket: a legacy Node reads GCS as its own account (the Cloud TPU service agent,
+    known once the Node exists); a TPU VM as tpu.service_account, else the project's Compute default account."""
     if spec.tpu.mode == "node":
-        return f"serviceAccount:{service_account or f'service-{number}@cloud-tpu.iam.gserviceaccount.com'}"
-    email = service_account or spec.tpu.service_account or f"{number}-compute@developer.gserviceaccount.com"
-    return f"serviceAccount:{email}"
+        return node_account
+    return spec.tpu.service_account or default_account()
 
 
 def make_plan(spec: Spec, observed: Sequence[ObservedResource] = (), project: str | None = None) -> Plan:
@@ -138,11 +142,10 @@ def _decide(kind: Kind, name: str, zone: str | None, summary: str, seen: Observe
 
 
 def _member_text(spec: Spec) -> str:
-    if spec.tpu.mode == "node":
-        return "the Cloud TPU service agent (service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com)"
-    if spec.tpu.service_account:
-        return spec.tpu.service_account
-    return "the project's Compute default service account (PROJECT_NUMBER-compute@developer.gserviceaccount.com)"
+    return bucket_reader(  # type: ignore[return-value]
+        spec, "the Cloud TPU service agent (service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com)",
+        lambda: "the project's Compute default service account (PROJECT_NUMBER-compute@developer.gserviceaccount.com)",
+    )
 
 
 def _tpu_summary(spec: Spec, accelerator: catalog.Accelerator) -> str:

@@ -11,11 +11,14 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from tenacity import (
+    RetryCallState,
     Retrying,
     retry_if_exception_type,
+    retry_if_result,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
+    wait_fixed,
     wait_random,
 )
 from tenacity.wait import wait_base
@@ -61,3 +64,25 @@ def bounded_by(seconds: float, initial: float = 2.0, maximum: float = 60.0,
         sleep=sleep,
         reraise=True,
     )
+
+
+def poll(fetch: Callable[[], T], done: Callable[[T], bool], *, interval: float, timeout: float,
+         on_timeout: Callable[[], BaseException], also_retry: tuple[type[BaseException], ...] = (),
+         sleep: Callable[[float], None] = time.sleep) -> T:
+    """Call `fetch` every `interval` seconds until `done(result)`, polling through `also_retry` errors.
+
+    After `timeout` seconds: the last call's error if it raised one, else `on_timeout()`."""
+
+    def give_up(state: RetryCallState) -> T:
+        if state.outcome is not None and state.outcome.failed:
+            raise state.outcome.exception()  # type: ignore[misc]
+        raise on_timeout()
+
+    policy = Retrying(
+        retry=retry_if_result(lambda value: not done(value)) | retry_if_exception_type(also_retry),
+        wait=wait_fixed(interval),
+        stop=stop_after_delay(timeout),
+        sleep=sleep,
+        retry_error_callback=give_up,
+    )
+    return policy(fetch)

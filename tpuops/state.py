@@ -12,9 +12,9 @@ import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tpuops.errors import ClusterNotFound
 
@@ -35,13 +35,61 @@ class StateModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class ResourceRecord(StateModel):
-    kind: Literal["bucket", "iam", "tpu", "queued_resource", "client_vm"]
+ResourceKind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm"]
+
+
+class ResourceBase(StateModel):
+    """One resource `up` created or adopted; each kind adds its own typed facts."""
+
+    kind: ResourceKind
     name: str
     zone: str | None = None
     status: Literal["creating", "created", "deleting"] = "creating"
-    detail: dict[str, str] = Field(default_factory=dict)
     updated_at: str = Field(default_factory=now_iso)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_detail(cls, data: Any) -> Any:
+        """State written before the typed records kept these facts as text in `detail`."""
+        if not isinstance(data, dict) or not isinstance(data.get("detail"), dict):
+            return data
+        facts = {key: value for key, value in data["detail"].items() if key != "tpu_endpoints"}
+        endpoints = data["detail"].get("tpu_endpoints")
+        if endpoints:  # "IP:8470,IP:8470"
+            facts["node_ips"] = [e.rpartition(":")[0] for e in endpoints.split(",") if e]
+        return {**facts, **{key: value for key, value in data.items() if key != "detail"}}
+
+
+class BucketRecord(ResourceBase):
+    kind: Literal["bucket"] = "bucket"
+    location: str | None = None
+
+
+class IamRecord(ResourceBase):
+    """roles/... granted to `member` on the bucket `name`."""
+
+    kind: Literal["iam"] = "iam"
+    member: str | None = None
+    role: str | None = None
+
+
+class TpuRecord(ResourceBase):
+    """A TPU, or the queued resource that makes it (`name` is then the queued resource's, `node` the TPU's)."""
+
+    kind: Literal["tpu", "queued_resource"] = "tpu"
+    node: str | None = None
+    mode: Literal["vm", "node"] | None = None
+    node_ips: list[str] = Field(default_factory=list, description="A legacy Node's hosts (gRPC on IP:8470).")
+
+
+class VmRecord(ResourceBase):
+    kind: Literal["client_vm"] = "client_vm"
+
+
+ResourceRecord = Annotated[BucketRecord | IamRecord | TpuRecord | VmRecord, Field(discriminator="kind")]
+RECORD_TYPES: dict[ResourceKind, type[ResourceBase]] = {
+    "bucket": BucketRecord, "iam": IamRecord, "tpu": TpuRecord, "queued_resource": TpuRecord, "client_vm": VmRecord,
+}
 
 
 class WorkerRecord(StateModel):
@@ -85,14 +133,15 @@ class ClusterState(StateModel):
     created_at: str = Field(default_factory=now_iso)
     updated_at: str = Field(default_factory=now_iso)
 
-    def resource(self, kind: str) -> ResourceRecord | None:
+    def resource(self, kind: ResourceKind) -> ResourceRecord | None:
         return next((r for r in self.resources if r.kind == kind), None)
+
+    def tpu_record(self) -> TpuRecord | None:
+        """The TPU's record, or its queued resource's."""
+        return next((r for r in self.resources if isinstance(r, TpuRecord)), None)
 
     def set_resource(self, record: ResourceRecord) -> None:
         self.resources = [r for r in self.resources if r.kind != record.kind] + [record]
-
-    def drop_resource(self, kind: str) -> None:
-        self.resources = [r for r in self.resources if r.kind != kind]
 
     @property
     def current_run(self) -> RunRecord | None:

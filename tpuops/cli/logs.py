@@ -53,7 +53,7 @@ def logs(
     from tpuops.ops.logs import (
         LogsRequest,
         follow_points,
-        local_buckets_for,
+        logs_provider,
         open_source,
         read_once,
         resolve_logdir,
@@ -69,7 +69,7 @@ def logs(
     ctx = Context.from_env()
     location = resolve_logdir(ctx, name, logdir)
     request = LogsRequest(logdir=location, tag=tag, run=run, since=since, download=download,
-                          local_buckets=local_buckets_for(ctx, name, logdir))
+                          provider=logs_provider(ctx, name, logdir))
     source = open_source(ctx, request, warn=_warn)
     book = SeriesBook() if (plot or png) else None
     out = _Output(json_output=json_output, plot=plot, png=png, book=book)

@@ -13,21 +13,17 @@ from pathlib import Path
 
 from tpuops import keys
 from tpuops.cloud.base import Cloud, TpuMode
+from tpuops.cloud.kinds import HANDLERS, handler
+from tpuops.cloud.kinds.base import Doomed, owned_by
 from tpuops.context import Context
 from tpuops.errors import CloudError
-from tpuops.ops.status import cloud_for_state, labelled, spec_of, tpu_mode
-from tpuops.plan import client_vm_name, queued_resource_name, tpu_name
+from tpuops.ops.status import spec_of, tpu_mode
+from tpuops.plan import Kind, make_plan
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
-from tpuops.state import ClusterState
+from tpuops.state import BucketRecord, ClusterState
 
 Progress = Callable[[str, str, str], None]
-
-
-@dataclass(frozen=True)
-class Doomed:
-    kind: str  # "queued_resource" | "tpu" | "client_vm" | "bucket"
-    name: str
-    zone: str | None = None
+__all__ = ["Doomed", "DownPlan", "DownResult", "delete_one", "execute", "find"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +60,7 @@ def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = F
     spec = spec or (spec_of(state) if state else None)
     if state is None and spec is None:
         return DownPlan(name, (), (), None, searched=False), None
-    cloud = cloud_for_state(ctx, state, spec)
+    cloud = ctx.provider_for(spec, state).cloud()
     mode = tpu_mode(state, spec)
     finder = Finder(cloud, name, mode)
     for zone in zones_to_search(state, spec):
@@ -88,12 +84,13 @@ def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = F
 def execute(ctx: Context, plan: DownPlan, cloud: Cloud | None, progress: Progress | None = None) -> DownResult:
     report = progress or (lambda kind, name, text: None)
     if cloud is not None and plan.doomed:
-        compute = [d for d in plan.doomed if d.kind != "bucket"]
+        # The bucket last: the trainer may still be writing to it until its TPU is gone.
+        zonal = [d for d in plan.doomed if handler(d.kind).zonal]
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="down") as pool:
-            futures = [pool.submit(delete_one, cloud, plan.mode, doomed, report) for doomed in compute]
+            futures = [pool.submit(delete_one, cloud, plan.mode, doomed, report) for doomed in zonal]
         for future in futures:
             future.result()
-        for doomed in (d for d in plan.doomed if d.kind == "bucket"):
+        for doomed in (d for d in plan.doomed if not handler(d.kind).zonal):
             delete_one(cloud, plan.mode, doomed, report)
     forget_cluster(ctx, plan)
     return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket)
@@ -101,15 +98,7 @@ def execute(ctx: Context, plan: DownPlan, cloud: Cloud | None, progress: Progres
 
 def delete_one(cloud: Cloud, mode: TpuMode, doomed: Doomed, report: Progress) -> None:
     report(doomed.kind, doomed.name, "deleting")
-    zone = doomed.zone or ""
-    if doomed.kind == "queued_resource":
-        cloud.queued.delete_queued(zone, doomed.name)  # with force: its node goes too
-    elif doomed.kind == "tpu":
-        cloud.tpu_api(mode).delete_node(zone, doomed.name)
-    elif doomed.kind == "client_vm":
-        cloud.vms.delete_vm(zone, doomed.name)
-    elif doomed.kind == "bucket":
-        cloud.storage.delete_bucket(doomed.name, force=True)  # emptiness was checked in find()
+    handler(doomed.kind).delete(cloud, mode, doomed)
     report(doomed.kind, doomed.name, "deleted")
 
 
@@ -120,7 +109,7 @@ def forget_cluster(ctx: Context, plan: DownPlan) -> None:
         return
     keys.forget_host_keys(ctx.store.cluster_dir(plan.cluster))
     if plan.kept_bucket:
-        state.resources = [r for r in state.resources if r.kind in ("bucket", "iam")]
+        state.resources = [r for r in state.resources if not handler(r.kind).zonal]
         state.workers = []
         state.log("down", "deleted the TPU and VM; kept the bucket")
         ctx.store.save(state)
@@ -135,46 +124,39 @@ class Finder:
         self.mode = mode
         self.doomed: list[Doomed] = []
         self.left_alone: list[str] = []
-        self.queued_nodes: set[tuple[str, str]] = set()  # nodes a queued resource deletes with itself
+        self.brought_along: set[Doomed] = set()  # TPUs a queued resource deletes with itself
 
     def add(self, doomed: Doomed) -> None:
         if doomed not in self.doomed:
             self.doomed.append(doomed)
 
     def search_zone(self, zone: str) -> None:
-        cloud = self.cloud
-        if self.mode == "vm":
-            for queued in cloud.queued.list_queued(zone):
-                if labelled(queued.labels, self.cluster):
-                    self.add(Doomed("queued_resource", queued.name, zone))
-                    if queued.node_name:
-                        self.queued_nodes.add((zone, queued.node_name))
-        for node in cloud.tpu_api(self.mode).list_nodes(zone):
-            if labelled(node.labels, self.cluster) and (zone, node.name) not in self.queued_nodes:
-                self.add(Doomed("tpu", node.name, zone))
-        for vm in cloud.vms.list_vms(zone):
-            if labelled(vm.labels, self.cluster):
-                self.add(Doomed("client_vm", vm.name, zone))
+        """Everything in `zone` with our label; a TPU a queued resource deletes with itself is not listed."""
+        for each in HANDLERS.values():
+            if not each.zonal:
+                continue
+            for finding in each.find(self.cloud, self.mode, self.cluster, zone):
+                if finding.doomed in self.brought_along:
+                    continue
+                self.add(finding.doomed)
+                if finding.brings_along:
+                    self.brought_along.add(finding.brings_along)
 
-    def check_recorded(self, kind: str, name: str, zone: str | None) -> None:
+    def check_recorded(self, kind: Kind, name: str, zone: str | None) -> None:
         """A recorded resource the label search did not find: gone, or someone else's (left alone)."""
-        if kind in ("bucket", "iam") or not zone or any(d.name == name and d.kind == kind for d in self.doomed):
+        each = handler(kind)
+        if not each.zonal or not zone or any(d.name == name and d.kind == kind for d in self.doomed):
             return
-        if kind == "tpu":
-            found = self.cloud.tpu_api(self.mode).get_node(zone, name)
-        elif kind == "queued_resource":
-            found = self.cloud.queued.get_queued(zone, name)
-        else:
-            found = self.cloud.vms.get_vm(zone, name)
+        labels = each.labels(self.cloud, self.mode, name, zone)
         described = f"{kind} {name} in {zone} (no label {CLUSTER_LABEL}={self.cluster})"
-        if found is not None and not labelled(found.labels, self.cluster) and described not in self.left_alone:
+        if labels is not None and not owned_by(labels, self.cluster) and described not in self.left_alone:
             self.left_alone.append(described)
 
     def add_bucket(self, name: str, force: bool) -> None:
         bucket = self.cloud.storage.get_bucket(name)
         if bucket is None:
             return
-        if not labelled(bucket.labels, self.cluster):
+        if not owned_by(bucket.labels, self.cluster):
             self.left_alone.append(f"bucket {name} (no label {CLUSTER_LABEL}={self.cluster})")
             return
         if not force and not self.cloud.storage.bucket_is_empty(name):
@@ -185,9 +167,9 @@ class Finder:
         self.add(Doomed("bucket", name))
 
 
-def expected_names(spec: Spec) -> list[tuple[str, str]]:
-    names = [("queued_resource", queued_resource_name(spec))] if spec.tpu.queued else [("tpu", tpu_name(spec))]
-    return names + ([("client_vm", client_vm_name(spec))] if spec.client_vm else [])
+def expected_names(spec: Spec) -> list[tuple[Kind, str]]:
+    """The zonal resources `up` would make for this spec, by kind and name."""
+    return [(action.kind, action.name) for action in make_plan(spec).actions if handler(action.kind).zonal]
 
 
 def zones_to_search(state: ClusterState | None, spec: Spec | None) -> list[str]:
@@ -201,6 +183,6 @@ def zones_to_search(state: ClusterState | None, spec: Spec | None) -> list[str]:
 
 def bucket_of(state: ClusterState | None, spec: Spec | None) -> str | None:
     record = state.resource("bucket") if state else None
-    if record is not None:
+    if isinstance(record, BucketRecord):
         return record.name
     return spec.bucket.name if spec is not None and spec.bucket else None

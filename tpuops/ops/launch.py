@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from tpuops import catalog
-from tpuops.cloud.local import local_path_for
+from tpuops.cloud.provider import TrainerSite
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push, worker_name
@@ -24,14 +23,9 @@ from tpuops.remote.base import LineHandler, Runner, RunResult
 from tpuops.remote.fanout import run_each
 from tpuops.remote.scripts import script_command
 from tpuops.spec import Spec
-from tpuops.state import RunRecord, WorkerRecord
+from tpuops.state import RunRecord
 
-COORDINATOR_PORT = 8476  # jax.distributed's default; torch.distributed and our templates use it too
-LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 STOP_GRACE_SECONDS = 10
-# Overrides for simulators and tests: where the "TPU devices" and libtpu's lock file are (~/ = worker home).
-DEVICE_GLOB_ENV = "TPUOPS_TPU_DEVICE_GLOB"
-LOCKFILE_ENV = "TPUOPS_LIBTPU_LOCKFILE"
 
 
 class RunInProgress(TpuopsError):
@@ -160,21 +154,16 @@ def _setup(access: ClusterAccess, runners: Sequence[Runner], setup: str, options
 
 def _free_tpu(ctx: Context, access: ClusterAccess, runners: Sequence[Runner], spec: Spec, max_parallel: int,
               on_line: LineHandler | None) -> Step:
-    glob, lockfile = tpu_paths(ctx.env, access, spec)
+    glob, lockfile = tpu_paths(access, spec)
     argv = script_command("free_tpu", glob, lockfile, str(STOP_GRACE_SECONDS))
     return Step("free-tpu", tuple(run_each(runners, lambda r: r.run(argv, on_line=on_line), max_parallel)))
 
 
-def tpu_paths(env: Mapping[str, str], access: ClusterAccess, spec: Spec) -> tuple[str, str]:
+def tpu_paths(access: ClusterAccess, spec: Spec) -> tuple[str, str]:
     """The device files the TPU runtime holds open for this generation, and libtpu's lock file."""
     accelerator = catalog.load().accelerator(spec.tpu.type)
     vfio = accelerator is not None and accelerator.generation.name in ("v5litepod", "v5p", "v6e")
-    default_glob = "/dev/vfio/*" if vfio else "/dev/accel*"
-    if access.state.provider == "local":  # the simulator keeps its fake devices in each worker's home
-        default_glob, default_lock = "~" + default_glob, "~" + LIBTPU_LOCKFILE
-    else:
-        default_lock = LIBTPU_LOCKFILE
-    return env.get(DEVICE_GLOB_ENV, default_glob), env.get(LOCKFILE_ENV, default_lock)
+    return access.provider.tpu_paths(vfio)
 
 
 # -------------------------------------------------------------------------------------------- environment
@@ -184,7 +173,7 @@ def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
                  options: LaunchOptions) -> dict[str, dict[str, str]]:
     """The environment of every worker's trainer, by worker name."""
     workers = access.workers
-    coordinator = _coordinator(access, workers[0])
+    coordinator = access.provider.coordinator(workers[0].internal_ip)
     logdir = _localize(ctx, access, spec.logs.tensorboard or "")
     common = {
         "TPUOPS_CLUSTER": access.state.name,
@@ -202,49 +191,16 @@ def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
 
 def framework_env(access: ClusterAccess, spec: Spec) -> dict[str, str]:
     """What each framework needs to find the TPU (see DESIGN.md: facts the code must get right)."""
-    framework = spec.trainer.framework if spec.trainer else None
-    if access.state.provider == "local":
-        return {"pytorch": {"PJRT_DEVICE": "CPU"}, "jax": {"JAX_PLATFORMS": "cpu"}}.get(framework or "", {})
-    if spec.tpu.mode == "node":
-        node_ip = _node_ip(access)
-        if framework == "pytorch":
-            return {"XRT_TPU_CONFIG": f"tpu_worker;0;{node_ip}:8470", "TPU_IP_ADDRESS": node_ip}
-        return {"TPU_NAME": access.state.name}  # TPUClusterResolver looks the Node up by name
-    if framework == "pytorch":
-        return {"PJRT_DEVICE": "TPU"}
-    if framework == "tensorflow":
-        return {"TPU_NAME": "local"}
-    return {}
-
-
-def _node_ip(access: ClusterAccess) -> str:
-    tpu = access.state.resource("tpu")
-    endpoints = tpu.detail.get("tpu_endpoints", "") if tpu else ""  # "IP:8470,..." as `up` recorded them
-    ip = endpoints.split(",")[0].rpartition(":")[0]
-    if not ip:
-        raise UsageError(f"the TPU Node of '{access.state.name}' has no recorded IP address",
-                         "run `tpuops up SPEC` again to refresh the cluster's state")
-    return ip
-
-
-def _coordinator(access: ClusterAccess, worker0: WorkerRecord) -> str:
-    if access.state.provider == "local":
-        return f"127.0.0.1:{free_port()}"  # several local clusters may run at once
-    return f"{worker0.internal_ip}:{COORDINATOR_PORT}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    tpu = access.state.tpu_record()
+    site = TrainerSite(access.state.name, spec.trainer.framework if spec.trainer else None, spec.tpu.mode,
+                       tuple(tpu.node_ips) if tpu else ())
+    return access.provider.framework_env(site)
 
 
 def _localize(ctx: Context, access: ClusterAccess, text: str) -> str:
-    """For the local provider, gs://BUCKET/... stands for the bucket's local directory."""
-    if access.state.provider != "local" or access.spec is None or access.spec.bucket is None:
-        return text
-    bucket = access.spec.bucket.name
-    return text.replace(f"gs://{bucket}", str(local_path_for(ctx.local_root, f"gs://{bucket}")))
+    """The text as the workers must see it (the local provider's gs://BUCKET is a directory)."""
+    buckets = [access.spec.bucket.name] if access.spec is not None and access.spec.bucket else []
+    return access.provider.localize(text, buckets)
 
 
 # ------------------------------------------------------------------------------------ running, stop, follow

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tpuops.cloud.blobs import DirBlobStore, open_blob_store
 from tpuops.context import Context
@@ -19,6 +20,9 @@ from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow
 from tpuops.ops.remote import resolve_name
 from tpuops.remote.base import LineHandler
 
+if TYPE_CHECKING:
+    from tpuops.cloud.provider import Provider
+
 
 @dataclass(frozen=True)
 class LogsRequest:
@@ -27,7 +31,7 @@ class LogsRequest:
     run: str | None = None
     since: int | None = None
     download: Path | None = None
-    local_buckets: Path | None = None  # provider: local: the directory standing for gs:// (see open_blob_store)
+    provider: Provider | None = None  # the cluster's, whose blob stores hold the logdir (None: a --logdir alone)
 
 
 def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
@@ -48,12 +52,11 @@ def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
     return location
 
 
-def local_buckets_for(ctx: Context, name: str | None, logdir: str | None) -> Path | None:
-    """For a cluster on the local provider, the directory that stands for gs:// (None otherwise)."""
+def logs_provider(ctx: Context, name: str | None, logdir: str | None) -> Provider | None:
+    """The provider of the cluster whose logs are read (None with --logdir: it is read as it is written)."""
     if logdir:
         return None
-    state = ctx.store.require(_cluster_name(ctx, name))
-    return ctx.local_root / "buckets" if state.provider == "local" else None
+    return ctx.provider_for(state=ctx.store.require(_cluster_name(ctx, name)))
 
 
 def _cluster_name(ctx: Context, name: str | None) -> str:
@@ -62,7 +65,10 @@ def _cluster_name(ctx: Context, name: str | None) -> str:
 
 def open_source(ctx: Context, request: LogsRequest, warn: Warn | None = None) -> Pollable:
     """A Tail over the logdir, or over a local mirror of it with --download."""
-    store = open_blob_store(request.logdir, env=ctx.env, local_buckets=request.local_buckets)
+    if request.provider is not None:
+        store = request.provider.blob_store(request.logdir)
+    else:
+        store = open_blob_store(request.logdir, env=ctx.env)
     if isinstance(store, DirBlobStore) and not store.root.is_dir():
         raise TpuopsError(f"logdir {store.root} does not exist",
                           "check --logdir (or logs.tensorboard in the spec); the trainer creates it when it starts")

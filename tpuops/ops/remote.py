@@ -16,12 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpuops.cloud.provider import Login, Provider, WorkerTarget
 from tpuops.context import Context
 from tpuops.errors import SpecError, TpuopsError, UsageError
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
-from tpuops.remote.local import LocalRunner
-from tpuops.remote.ssh import KnownHosts, SshRunner, SshSettings, SshTarget, load_private_key
+from tpuops.remote.ssh import load_private_key
 from tpuops.remote.sync import PushResult, push_tree, scan_tree
 from tpuops.spec import Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord
@@ -41,6 +41,11 @@ class ClusterAccess:
     user: str
     key_path: Path
     known_hosts_path: Path
+    provider: Provider
+
+    @property
+    def login(self) -> Login:
+        return Login(self.user, self.key_path, self.known_hosts_path)
 
 
 def resolve_name(ctx: Context, name: str | None, otherwise: str | None = None) -> str:
@@ -67,7 +72,8 @@ def cluster_access(ctx: Context, name: str | None, *, need_spec: bool = False) -
         )
     user = state.ssh_user or (spec.ssh.user if spec and spec.ssh.user else None) or getpass.getuser()
     cluster_dir = ctx.store.cluster_dir(state.name)
-    return ClusterAccess(state, spec, tuple(targets), user, cluster_dir / KEY_FILE, cluster_dir / KNOWN_HOSTS_FILE)
+    return ClusterAccess(state, spec, tuple(targets), user, cluster_dir / KEY_FILE, cluster_dir / KNOWN_HOSTS_FILE,
+                         ctx.provider_for(spec, state))
 
 
 def ssh_targets(state: ClusterState) -> list[WorkerRecord]:
@@ -115,16 +121,13 @@ def select_workers(workers: Sequence[WorkerRecord], selection: str | None) -> li
 def make_runners(access: ClusterAccess, workers: Sequence[WorkerRecord], *,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                  on_new_host_key: Callable[[str, str], None] | None = None) -> list[Runner]:
-    """One runner per worker: local directories for the local provider, SSH for everything else."""
-    if access.state.provider == "local":
-        return [LocalRunner(worker_name(w), Path(w.home or ".")) for w in workers]
-    settings = SshSettings(access.key_path, access.known_hosts_path, connect_timeout=connect_timeout)
-    known_hosts = KnownHosts(access.known_hosts_path, trust_on_first_use=True, on_new_key=on_new_host_key)
-    key = load_private_key(access.key_path)  # once, and a bad key is one error, not one per worker
-    return [
-        SshRunner(SshTarget(worker_name(w), w.ssh_host, w.ssh_port, access.user), settings, known_hosts, key)
-        for w in workers
-    ]
+    """One runner per worker, as the cluster's provider reaches them."""
+    return access.provider.runners(worker_targets(workers), access.login, connect_timeout=connect_timeout,
+                                   on_new_host_key=on_new_host_key)
+
+
+def worker_targets(workers: Sequence[WorkerRecord]) -> list[WorkerTarget]:
+    return [WorkerTarget(worker_name(w), w.ssh_host, w.ssh_port, w.internal_ip, w.home) for w in workers]
 
 
 # ------------------------------------------------------------------------------------------------ exec
@@ -247,7 +250,7 @@ def push(
     if tree_jobs:
         runners = make_runners(access, access.workers, connect_timeout=connect_timeout,
                                on_new_host_key=on_new_host_key)
-        relay = {} if access.state.provider == "local" else {worker_name(w): w.internal_ip for w in access.workers}
+        relay = access.provider.relay_hosts(worker_targets(access.workers))
         try:
             for source, dest, exclude in tree_jobs:
                 cache_dir = cache_root / hashlib.sha256(dest.encode()).hexdigest()[:12]
@@ -262,11 +265,10 @@ def push(
 def upload_tree(ctx: Context, access: ClusterAccess, source: Path, url: str,
                 on_progress: UploadProgress | None = None, parallel: int = 8) -> UploadResult:
     """Upload a file or directory to gs://..., skipping objects whose size and CRC32C already match."""
-    from tpuops.cloud.blobs import open_blob_store, same_content
+    from tpuops.cloud.blobs import same_content
 
-    local_buckets = ctx.local_root / "buckets" if access.state.provider == "local" else None
     try:
-        store = open_blob_store(url, env=ctx.env, local_buckets=local_buckets)
+        store = access.provider.blob_store(url)
         files = [(source, source.name)] if source.is_file() else [
             (source / e.path, e.path) for e in scan_tree(source, ()).entries if e.link is None
         ]
@@ -307,9 +309,7 @@ def ssh_argv(ctx: Context, name: str | None, *, worker: int = 0, forwards: Seque
     changed ones are refused by ssh itself (`StrictHostKeyChecking=accept-new`).
     """
     access = cluster_access(ctx, name)
-    if access.state.provider == "local":
-        raise UsageError("`tpuops ssh` needs SSH workers; the local provider's workers are directories",
-                         f"use `tpuops exec {access.state.name} -- CMD`")
+    access.provider.require_ssh(access.state.name)
     [target] = select_workers(access.workers, str(worker)) if worker else access.workers[:1]
     load_private_key(access.key_path)  # same checks (exists, 0600) and message as exec and push
     argv = [

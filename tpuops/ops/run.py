@@ -17,7 +17,7 @@ from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
 from tpuops.ops import watch as watch_ops
-from tpuops.ops.logs import LogsRequest, local_buckets_for, open_source, resolve_logdir
+from tpuops.ops.logs import LogsRequest, logs_provider, open_source, resolve_logdir
 from tpuops.remote.base import LineHandler, RunResult
 
 SCALAR_POLL_SECONDS = 2.0
@@ -139,4 +139,4 @@ class ScalarFollower:
 
 
 def logs_request(ctx: Context, cluster: str) -> LogsRequest:
-    return LogsRequest(logdir=resolve_logdir(ctx, cluster, None), local_buckets=local_buckets_for(ctx, cluster, None))
+    return LogsRequest(logdir=resolve_logdir(ctx, cluster, None), provider=logs_provider(ctx, cluster, None))

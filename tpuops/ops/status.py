@@ -5,21 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuops.cloud.base import Cloud, TpuMode, TpuNode
+from tpuops.cloud.base import TpuMode
+from tpuops.cloud.kinds import handler
+from tpuops.cloud.kinds.base import ResourceStatus
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
-from tpuops.plan import IAM_ROLE
-from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
-from tpuops.state import ClusterState, ResourceRecord, WorkerRecord
-
-
-@dataclass(frozen=True)
-class ResourceStatus:
-    kind: str
-    name: str
-    zone: str | None
-    state: str  # live state, "MISSING" when the cloud no longer has it
-    detail: str = ""
+from tpuops.spec import Spec, load_spec
+from tpuops.state import ClusterState, WorkerRecord
 
 
 @dataclass(frozen=True)
@@ -78,14 +70,15 @@ def list_clusters(ctx: Context) -> list[ClusterSummary]:
 
 def cluster_status(ctx: Context, name: str) -> ClusterStatus:
     state = ctx.store.require(name)
-    cloud = cloud_for_state(ctx, state, spec_of(state))
+    cloud = ctx.provider_for(spec_of(state), state).cloud()
     mode = tpu_mode(state, None)
     rows = []
     tpu_state = tpu_health = None
     workers = tuple(state.workers)
     for record in state.resources:
-        row, node = live_status(cloud, record, mode)
-        rows.append(row)
+        described = handler(record.kind).describe(cloud, record, mode)
+        rows.append(described.row)
+        node = described.node
         if node is not None:
             tpu_state, tpu_health = node.state, node.health
             if mode == "vm":  # the live addresses: a lost or replaced host shows here first
@@ -123,39 +116,6 @@ def run_status(ctx: Context, state: ClusterState, reachable: bool) -> RunStatus 
     return RunStatus(run.id, run.command, run.started_at, run.restart, workers, live)
 
 
-def live_status(cloud: Cloud, record: ResourceRecord, mode: TpuMode) -> tuple[ResourceStatus, TpuNode | None]:
-    zone = record.zone or ""
-    if record.kind == "bucket":
-        bucket = cloud.storage.get_bucket(record.name)
-        if bucket is None:
-            return ResourceStatus("bucket", record.name, None, "MISSING"), None
-        return ResourceStatus("bucket", record.name, None, "EXISTS", f"location {bucket.location}"), None
-    if record.kind == "iam":
-        member = record.detail.get("member", "")
-        granted = cloud.storage.get_bucket(record.name) is not None and member in cloud.storage.bucket_members(
-            record.name, IAM_ROLE
-        )
-        state = "GRANTED" if granted else "MISSING"
-        return ResourceStatus("iam", record.name, None, state, f"{IAM_ROLE} {member}"), None
-    if record.kind == "client_vm":
-        vm = cloud.vms.get_vm(zone, record.name)
-        if vm is None:
-            return ResourceStatus("client_vm", record.name, zone, "MISSING"), None
-        ips = f"internal {vm.internal_ip or '-'}, external {vm.external_ip or '-'}"
-        return ResourceStatus("client_vm", record.name, zone, vm.state, ips), None
-    node_name = record.detail.get("node", record.name)
-    node = cloud.tpu_api(mode).get_node(zone, node_name) if zone else None
-    if record.kind == "queued_resource":
-        queued = cloud.queued.get_queued(zone, record.name) if zone else None
-        state = queued.state if queued else "MISSING"
-        detail = f"node {node_name}: {node.state if node else 'not created'}"
-        return ResourceStatus("queued_resource", record.name, zone, state, detail), node
-    if node is None:
-        return ResourceStatus("tpu", record.name, zone, "MISSING"), None
-    detail = f"{node.accelerator_type}, health {node.health or '-'}, {len(node.workers)} worker(s)"
-    return ResourceStatus("tpu", record.name, zone, node.state, detail), node
-
-
 def spec_of(state: ClusterState) -> Spec | None:
     """The spec the cluster was made from, if its file is still there and valid (else state alone is used)."""
     try:
@@ -167,24 +127,5 @@ def spec_of(state: ClusterState) -> Spec | None:
 def tpu_mode(state: ClusterState | None, spec: Spec | None) -> TpuMode:
     if spec is not None:
         return spec.tpu.mode
-    for record in state.resources if state else []:
-        if record.kind in ("tpu", "queued_resource") and record.detail.get("mode") == "node":
-            return "node"
-    return "vm"
-
-
-def cloud_for_state(ctx: Context, state: ClusterState | None, spec: Spec | None) -> Cloud:
-    if spec is not None:
-        return ctx.cloud_for(spec, (state.project if state else None) or ctx.project_for(spec))
-    assert state is not None
-    if state.provider == "local":
-        from tpuops.cloud.local import make_cloud as make_local_cloud
-
-        return make_local_cloud(ctx.local_root)
-    from tpuops.cloud.gcp import make_cloud as make_gcp_cloud
-
-    return make_gcp_cloud(ctx.env, state.project or ctx.require_project(None))
-
-
-def labelled(labels: object, cluster: str) -> bool:
-    return isinstance(labels, dict) and labels.get(CLUSTER_LABEL) == cluster
+    record = state.tpu_record() if state else None
+    return "node" if record is not None and record.mode == "node" else "vm"

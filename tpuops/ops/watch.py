@@ -26,6 +26,9 @@ from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_a
 
 from tpuops import keys, retry
 from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
+from tpuops.cloud.kinds import handler
+from tpuops.cloud.kinds.base import MISSING
+from tpuops.cloud.kinds.tpu import READY
 from tpuops.context import Context
 from tpuops.errors import (
     ClusterNotFound,
@@ -39,14 +42,13 @@ from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
 from tpuops.ops.remote import resolve_name
-from tpuops.ops.status import cloud_for_state, live_status, spec_of, tpu_mode
+from tpuops.ops.status import spec_of, tpu_mode
 from tpuops.state import ClusterState
 
 EventHandler = Callable[[str, str, str], None]  # (time, kind, message)
 # Worker states in which the trainer is gone without leaving an exit code (a fresh host has no run: "none").
 GONE = frozenset({"lost", "none"})
 UNREACHABLE = "unreachable"
-MISSING = "MISSING"
 # Event kinds kept in the cluster's state; `tpuops status` lists the "restart" ones.
 RESTART_EVENT = "restart"
 # Knobs tests (and impatient users) set small; the CLI options win over them.
@@ -121,7 +123,7 @@ def judge_tpu(tpu: TpuView) -> Verdict | None:
         return Verdict("recover", f"queued resource {tpu.queued_state}")
     if tpu.state in DEAD_TPU_STATES or tpu.state == MISSING:
         return Verdict("recover", f"TPU {tpu.state}")
-    if tpu.state != up_ops.READY:
+    if tpu.state != READY:
         return FINE  # CREATING, REPAIRING, RESTARTING...: the cloud is working on it; look again later
     return None
 
@@ -259,13 +261,13 @@ class Watcher:
     def observe_tpu(self) -> TpuView:
         state = self.state()
         spec = spec_of(state)
-        record = state.resource("queued_resource") or state.resource("tpu")
+        record = state.tpu_record()
         if record is None:
             return TpuView(MISSING)
-        row, node = live_status(cloud_for_state(self.ctx, state, spec), record, tpu_mode(state, spec))
-        if record.kind == "queued_resource":
-            return TpuView(node.state if node else MISSING, node.health if node else None, row.state)
-        return TpuView(row.state, node.health if node else None)
+        cloud = self.ctx.provider_for(spec, state).cloud()
+        seen = handler(record.kind).describe(cloud, record, tpu_mode(state, spec))
+        node = seen.node
+        return TpuView(node.state if node else MISSING, node.health if node else None, seen.queued_state)
 
     # ------------------------------------------------------------------------------------- recover
     def recover(self, verdict: Verdict) -> None:
@@ -317,13 +319,13 @@ class Watcher:
             raise SpecError(f"cannot read the spec of '{self.cluster}' at {state.spec_path}",
                             "put the spec file back to let watch recreate the TPU")
         self.pending_recreate = True
-        record = state.resource("queued_resource") or state.resource("tpu")
+        record = state.tpu_record()
         if record is not None and record.zone:
             self.event("recovery", f"deleting {record.kind} {record.name} in {record.zone}")
             record.status = "deleting"
             self.ctx.store.save(state)  # a crash from here on leaves a record `down` and `up` understand
             doomed = down_ops.Doomed(record.kind, record.name, record.zone)
-            down_ops.delete_one(cloud_for_state(self.ctx, state, spec), tpu_mode(state, spec), doomed,
+            down_ops.delete_one(self.ctx.provider_for(spec, state).cloud(), tpu_mode(state, spec), doomed,
                                 lambda kind, name, text: None)
         self.forget_workers()
         self.event("recovery", f"creating the TPU again ({spec.tpu.type})")

@@ -12,8 +12,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
-
 from tpuops import retry
 from tpuops.cloud.gcp.errors import translate, translated
 from tpuops.errors import CloudError, TransientError
@@ -71,14 +69,12 @@ class Timing:
     def poll_until(self, check: Callable[[], T | None], what: str, timeout: float | None = None) -> T:
         """Call `check` every poll interval until it returns something; transient errors are polled through."""
         limit = self.operation_timeout if timeout is None else timeout
-        policy = Retrying(
-            retry=retry_if_result(lambda value: value is None) | retry_if_exception_type(TransientError),
-            wait=wait_fixed(self.poll_interval),
-            stop=stop_after_delay(limit),
-            sleep=self.sleep,
-            retry_error_callback=lambda state: _timed_out(state, what, limit),
+        return retry.poll(  # type: ignore[return-value]
+            check, lambda value: value is not None, interval=self.poll_interval, timeout=limit,
+            also_retry=(TransientError,), sleep=self.sleep,
+            on_timeout=lambda: CloudError(f"{what}: still not done after {limit:.0f}s",
+                                          "check the resource in the console and rerun"),
         )
-        return policy(check)
 
     def wait_operation(self, future: Any, what: str, api: str) -> Any:
         """Wait on a google.api_core Operation future; its error translated (capacity, transient, ...)."""
@@ -92,9 +88,3 @@ class Timing:
         if error is not None:
             raise translate(error, what, api, from_operation=True)
         return future.result()
-
-
-def _timed_out(state: Any, what: str, limit: float) -> Any:
-    if state.outcome.failed:
-        raise state.outcome.exception()
-    raise CloudError(f"{what}: still not done after {limit:.0f}s", "check the resource in the console and rerun")

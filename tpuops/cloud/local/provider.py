@@ -1,200 +1,75 @@
-"""The cloud interface on this machine: every resource is a small JSON record under `root`, a worker is a
-directory standing for that host's home, and a bucket is a directory standing for gs://NAME.
-
-Deleting a node ends every process that runs as one of its workers (found by the HOME the local runner
-gives them), as deleting a real TPU would; nothing is left behind.
-"""
+"""Clusters on this machine: workers are directories run by local processes, buckets are directories, the
+"TPU devices" live in each worker's home, and the frameworks run on the CPU."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
-import signal
-import time
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tpuops import catalog
-from tpuops.cloud.base import Bucket, HostKey, QueuedResource, TpuNode, TpuRequest, Vm, VmRequest, Worker
-from tpuops.errors import CloudError
+from tpuops.cloud.local.layout import bucket_path, buckets_root
+from tpuops.cloud.provider import Login, ProviderName, TrainerSite, WorkerTarget, tpu_paths_from
+from tpuops.errors import UsageError
 
-LOOPBACK = "127.0.0.1"
+if TYPE_CHECKING:
+    from tpuops.cloud.base import Cloud
+    from tpuops.cloud.blobs import BlobStore
+    from tpuops.remote.base import Runner
+
+CPU_ENV = {"pytorch": {"PJRT_DEVICE": "CPU"}, "jax": {"JAX_PLATFORMS": "cpu"}}
 
 
 class LocalProvider:
-    def __init__(self, root: Path) -> None:
+    name: ProviderName = "local"
+    project: str | None = None
+
+    def __init__(self, env: Mapping[str, str], root: Path) -> None:
+        self.env = env
         self.root = root
+        self._cloud: Cloud | None = None
 
-    # -------------------------------------------------------------------------------------- layout
-    def _record(self, kind: str, name: str) -> Path:
-        return self.root / kind / f"{name}.json"
+    def cloud(self) -> Cloud:
+        if self._cloud is None:
+            from tpuops.cloud.local import make_cloud
 
-    def worker_home(self, node: str, index: int) -> Path:
-        return self.root / "workers" / node / f"w{index}"
+            self._cloud = make_cloud(self.root)
+        return self._cloud
 
-    def bucket_dir(self, name: str) -> Path:
-        return self.root / "buckets" / name
+    def runners(self, targets: Sequence[WorkerTarget], login: Login, *, connect_timeout: float,
+                on_new_host_key: Callable[[str, str], None] | None = None) -> list[Runner]:
+        from tpuops.remote.local import LocalRunner
 
-    def _read(self, kind: str, name: str) -> dict | None:
-        try:
-            return json.loads(self._record(kind, name).read_text())
-        except FileNotFoundError:
-            return None
+        return [LocalRunner(t.name, Path(t.home or ".")) for t in targets]
 
-    def _write(self, kind: str, name: str, data: Mapping[str, object]) -> None:
-        path = self._record(kind, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2))
-        os.replace(tmp, path)
+    def require_ssh(self, cluster: str) -> None:
+        raise UsageError("`tpuops ssh` needs SSH workers; the local provider's workers are directories",
+                         f"use `tpuops exec {cluster} -- CMD`")
 
-    def _all(self, kind: str) -> Iterator[dict]:
-        for path in sorted((self.root / kind).glob("*.json")):
-            yield json.loads(path.read_text())
+    def relay_hosts(self, targets: Sequence[WorkerTarget]) -> dict[str, str]:
+        return {}  # every worker is on this machine: nothing to relay
 
-    # ---------------------------------------------------------------------------------------- TPUs
-    def get_node(self, zone: str, name: str) -> TpuNode | None:
-        record = self._read("tpus", name)
-        return self._node(record) if record else None
+    def blob_store(self, url: str) -> BlobStore:
+        from tpuops.cloud.blobs import open_blob_store
 
-    def list_nodes(self, zone: str) -> list[TpuNode]:
-        return [self._node(record) for record in self._all("tpus")]
+        return open_blob_store(url, env=self.env, local_buckets=buckets_root(self.root))
 
-    def create_node(self, request: TpuRequest) -> TpuNode:
-        accelerator = catalog.load().accelerator(request.accelerator_type)
-        if accelerator is None:
-            raise CloudError(f"unknown accelerator type {request.accelerator_type}")
-        workers = request.workers or accelerator.hosts
-        for index in range(workers):
-            self.worker_home(request.name, index).mkdir(parents=True, exist_ok=True)
-        record = {"name": request.name, "zone": request.zone, "accelerator_type": request.accelerator_type,
-                  "mode": request.mode, "runtime": request.runtime, "workers": workers,
-                  "labels": dict(request.labels), "state": "READY"}
-        self._write("tpus", request.name, record)
-        return self._node(record)
+    def localize(self, text: str, buckets: Sequence[str]) -> str:
+        for bucket in buckets:
+            text = text.replace(f"gs://{bucket}", str(bucket_path(self.root, f"gs://{bucket}")))
+        return text
 
-    def delete_node(self, zone: str, name: str) -> None:
-        home = self.root / "workers" / name
-        stop_processes_under(home)
-        shutil.rmtree(home, ignore_errors=True)
-        self._record("tpus", name).unlink(missing_ok=True)
+    def tpu_paths(self, vfio: bool) -> tuple[str, str]:
+        return tpu_paths_from(self.env, vfio, prefix="~")  # the simulator's fake devices are in each home
 
-    def host_keys(self, zone: str, name: str) -> list[HostKey]:
-        return []  # local workers are not reached over SSH
+    def coordinator(self, worker0_ip: str) -> str:
+        return f"127.0.0.1:{free_port()}"  # several local clusters may run at once
 
-    def _node(self, record: dict) -> TpuNode:
-        workers = tuple(Worker(index, LOOPBACK, None, str(self.worker_home(record["name"], index)))
-                        for index in range(record["workers"]))
-        return TpuNode(name=record["name"], zone=record["zone"], accelerator_type=record["accelerator_type"],
-                       state=record["state"], mode=record["mode"], health="HEALTHY", runtime=record["runtime"],
-                       workers=workers, service_account=None, labels=record["labels"])
-
-    # ---------------------------------------------------------------- queued resources (granted at once)
-    def get_queued(self, zone: str, name: str) -> QueuedResource | None:
-        record = self._read("queued", name)
-        return QueuedResource(**record) if record else None
-
-    def list_queued(self, zone: str) -> list[QueuedResource]:
-        return [QueuedResource(**record) for record in self._all("queued")]
-
-    def create_queued(self, name: str, request: TpuRequest, wait_seconds: float) -> QueuedResource:
-        self.create_node(request)
-        queued = QueuedResource(name, request.zone, "ACTIVE", request.name, dict(request.labels))
-        self._write("queued", name, asdict(queued))
-        return queued
-
-    def delete_queued(self, zone: str, name: str) -> None:
-        queued = self.get_queued(zone, name)
-        if queued and queued.node_name:
-            self.delete_node(zone, queued.node_name)
-        self._record("queued", name).unlink(missing_ok=True)
-
-    # ------------------------------------------------------------------------------------------ VMs
-    def get_vm(self, zone: str, name: str) -> Vm | None:
-        record = self._read("vms", name)
-        return Vm(**record) if record else None
-
-    def list_vms(self, zone: str) -> list[Vm]:
-        return [Vm(**record) for record in self._all("vms")]
-
-    def create_vm(self, request: VmRequest) -> Vm:
-        vm = Vm(request.name, request.zone, "RUNNING", LOOPBACK, None, dict(request.labels))
-        self.worker_home(request.name, 0).mkdir(parents=True, exist_ok=True)
-        self._write("vms", request.name, asdict(vm))
-        return vm
-
-    def delete_vm(self, zone: str, name: str) -> None:
-        self.delete_node(zone, name)
-        self._record("vms", name).unlink(missing_ok=True)
-
-    # -------------------------------------------------------------------------------------- buckets
-    def get_bucket(self, name: str) -> Bucket | None:
-        record = self._read("bucket-meta", name)
-        return Bucket(**record) if record else None
-
-    def create_bucket(self, name: str, location: str, labels: Mapping[str, str]) -> Bucket:
-        self.bucket_dir(name).mkdir(parents=True, exist_ok=True)
-        bucket = Bucket(name, location.upper(), dict(labels))
-        self._write("bucket-meta", name, asdict(bucket))
-        return bucket
-
-    def bucket_is_empty(self, name: str) -> bool:
-        directory = self.bucket_dir(name)
-        return not directory.is_dir() or not any(directory.iterdir())
-
-    def delete_bucket(self, name: str, force: bool = False) -> None:
-        if not force and not self.bucket_is_empty(name):
-            raise CloudError(f"bucket {name} is not empty", "pass --force to delete it with its objects")
-        shutil.rmtree(self.bucket_dir(name), ignore_errors=True)
-        self._record("bucket-meta", name).unlink(missing_ok=True)
-
-    def bucket_members(self, name: str, role: str) -> frozenset[str]:
-        return frozenset()
-
-    def grant_on_bucket(self, name: str, member: str, role: str) -> bool:
-        return False  # one local user owns everything: there is no one to grant
-
-    def default_service_account(self) -> str:
-        return "local"
+    def framework_env(self, site: TrainerSite) -> dict[str, str]:
+        return dict(CPU_ENV.get(site.framework or "", {}))
 
 
-def stop_processes_under(home: Path, grace: float = 5.0) -> list[int]:
-    """TERM, then KILL, every process whose HOME is inside `home` (what the local runner gives them)."""
-    victims = [pid for pid in _pids_with_home_under(home) if pid != os.getpid()]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(pid) for pid in victims):
-            time.sleep(0.05)
-    return victims
-
-
-def _pids_with_home_under(home: Path) -> Iterator[int]:
-    prefixes = {f"HOME={home}".encode(), f"HOME={home.resolve()}".encode()}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        for variable in environ.split(b"\0"):
-            if any(variable == prefix or variable.startswith(prefix + b"/") for prefix in prefixes):
-                yield int(entry.name)
-                break
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        return (Path("/proc") / str(pid) / "stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

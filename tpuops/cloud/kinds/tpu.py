@@ -1,0 +1,253 @@
+"""The TPU, created directly (kind tpu) or through a queued resource (kind queued_resource).
+
+Both try the spec's zone and then `tpu.zones` when a zone has no capacity, within --wait-for-capacity; a TPU
+found PREEMPTED or TERMINATED (a queued resource FAILED or SUSPENDED) is deleted and created again, since it
+holds quota until deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from tpuops import catalog, retry
+from tpuops.cloud.base import Cloud, HostKey, TpuMode, TpuNode, TpuRequest, Worker
+from tpuops.cloud.kinds.base import (
+    MISSING,
+    Described,
+    Doomed,
+    Finding,
+    Found,
+    Job,
+    Known,
+    ResourceStatus,
+    owned_by,
+)
+from tpuops.errors import CapacityError, CloudError
+from tpuops.plan import Action, Kind, ObservedResource, client_vm_name, queued_resource_name, tpu_name
+from tpuops.spec import Spec
+from tpuops.state import ResourceRecord, TpuRecord
+
+READY = "READY"
+ACTIVE = "ACTIVE"
+CreateIn = Callable[[Job, Action, TpuRequest], TpuNode]  # create in the request's zone, wait until READY
+
+
+class TpuKind:
+    kind: Kind = "tpu"
+    zonal = True
+
+    def depends_on(self, spec: Spec) -> tuple[Kind, ...]:
+        return ()
+
+    def observe(self, job: Job, known: Known) -> Found:
+        api = job.cloud.tpu_api(job.spec.tpu.mode)
+        for zone in candidate_zones(job.spec, job.ledger.recorded(self.kind)):
+            node = api.get_node(zone, tpu_name(job.spec))
+            if node is not None:
+                owned = owned_by(node.labels, job.spec.name)
+                return Found(ObservedResource(self.kind, node.name, node.state, owned, zone), node=node)
+        return Found()
+
+    def ensure(self, job: Job, action: Action, known: Known) -> Found:
+        if action.verb == "recreate":
+            zone = action.zone or job.spec.zone or ""
+            job.ledger.record(self.kind, action.name, zone, "deleting")
+            job.progress(self.kind, action.name, f"deleting ({action.reason})")
+            self.delete(job.cloud, job.spec.tpu.mode, Doomed(self.kind, action.name, zone))
+            job.ledger.forget_workers()
+        if action.verb in ("create", "recreate"):
+            node = create_in_some_zone(job, action, self.create_in)
+        else:
+            node = self.wait_kept(job, action)
+        job.progress(self.kind, action.name, f"{node.state} in {node.zone}")
+        return Found(ObservedResource(self.kind, action.name, node.state, True, node.zone), node=node)
+
+    def create_in(self, job: Job, action: Action, request: TpuRequest) -> TpuNode:
+        return job.cloud.tpu_api(request.mode).create_node(request)
+
+    def wait_kept(self, job: Job, action: Action) -> TpuNode:
+        """A kept TPU: maybe still CREATING after an interrupted `up`."""
+        zone = action.zone or job.spec.zone or ""
+        node = wait_node_ready(job, zone, tpu_name(job.spec))
+        record_created(job, action, zone, node)
+        return node
+
+    def delete(self, cloud: Cloud, mode: TpuMode, doomed: Doomed) -> None:
+        cloud.tpu_api(mode).delete_node(doomed.zone or "", doomed.name)
+
+    def describe(self, cloud: Cloud, record: ResourceRecord, mode: TpuMode) -> Described:
+        zone = record.zone or ""
+        node = cloud.tpu_api(mode).get_node(zone, node_name(record)) if zone else None
+        if node is None:
+            return Described(ResourceStatus(self.kind, record.name, zone, MISSING))
+        detail = f"{node.accelerator_type}, health {node.health or '-'}, {len(node.workers)} worker(s)"
+        return Described(ResourceStatus(self.kind, record.name, zone, node.state, detail), node)
+
+    def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
+        return [Finding(Doomed(self.kind, node.name, zone)) for node in cloud.tpu_api(mode).list_nodes(zone)
+                if owned_by(node.labels, cluster)]
+
+    def labels(self, cloud: Cloud, mode: TpuMode, name: str, zone: str) -> Mapping[str, str] | None:
+        node = cloud.tpu_api(mode).get_node(zone, name)
+        return None if node is None else node.labels
+
+
+class QueuedKind(TpuKind):
+    """A queued resource: Google creates the TPU when capacity frees up (TPU VMs only)."""
+
+    kind: Kind = "queued_resource"
+
+    def observe(self, job: Job, known: Known) -> Found:
+        name = queued_resource_name(job.spec)
+        for zone in candidate_zones(job.spec, job.ledger.recorded(self.kind)):
+            queued = job.cloud.queued.get_queued(zone, name)
+            if queued is not None:
+                node = job.cloud.tpus.get_node(zone, tpu_name(job.spec))
+                owned = owned_by(queued.labels, job.spec.name)
+                return Found(ObservedResource(self.kind, name, queued.state, owned, zone), node=node)
+        return Found()
+
+    def create_in(self, job: Job, action: Action, request: TpuRequest) -> TpuNode:
+        wait_seconds = job.knobs.wait_for_capacity or job.knobs.operation_timeout
+        try:
+            job.cloud.queued.create_queued(action.name, request, wait_seconds)
+        except CapacityError:
+            # A FAILED queued resource keeps holding quota: delete it before trying elsewhere or later.
+            job.progress(self.kind, action.name, f"failed in {request.zone}: deleting it")
+            job.cloud.queued.delete_queued(request.zone, action.name)
+            raise
+        return wait_node_ready(job, request.zone, request.name)
+
+    def wait_kept(self, job: Job, action: Action) -> TpuNode:
+        """A queued resource still waiting for capacity, then its TPU."""
+        zone = action.zone or job.spec.zone or ""
+        job.progress(self.kind, action.name, "waiting for the queued resource to become ACTIVE")
+        limit = job.knobs.wait_for_capacity or job.knobs.operation_timeout
+        retry.poll(lambda: job.cloud.queued.get_queued(zone, action.name),
+                   lambda queued: queued is not None and queued.state == ACTIVE,
+                   interval=job.knobs.poll_interval, timeout=limit,
+                   on_timeout=timed_out(f"queued resource {action.name}", limit))
+        return super().wait_kept(job, action)
+
+    def delete(self, cloud: Cloud, mode: TpuMode, doomed: Doomed) -> None:
+        cloud.queued.delete_queued(doomed.zone or "", doomed.name)  # with force: its TPU goes too
+
+    def describe(self, cloud: Cloud, record: ResourceRecord, mode: TpuMode) -> Described:
+        zone = record.zone or ""
+        name = node_name(record)
+        node = cloud.tpu_api(mode).get_node(zone, name) if zone else None
+        queued = cloud.queued.get_queued(zone, record.name) if zone else None
+        state = queued.state if queued else MISSING
+        detail = f"node {name}: {node.state if node else 'not created'}"
+        return Described(ResourceStatus(self.kind, record.name, zone, state, detail), node, state)
+
+    def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
+        if mode != "vm":
+            return []
+        return [Finding(Doomed(self.kind, queued.name, zone),
+                        Doomed("tpu", queued.node_name, zone) if queued.node_name else None)
+                for queued in cloud.queued.list_queued(zone) if owned_by(queued.labels, cluster)]
+
+    def labels(self, cloud: Cloud, mode: TpuMode, name: str, zone: str) -> Mapping[str, str] | None:
+        queued = cloud.queued.get_queued(zone, name)
+        return None if queued is None else queued.labels
+
+
+# ------------------------------------------------------------------------------------------ shared
+
+
+def candidate_zones(spec: Spec, recorded: ResourceRecord | None) -> list[str]:
+    """Where a TPU of this cluster may be: where state says, the spec's zone, then its fallback zones."""
+    zones = [recorded.zone if recorded else None, spec.zone, *spec.tpu.zones]
+    return list(dict.fromkeys(zone for zone in zones if zone))
+
+
+def node_name(record: ResourceRecord) -> str:
+    return (record.node if isinstance(record, TpuRecord) else None) or record.name
+
+
+def create_in_some_zone(job: Job, action: Action, create_in: CreateIn) -> TpuNode:
+    """The spec's zone, then each of tpu.zones; with --wait-for-capacity, all of them again until it runs out."""
+    spec = job.spec
+    zones = list(dict.fromkeys([spec.zone or "", *spec.tpu.zones]))
+
+    def try_every_zone() -> TpuNode:
+        failures: list[str] = []
+        for zone in zones:
+            request = tpu_request(job, zone)
+            job.ledger.record(action.kind, action.name, zone, "creating", node=request.name, mode=request.mode)
+            job.progress(action.kind, action.name, f"creating in {zone}")
+            try:
+                node = create_in(job, action, request)
+            except CapacityError as err:
+                failures.append(f"{zone}: {err.message}")
+                job.progress(action.kind, action.name, f"no capacity in {zone}")
+                continue
+            record_created(job, action, zone, node)
+            return node
+        raise CapacityError(
+            f"no capacity for {spec.tpu.type} ({'; '.join(failures)})",
+            "rerun with --wait-for-capacity 2h to keep trying, or add zones in the region to tpu.zones",
+        )
+
+    if job.knobs.wait_for_capacity <= 0:
+        return try_every_zone()
+    policy = retry.bounded_by(job.knobs.wait_for_capacity, initial=job.knobs.capacity_backoff,
+                              retry_on=CapacityError)
+    return policy(try_every_zone)
+
+
+def record_created(job: Job, action: Action, zone: str, node: TpuNode) -> None:
+    # A legacy Node is reached over gRPC at its hosts' addresses (launch gives them to the trainer).
+    node_ips = [w.internal_ip for w in node.workers] if node.mode == "node" else []
+    job.ledger.record(action.kind, action.name, zone, "created", node=node.name, mode=node.mode, node_ips=node_ips)
+
+
+def wait_node_ready(job: Job, zone: str, name: str) -> TpuNode:
+    api = job.cloud.tpu_api(job.spec.tpu.mode)
+    node = retry.poll(lambda: api.get_node(zone, name), lambda n: n is None or n.state != "CREATING",
+                      interval=job.knobs.poll_interval, timeout=job.knobs.operation_timeout,
+                      on_timeout=timed_out(f"TPU {name} to be ready", job.knobs.operation_timeout))
+    if node is None:
+        raise CloudError(f"TPU {name} disappeared while it was being created", "rerun `tpuops up`")
+    if node.state != READY:
+        raise CloudError(f"TPU {name} is {node.state}, not READY", "run `tpuops down` then `tpuops up`")
+    return node
+
+
+def timed_out(what: str, limit: float) -> Callable[[], CloudError]:
+    return lambda: CloudError(f"timed out after {limit:.0f}s waiting for {what}", "rerun `tpuops up` to keep waiting")
+
+
+def tpu_request(job: Job, zone: str) -> TpuRequest:
+    spec, tpu = job.spec, job.spec.tpu
+    framework = spec.trainer.framework if spec.trainer else None
+    cat = catalog.load()
+    accelerator = cat.accelerator(tpu.type)
+    runtime = tpu.runtime or (cat.default_runtime(accelerator, tpu.mode, framework) if accelerator else None)
+    return TpuRequest(
+        name=tpu_name(spec),
+        zone=zone,
+        accelerator_type=tpu.type,
+        runtime=runtime or "",
+        mode=tpu.mode,
+        preemptible=tpu.preemptible,
+        spot=tpu.spot,
+        service_account=tpu.service_account,
+        network=tpu.network,
+        subnetwork=tpu.subnetwork,
+        labels=spec.resource_labels,
+        ssh_keys=job.ssh_keys if tpu.mode == "vm" else None,
+        workers=tpu.workers,  # only the local provider simulates a chosen number of hosts
+    )
+
+
+def reachable_hosts(cloud: Cloud, spec: Spec, node: TpuNode) -> tuple[list[Worker], list[HostKey]]:
+    """The hosts tpuops connects to and their host keys: the TPU VM's workers, or a legacy Node's client VM
+    (the Node's own hosts cannot be reached)."""
+    if spec.tpu.mode == "vm":
+        return list(node.workers), cloud.tpus.host_keys(node.zone, node.name)
+    vm = cloud.vms.get_vm(node.zone, client_vm_name(spec)) if spec.client_vm else None
+    if vm is None:
+        return [], []
+    return [Worker(0, vm.internal_ip or "", vm.external_ip)], cloud.vms.host_keys(vm.zone, vm.name)

@@ -1,0 +1,201 @@
+"""The cloud interface on this machine: every resource is a small JSON record under `root`, a worker is a
+directory standing for that host's home, and a bucket is a directory standing for gs://NAME.
+
+Deleting a node ends every process that runs as one of its workers (found by the HOME the local runner
+gives them), as deleting a real TPU would; nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict
+from pathlib import Path
+
+from tpuops import catalog
+from tpuops.cloud.base import Bucket, HostKey, QueuedResource, TpuNode, TpuRequest, Vm, VmRequest, Worker
+from tpuops.cloud.local.layout import bucket_path
+from tpuops.errors import CloudError
+
+LOOPBACK = "127.0.0.1"
+
+
+class LocalCloud:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    # -------------------------------------------------------------------------------------- layout
+    def _record(self, kind: str, name: str) -> Path:
+        return self.root / kind / f"{name}.json"
+
+    def worker_home(self, node: str, index: int) -> Path:
+        return self.root / "workers" / node / f"w{index}"
+
+    def bucket_dir(self, name: str) -> Path:
+        return bucket_path(self.root, f"gs://{name}")
+
+    def _read(self, kind: str, name: str) -> dict | None:
+        try:
+            return json.loads(self._record(kind, name).read_text())
+        except FileNotFoundError:
+            return None
+
+    def _write(self, kind: str, name: str, data: Mapping[str, object]) -> None:
+        path = self._record(kind, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        os.replace(tmp, path)
+
+    def _all(self, kind: str) -> Iterator[dict]:
+        for path in sorted((self.root / kind).glob("*.json")):
+            yield json.loads(path.read_text())
+
+    # ---------------------------------------------------------------------------------------- TPUs
+    def get_node(self, zone: str, name: str) -> TpuNode | None:
+        record = self._read("tpus", name)
+        return self._node(record) if record else None
+
+    def list_nodes(self, zone: str) -> list[TpuNode]:
+        return [self._node(record) for record in self._all("tpus")]
+
+    def create_node(self, request: TpuRequest) -> TpuNode:
+        accelerator = catalog.load().accelerator(request.accelerator_type)
+        if accelerator is None:
+            raise CloudError(f"unknown accelerator type {request.accelerator_type}")
+        workers = request.workers or accelerator.hosts
+        for index in range(workers):
+            self.worker_home(request.name, index).mkdir(parents=True, exist_ok=True)
+        record = {"name": request.name, "zone": request.zone, "accelerator_type": request.accelerator_type,
+                  "mode": request.mode, "runtime": request.runtime, "workers": workers,
+                  "labels": dict(request.labels), "state": "READY"}
+        self._write("tpus", request.name, record)
+        return self._node(record)
+
+    def delete_node(self, zone: str, name: str) -> None:
+        home = self.root / "workers" / name
+        stop_processes_under(home)
+        shutil.rmtree(home, ignore_errors=True)
+        self._record("tpus", name).unlink(missing_ok=True)
+
+    def host_keys(self, zone: str, name: str) -> list[HostKey]:
+        return []  # local workers are not reached over SSH
+
+    def _node(self, record: dict) -> TpuNode:
+        workers = tuple(Worker(index, LOOPBACK, None, str(self.worker_home(record["name"], index)))
+                        for index in range(record["workers"]))
+        return TpuNode(name=record["name"], zone=record["zone"], accelerator_type=record["accelerator_type"],
+                       state=record["state"], mode=record["mode"], health="HEALTHY", runtime=record["runtime"],
+                       workers=workers, service_account=None, labels=record["labels"])
+
+    # ---------------------------------------------------------------- queued resources (granted at once)
+    def get_queued(self, zone: str, name: str) -> QueuedResource | None:
+        record = self._read("queued", name)
+        return QueuedResource(**record) if record else None
+
+    def list_queued(self, zone: str) -> list[QueuedResource]:
+        return [QueuedResource(**record) for record in self._all("queued")]
+
+    def create_queued(self, name: str, request: TpuRequest, wait_seconds: float) -> QueuedResource:
+        self.create_node(request)
+        queued = QueuedResource(name, request.zone, "ACTIVE", request.name, dict(request.labels))
+        self._write("queued", name, asdict(queued))
+        return queued
+
+    def delete_queued(self, zone: str, name: str) -> None:
+        queued = self.get_queued(zone, name)
+        if queued and queued.node_name:
+            self.delete_node(zone, queued.node_name)
+        self._record("queued", name).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------------------------------ VMs
+    def get_vm(self, zone: str, name: str) -> Vm | None:
+        record = self._read("vms", name)
+        return Vm(**record) if record else None
+
+    def list_vms(self, zone: str) -> list[Vm]:
+        return [Vm(**record) for record in self._all("vms")]
+
+    def create_vm(self, request: VmRequest) -> Vm:
+        vm = Vm(request.name, request.zone, "RUNNING", LOOPBACK, None, dict(request.labels))
+        self.worker_home(request.name, 0).mkdir(parents=True, exist_ok=True)
+        self._write("vms", request.name, asdict(vm))
+        return vm
+
+    def delete_vm(self, zone: str, name: str) -> None:
+        self.delete_node(zone, name)
+        self._record("vms", name).unlink(missing_ok=True)
+
+    # -------------------------------------------------------------------------------------- buckets
+    def get_bucket(self, name: str) -> Bucket | None:
+        record = self._read("bucket-meta", name)
+        return Bucket(**record) if record else None
+
+    def create_bucket(self, name: str, location: str, labels: Mapping[str, str]) -> Bucket:
+        self.bucket_dir(name).mkdir(parents=True, exist_ok=True)
+        bucket = Bucket(name, location.upper(), dict(labels))
+        self._write("bucket-meta", name, asdict(bucket))
+        return bucket
+
+    def bucket_is_empty(self, name: str) -> bool:
+        directory = self.bucket_dir(name)
+        return not directory.is_dir() or not any(directory.iterdir())
+
+    def delete_bucket(self, name: str, force: bool = False) -> None:
+        if not force and not self.bucket_is_empty(name):
+            raise CloudError(f"bucket {name} is not empty", "pass --force to delete it with its objects")
+        shutil.rmtree(self.bucket_dir(name), ignore_errors=True)
+        self._record("bucket-meta", name).unlink(missing_ok=True)
+
+    def bucket_members(self, name: str, role: str) -> frozenset[str]:
+        return frozenset()
+
+    def grant_on_bucket(self, name: str, member: str, role: str) -> bool:
+        return False  # one local user owns everything: there is no one to grant
+
+    def default_service_account(self) -> str:
+        return "local"
+
+
+def stop_processes_under(home: Path, grace: float = 5.0) -> list[int]:
+    """TERM, then KILL, every process whose HOME is inside `home` (what the local runner gives them)."""
+    victims = [pid for pid in _pids_with_home_under(home) if pid != os.getpid()]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_alive(pid) for pid in victims):
+            time.sleep(0.05)
+    return victims
+
+
+def _pids_with_home_under(home: Path) -> Iterator[int]:
+    prefixes = {f"HOME={home}".encode(), f"HOME={home.resolve()}".encode()}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for variable in environ.split(b"\0"):
+            if any(variable == prefix or variable.startswith(prefix + b"/") for prefix in prefixes):
+                yield int(entry.name)
+                break
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        return (Path("/proc") / str(pid) / "stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
