@@ -51,6 +51,12 @@ class Context:
                 self._cache[key] = make_gcp_cloud(self.env, project or self.require_project(spec))
         return self._cache[key]  # type: ignore[return-value]
 
+    def gcp_cloud(self, project: str) -> Cloud:
+        """Google's clients for a project without a spec (`tpuops catalog --live`)."""
+        from tpuops.cloud.gcp import make_cloud as make_gcp_cloud
+
+        return make_gcp_cloud(self.env, project)
+
     def project_for(self, spec: Spec | None) -> str | None:
         """spec.project, else --project, else CLOUDSDK_CORE_PROJECT / GOOGLE_CLOUD_PROJECT, else gcloud config."""
         if spec is not None and spec.project:

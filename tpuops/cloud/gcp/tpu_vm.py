@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tpuops.cloud.base import HostKey, QueuedResource, TpuNode, TpuRequest, Worker
+from tpuops.cloud.base import HostKey, QueuedResource, TpuNode, TpuRequest, Worker, ZoneOffer
 from tpuops.cloud.gcp.clients import LazyClient
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CapacityError, CloudError
@@ -75,6 +75,22 @@ class TpuVmApi(LazyClient):
             for item in attributes.query_value.items
             if item.namespace == "hostkeys" and item.value
         ]
+
+    def zone_offer(self, zone: str) -> ZoneOffer | None:
+        """list_accelerator_types and list_runtime_versions of the zone (every page), None for an unknown zone."""
+        from google.api_core import exceptions as gexc
+
+        parent = self._parent(zone)
+
+        def listing() -> ZoneOffer | None:
+            try:
+                types = tuple(item.type_ for item in self.client.list_accelerator_types(parent=parent))
+                runtimes = tuple(item.version for item in self.client.list_runtime_versions(parent=parent))
+            except gexc.NotFound:
+                return None
+            return ZoneOffer(zone, "vm", types, runtimes)
+
+        return self.timing.call(listing, f"list the TPU types and runtimes of zone {zone}", API)
 
     # ------------------------------------------------------------------------------- queued resources
     def get_queued(self, zone: str, name: str) -> QueuedResource | None:
