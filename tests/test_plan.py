@@ -9,8 +9,8 @@ import pytest
 from tests.helpers import write_spec
 from tests.test_spec import GOOD, NODE
 from tpuops.errors import ForeignResourceError
-from tpuops.plan import ObservedResource, make_plan
 from tpuops.ops.specs import load_checked
+from tpuops.plan import ObservedResource, make_plan
 from tpuops.spec import Spec
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import write_spec
-from tpuops.errors import SpecError
 from tpuops import catalog
+from tpuops.errors import SpecError
 from tpuops.ops.specs import check_spec_file
 from tpuops.ops.specs import load_checked as load_spec
 from tpuops.spec import bucket_name_problem, region_of
