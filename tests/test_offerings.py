@@ -178,7 +178,8 @@ def test_an_unknown_zone_is_refused(tpu: TpuFakes, tmp_path: Path) -> None:
 def test_a_listing_that_is_refused_or_keeps_failing_is_a_warning(tpu: TpuFakes, tmp_path: Path, status: int) -> None:
     tpu.v2.server.faults.http_error("GET", r"/runtimeVersions$", status, times=-1)
     warnings = verify_zone_offers(tpu.cloud(), spec_of(tmp_path, GOOD), ZONE)
-    assert len(warnings) == 1 and f"could not ask zone {ZONE}" in warnings[0] and "the create call will tell" in warnings[0]
+    assert len(warnings) == 1 and f"could not ask zone {ZONE}" in warnings[0]
+    assert "the create call will tell" in warnings[0]
     attempts = len(tpu.v2.server.calls("GET", r"/runtimeVersions$"))
     assert attempts == (1 if status == 403 else 6)  # 403 is not retried; 503 is, up to the retry policy's limit
 
@@ -228,7 +229,8 @@ def test_catalog_live_lists_what_the_api_says(tpu: TpuFakes) -> None:
     shown = json.loads(result.stdout)
     assert [(t["type"], t["hosts"], t["chips"], t["node"]) for t in shown["types"]] == [
         ("v2-8", 1, 4, True), ("v3-8", 1, 4, False), ("v7-8", None, None, False)]
-    assert shown["types"][1]["price_on_demand"] == pytest.approx(catalog.load().accelerator("v3-8").price_per_hour(False))
+    v3_8 = catalog.load().accelerator("v3-8")
+    assert v3_8 and shown["types"][1]["price_on_demand"] == pytest.approx(v3_8.price_per_hour(spot=False))
     assert (shown["runtimes"], shown["node_versions"]) == (["tpu-vm-tf-2.18.0-pjrt"], ["pytorch-1.8"])
     assert "TPU API" in shown["source"]
     text = run_cli("catalog", "--zone", ZONE, "--live", env=tpu.env)

@@ -115,7 +115,7 @@ def _catalog_offerings(zone: str | None) -> Offerings:
     if zone is not None and not generations:
         warnings = (f"the catalog lists no TPUs in zone {zone}; `tpuops catalog --live --zone {zone}` asks the zone",)
     return Offerings(
-        source=f"catalog as of {cat.as_of} ({cat.source})",
+        source=f"bundled catalog as of {cat.as_of}",
         zone=zone,
         types=types,
         runtimes=tuple(dict.fromkeys(r for g in generations for r in g.vm_runtimes)),
