@@ -116,7 +116,7 @@ class TpuModel:
         # not set here lists the whole catalog; a zone in `unknown_zones` answers NOT_FOUND.
         self.listings: dict[str, ZoneListing] = {}
         self.unknown_zones: set[str] = set()
-        self.listing_page_size = 20  # the listing calls answer in pages of this many (the clients follow them)
+        self.listing_page_size = 20  # the most a listing page holds, whatever page size was asked for
 
     # -------------------------------------------------------------------------------------- listings
     def listing(self, zone: str) -> ZoneListing | None:
@@ -128,7 +128,7 @@ class TpuModel:
     def page(self, items: list[str], token: str, size: int = 0) -> tuple[list[str], str]:
         """One page of a listing and the next page's token ("" after the last)."""
         start = int(token or 0)
-        end = start + (size or self.listing_page_size)
+        end = start + min(size or self.listing_page_size, self.listing_page_size)
         return items[start:end], (str(end) if end < len(items) else "")
 
     # ------------------------------------------------------------------------------------------ nodes

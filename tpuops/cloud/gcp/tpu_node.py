@@ -11,6 +11,7 @@ from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CloudError
 
 API = "tpu"
+PAGE_SIZE = 500  # listings in as few round trips as the server allows (it may cap the page)
 
 
 class TpuNodeApi(LazyClient):
@@ -84,12 +85,12 @@ class TpuNodeApi(LazyClient):
         """TPU v1 list_accelerator_types and list_tensor_flow_versions of the zone, None for an unknown zone."""
         from google.api_core import exceptions as gexc
 
-        parent = self._parent(zone)
+        page = {"parent": self._parent(zone), "page_size": PAGE_SIZE}
 
         def listing() -> ZoneOffer | None:
             try:
-                types = tuple(item.type_ for item in self.client.list_accelerator_types(parent=parent))
-                versions = tuple(item.version for item in self.client.list_tensor_flow_versions(parent=parent))
+                types = tuple(item.type_ for item in self.client.list_accelerator_types(request=page))
+                versions = tuple(item.version for item in self.client.list_tensor_flow_versions(request=page))
             except gexc.NotFound:
                 return None
             return ZoneOffer(zone, "node", types, versions)

@@ -11,6 +11,7 @@ from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CapacityError, CloudError
 
 API = "tpu"
+PAGE_SIZE = 500  # listings in as few round trips as the server allows (it may cap the page)
 ACTIVE_QUEUED = "ACTIVE"
 FAILED_QUEUED = ("FAILED", "SUSPENDED")
 
@@ -80,12 +81,12 @@ class TpuVmApi(LazyClient):
         """list_accelerator_types and list_runtime_versions of the zone (every page), None for an unknown zone."""
         from google.api_core import exceptions as gexc
 
-        parent = self._parent(zone)
+        page = {"parent": self._parent(zone), "page_size": PAGE_SIZE}
 
         def listing() -> ZoneOffer | None:
             try:
-                types = tuple(item.type_ for item in self.client.list_accelerator_types(parent=parent))
-                runtimes = tuple(item.version for item in self.client.list_runtime_versions(parent=parent))
+                types = tuple(item.type_ for item in self.client.list_accelerator_types(request=page))
+                runtimes = tuple(item.version for item in self.client.list_runtime_versions(request=page))
             except gexc.NotFound:
                 return None
             return ZoneOffer(zone, "vm", types, runtimes)
