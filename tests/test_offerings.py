@@ -4,6 +4,7 @@ fakes, `verify_zone_offers` on top of it, and `plan --live` / `tpuops catalog` a
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,3 +268,30 @@ def test_every_init_template_plans_cleanly_in_a_fresh_directory(tmp_path: Path) 
         assert planned.returncode == 0 and planned.stderr == "", (template, planned.stderr)
         warnings = [line for line in planned.stdout.splitlines() if line.startswith("warning:")]
         assert all("data source" in w and "before `tpuops push`" in w for w in warnings), warnings
+
+
+def test_push_refuses_a_missing_data_source_in_one_line_before_sending_anything(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    spec = write_spec(tmp_path, """
+        name: nodata
+        provider: local
+        tpu: {type: v2-8, workers: 1}
+        bucket: {name: nodata-bucket}
+        code: {path: ./code}
+        data:
+          - {from: ./shards, to: gs://nodata-bucket/shards}
+        """)
+    planned = run_cli("plan", str(spec))
+    assert planned.returncode == 0 and "data source ./shards does not exist" in planned.stdout
+    assert run_cli("up", str(spec)).returncode == 0
+    pushed = run_cli("push", "nodata")
+    assert pushed.returncode == 2
+    assert pushed.stderr.strip().splitlines() == [
+        f"tpuops: error: {spec}: data.0.from: data source ./shards does not exist (hint: create it or fix the spec; "
+        "paths are relative to the spec file's directory)"
+    ]
+    assert not list(Path(os.environ["TPUOPS_HOME"]).glob("local/workers/nodata/*/tpuops/nodata/code"))
+    assert run_cli("push", "nodata", "--code-only").returncode == 0
+    assert list(Path(os.environ["TPUOPS_HOME"]).glob("local/workers/nodata/*/tpuops/nodata/code/train.py"))
+    assert run_cli("down", "nodata", "--yes").returncode == 0

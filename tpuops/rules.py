@@ -41,24 +41,27 @@ def check(spec: Spec, source: str = "<spec>", lines: LineIndex | None = None) ->
 
 def check_files(spec: Spec, base_dir: Path, source: str = "<spec>", lines: LineIndex | None = None) -> tuple[str, ...]:
     """The local paths the spec pushes, as warnings: `plan` and `up` do not need them, `push` does."""
-    return _raise_first_error_or_warnings(missing_local_paths(spec, base_dir), source, lines)
+    return _raise_first_error_or_warnings(missing_local_paths(spec, base_dir, "warning"), source, lines)
 
 
-def require_local_paths(spec: Spec, base_dir: Path, source: str = "<spec>", lines: LineIndex | None = None) -> None:
-    """Before a push: every local path the spec pushes must exist (raise SpecError for the first missing)."""
-    for problem in missing_local_paths(spec, base_dir):
-        raise _spec_error(problem, source, lines)
+def require_local_paths(spec: Spec, base_dir: Path, source: str = "<spec>", *, code: bool = True,
+                        data: bool = True) -> None:
+    """Before a push sends anything: the local paths it pushes exist (SpecError for the first missing)."""
+    for problem in missing_local_paths(spec, base_dir, "error", code=code, data=data):
+        raise _spec_error(problem, source, None)
 
 
-def missing_local_paths(spec: Spec, base_dir: Path) -> list[Problem]:
+def missing_local_paths(spec: Spec, base_dir: Path, severity: Literal["error", "warning"], *, code: bool = True,
+                        data: bool = True) -> list[Problem]:
+    todo = "create it before `tpuops push`" if severity == "warning" else "create it or fix the spec"
+    hint = f"{todo}; {PATHS_HINT}"
     problems: list[Problem] = []
-    if not (base_dir / spec.code.path).is_dir():
-        problems.append(Problem(("code", "path"), f"code directory {spec.code.path} does not exist", PATHS_HINT,
-                                "warning"))
-    for index, item in enumerate(spec.data):
+    if code and not (base_dir / spec.code.path).is_dir():
+        problems.append(Problem(("code", "path"), f"code directory {spec.code.path} does not exist", hint, severity))
+    for index, item in enumerate(spec.data if data else []):
         if not (base_dir / Path(item.from_).expanduser()).exists():
-            problems.append(Problem(("data", index, "from"), f"data source {item.from_} does not exist",
-                                    f"create it before `tpuops push`; {PATHS_HINT}", "warning"))
+            problems.append(Problem(("data", index, "from"), f"data source {item.from_} does not exist", hint,
+                                    severity))
     return problems
 
 
