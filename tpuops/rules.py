@@ -133,12 +133,12 @@ def known_type(spec: Spec) -> Iterator[Problem]:
 
 def _unlisted_size(spec: Spec, generation: catalog.Generation) -> Iterator[Problem]:
     size = int(spec.tpu.type.rsplit("-", 1)[1])
-    valid = f"valid: {', '.join(generation.types())}"
+    listed = ", ".join(generation.types())
     if not generation.size_is_possible(size) or spec.provider == "local":
-        yield Problem(("tpu", "type"), f"{spec.tpu.type} is not a {generation.name} size", valid)
+        yield Problem(("tpu", "type"), f"{spec.tpu.type} is not a {generation.name} size", f"valid: {listed}")
     else:
         yield Problem(("tpu", "type"), f"{_catalog_note()} does not list {spec.tpu.type}: `up` will ask the zone",
-                      valid, "warning")
+                      f"sizes it lists: {listed}", "warning")
 
 
 def zone_offers_type(spec: Spec) -> Iterator[Problem]:
