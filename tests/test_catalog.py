@@ -62,3 +62,36 @@ def test_prices_scale_with_chips() -> None:
     assert small and big
     assert big.price_per_hour(spot=False) == pytest.approx(4 * small.price_per_hour(spot=False))
     assert small.price_per_hour(spot=True) < small.price_per_hour(spot=False)
+
+
+def test_sizes_the_catalog_does_not_list_get_facts_only_when_possible() -> None:
+    unlisted = CAT.accelerator("v4-24", listed_only=False)
+    assert unlisted is not None and not unlisted.listed
+    assert (unlisted.chips, unlisted.hosts) == (12, 3)
+    assert CAT.accelerator("v4-24") is None
+    assert CAT.accelerator("v3-9", listed_only=False) is None  # 9 TensorCores cannot be
+    assert CAT.accelerator("v6e-3", listed_only=False) is None
+
+
+@pytest.mark.parametrize(("name", "google"), [("v5e-8", "v5litepod-8"), ("v5e-256", "v5litepod-256"),
+                                              ("v5lite-4", "v5litepod-4"), ("v5p-8", None), ("v3_8", None)])
+def test_docs_names_map_to_the_api_names(name: str, google: str | None) -> None:
+    assert CAT.alias_for(name) == google
+
+
+@pytest.mark.parametrize(("runtime", "generation"), [
+    ("tpu-vm-v4-base", "v4"), ("tpu-vm-v4-pt-2.0", "v4"), ("v2-alpha-tpuv5-lite", "v5litepod"),
+    ("v2-alpha-tpuv5", "v5p"), ("v2-alpha-tpuv6e", "v6e"), ("tpu-ubuntu2204-base", None),
+    ("tpu-vm-tf-2.18.0-pjrt", None), ("2.12.0", None),
+])
+def test_runtimes_named_for_one_generation(runtime: str, generation: str | None) -> None:
+    assert CAT.runtime_generation(runtime) == generation
+
+
+def test_catalog_runtimes_fit_their_own_generation() -> None:
+    for generation in CAT.generations.values():
+        for runtime in generation.vm_runtimes:
+            assert CAT.runtime_generation(runtime) in (None, generation.name), runtime
+            assert catalog.VM_RUNTIME_RE.match(runtime) and not catalog.NODE_VERSION_RE.match(runtime)
+        for version in generation.node_runtimes:
+            assert catalog.NODE_VERSION_RE.match(version) and not catalog.VM_RUNTIME_RE.match(version)

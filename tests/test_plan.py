@@ -9,12 +9,13 @@ import pytest
 from tests.helpers import write_spec
 from tests.test_spec import GOOD, NODE
 from tpuops.errors import ForeignResourceError
+from tpuops.ops.specs import load_checked
 from tpuops.plan import ObservedResource, make_plan
-from tpuops.spec import Spec, load_spec
+from tpuops.spec import Spec
 
 
 def spec_from(tmp_path: Path, text: str) -> Spec:
-    return load_spec(write_spec(tmp_path, text))
+    return load_checked(write_spec(tmp_path, text))
 
 
 def test_tpu_vm_plan(tmp_path: Path) -> None:

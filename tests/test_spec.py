@@ -1,4 +1,5 @@
-"""Every validation rule: one SpecError naming file, line and field, with a useful hint."""
+"""Every validation rule: one SpecError naming file, line and field, with a useful hint; what the catalog only
+does not know is a warning (the zone's API decides at `up`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import write_spec
+from tpuops import catalog
 from tpuops.errors import SpecError
-from tpuops.spec import bucket_name_problem, load_spec, region_of
+from tpuops.ops.specs import check_spec_file
+from tpuops.ops.specs import load_checked as load_spec
+from tpuops.spec import bucket_name_problem, region_of
 
 GOOD = """
 name: kcbert-v3
@@ -78,15 +82,27 @@ def test_legacy_node_spec_loads(tmp_path: Path) -> None:
         # unknown accelerator, with close ones
         (GOOD.replace("type: v3-8", "type: v3_8"), 5, "tpu.type", "unknown accelerator type 'v3_8'", "v3-8"),
         (GOOD.replace("type: v3-8", "type: tpu-v3"), 5, "tpu.type", "unknown accelerator type", "generations: v2"),
-        (GOOD.replace("type: v3-8", "type: v3-16"), 5, "tpu.type", "not a v3 size", "v3-32"),
-        # zone without the type: list the zones that have it
-        (GOOD.replace("europe-west4-a", "us-east1-b"), 3, "zone", "does not offer v3", "europe-west4-a"),
+        (GOOD.replace("type: v3-8", "type: v3-9"), 5, "tpu.type", "not a v3 size", "v3-32"),
+        (GOOD.replace("type: v3-8", "type: v5e-8"), 5, "tpu.type", "not the name Google's API uses", "v5litepod-8"),
+        ("name: q\nprovider: local\ntpu: {type: v3-16}\n", 3, "tpu.type", "not a v3 size", "v3-32"),
+        ("name: q\nprovider: local\ntpu: {type: v7-8}\n", 3, "tpu.type", "local simulator knows only", "v6e"),
+        (GOOD.replace("type: v3-8", "type: v7-8").replace("  runtime: tpu-vm-tf-2.16.1-pjrt\n", ""), 4,
+         "tpu.runtime", "no default runtime for v7-8", "tpuops catalog"),
+        # a zone name that cannot be one
         (GOOD.replace("europe-west4-a", "europe"), 3, "zone", "not a zone name", "europe-west4-a"),
         (GOOD.replace("zone: europe-west4-a\n", ""), None, None, "zone is required", None),
         # runtime that does not fit the generation or the mode
-        (GOOD.replace("tpu-vm-tf-2.16.1-pjrt", "v2-alpha-tpuv5-lite"), 6, "tpu.runtime", "not a TPU VM runtime",
-         "tpu-vm-tf-2.16.1-pjrt"),
-        (NODE.replace('"2.12.0"', "tpu-vm-tf-2.16.1-pjrt"), 6, "tpu.runtime", "not a legacy Node version", "2.12.0"),
+        (GOOD.replace("tpu-vm-tf-2.16.1-pjrt", "v2-alpha-tpuv5-lite"), 6, "tpu.runtime",
+         "built for v5litepod TPUs, not v3", "tpu-vm-tf-2.16.1-pjrt"),
+        (GOOD.replace("tpu-vm-tf-2.16.1-pjrt", "tpu-vm-v4-base"), 6, "tpu.runtime", "built for v4 TPUs, not v3", None),
+        (GOOD.replace("europe-west4-a", "us-central1-a").replace("v3-8", "v5p-8").replace(
+            "tpu-vm-tf-2.16.1-pjrt", "v2-alpha-tpuv6e"), 6, "tpu.runtime", "built for v6e TPUs, not v5p",
+         "v2-alpha-tpuv5"),
+        (GOOD.replace("tpu-vm-tf-2.16.1-pjrt", '"2.12.0"'), 6, "tpu.runtime", "legacy TPU Node version, not a TPU VM",
+         "mode: node"),
+        (GOOD.replace("tpu-vm-tf-2.16.1-pjrt", "pytorch-1.8"), 6, "tpu.runtime", "legacy TPU Node version", None),
+        (NODE.replace('"2.12.0"', "tpu-vm-tf-2.16.1-pjrt"), 6, "tpu.runtime", "TPU VM runtime, not a legacy Node",
+         "2.12.0"),
         # GCP naming rules
         (GOOD.replace("name: kcbert-v3", "name: KcBert"), 1, "name", "lowercase letters", None),
         (GOOD.replace("name: kcbert-v3", "name: 3bert"), 1, "name", "start with a letter", None),
@@ -98,6 +114,7 @@ def test_legacy_node_spec_loads(tmp_path: Path) -> None:
         # legacy Node rules
         (NODE.replace("v2-8", "v4-8").replace("us-central1-f", "us-central2-b").replace('"2.12.0"', "x"), 5,
          "tpu.mode", "only for v2 and v3", "mode: vm"),
+        (NODE.replace("v2-8", "v7-8"), 5, "tpu.mode", "only for v2 and v3", "mode: vm"),
         (NODE.replace("client_vm: {machine_type: n1-standard-2}\n", ""), 5, "tpu.mode", "needs a client_vm",
          "client_vm"),
         (NODE.replace("to: gs://node-data/shards", "to: /data/shards"), 10, "data.0.to", "reads data from GCS only",
@@ -159,3 +176,52 @@ def test_bucket_names(name: str, ok: bool) -> None:
 def test_region_of() -> None:
     assert region_of("europe-west4-a") == "europe-west4"
     assert region_of("us-central2-b") == "us-central2"
+
+
+def warnings_for(tmp_path: Path, text: str) -> tuple[str, ...]:
+    (tmp_path / "shards").mkdir(exist_ok=True)
+    return check_spec_file(write_spec(tmp_path, text)).warnings
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "words"),
+    [
+        # The catalog advises: a runtime, type or zone it does not list is the zone's to decide at `up`.
+        (NODE.replace('"2.12.0"', "pytorch-1.8"), ":6: tpu.runtime:", "legacy Node version pytorch-1.8 is not in"),
+        (GOOD.replace("tpu-vm-tf-2.16.1-pjrt", "tpu-vm-tf-2.18.0-pjrt"), ":6: tpu.runtime:",
+         "TPU VM runtime tpu-vm-tf-2.18.0-pjrt is not in"),
+        (GOOD.replace("type: v3-8", "type: v7-8"), ":5: tpu.type:", "v7-8 is not in"),
+        (GOOD.replace("type: v3-8", "type: v4-24").replace("europe-west4-a", "us-central2-b"), ":5: tpu.type:",
+         "does not list v4-24"),
+        (GOOD.replace("europe-west4-a", "us-central1-c"), ":3: zone:", "does not list v3 TPUs in zone us-central1-c"),
+        (GOOD.replace("europe-west4-a", "mars-north9-z"), ":3: zone:", "zone mars-north9-z is unknown to"),
+    ],
+)
+def test_what_the_catalog_does_not_list_is_a_warning(tmp_path: Path, text: str, where: str, words: str) -> None:
+    warnings = warnings_for(tmp_path, text)
+    assert len(warnings) == 1, warnings
+    assert where in warnings[0] and words in warnings[0]
+    assert f"as of {catalog.load().as_of}" in warnings[0] and "`up` will ask" in warnings[0]
+
+
+def test_a_spec_the_catalog_knows_has_no_warnings(tmp_path: Path) -> None:
+    assert warnings_for(tmp_path, GOOD) == ()
+
+
+def test_missing_local_paths_are_warnings_until_push(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, GOOD.replace("code: ", "code: ") + "code: {path: ./src}\n")
+    warnings = check_spec_file(path).warnings
+    assert [w.split(": ", 2)[1] for w in warnings] == ["code.path", "data.0.from"]
+    assert "data source ./shards does not exist" in warnings[1] and "before `tpuops push`" in warnings[1]
+
+
+def test_spec_and_rules_import_in_one_direction() -> None:
+    import ast
+
+    import tpuops.spec
+
+    tree = ast.parse(Path(tpuops.spec.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert "tpuops.rules" not in imported and "rules" not in names

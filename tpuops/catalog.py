@@ -16,6 +16,12 @@ import yaml
 
 Framework = Literal["tensorflow", "pytorch", "jax"]
 TYPE_RE = re.compile(r"^(?P<generation>v\d+[a-z]*)-(?P<size>\d+)$")
+# Every accelerator type Google names is GENERATION-SIZE (v3-8, v5litepod-16); a new generation keeps that shape.
+TYPE_SHAPE_RE = re.compile(r"^(?P<generation>[a-z][a-z0-9]*)-(?P<size>[1-9]\d*)$")
+# Legacy TPU Node versions ("2.12.0", "1.15.5", "pytorch-1.8", "nightly") and TPU VM runtimes ("tpu-vm-*",
+# "tpu-ubuntu2204-base", "v2-alpha-*") never look like each other.
+NODE_VERSION_RE = re.compile(r"^(\d+(\.\d+)+|(pytorch|tf)-[0-9a-z.]+|nightly)(-pod)?$")
+VM_RUNTIME_RE = re.compile(r"^(tpu-|v2-alpha)")
 
 
 @dataclass(frozen=True)
@@ -29,12 +35,22 @@ class Generation:
     node_supported: bool
     vm_runtimes: tuple[str, ...]
     node_runtimes: tuple[str, ...]
+    runtime_prefixes: tuple[str, ...]
     default_runtime: dict[str, dict[str, str]]
     price_on_demand: float
     price_spot: float
 
     def types(self) -> list[str]:
         return [f"{self.name}-{size}" for size in self.sizes]
+
+    def size_is_possible(self, size: int) -> bool:
+        """Whether the host arithmetic allows this size at all (v3-9 never exists; v4-24 might)."""
+        if self.hosts_rule == "cores_per_8":
+            return size % 8 == 0
+        return size in (1, 2, 4) or size % 4 == 0
+
+    def runtimes(self, mode: str) -> tuple[str, ...]:
+        return self.node_runtimes if mode == "node" else self.vm_runtimes
 
 
 @dataclass(frozen=True)
@@ -44,6 +60,7 @@ class Accelerator:
     chips: int
     cores: int
     hosts: int
+    listed: bool = True  # False: a size the catalog does not list, its facts worked out by the generation's rules
 
     @property
     def multi_host(self) -> bool:
@@ -59,6 +76,7 @@ class Catalog:
     as_of: str
     source: str
     generations: dict[str, Generation]
+    aliases: dict[str, str]
     machine_prices: dict[str, float]
     disk_price_per_gb_month: float
 
@@ -69,18 +87,39 @@ class Catalog:
         match = TYPE_RE.match(accelerator_type)
         return self.generations.get(match["generation"]) if match else None
 
-    def accelerator(self, accelerator_type: str) -> Accelerator | None:
-        """The facts for a type like 'v4-32', or None when the catalog does not know it."""
+    def all_zones(self) -> list[str]:
+        return sorted({zone for generation in self.generations.values() for zone in generation.zones})
+
+    def accelerator(self, accelerator_type: str, listed_only: bool = True) -> Accelerator | None:
+        """The facts for a type like 'v4-32', or None when the catalog does not know it.
+
+        With listed_only=False a size the catalog does not list but the generation's arithmetic allows
+        (v4-24) gets facts too, marked `listed=False`."""
         match = TYPE_RE.match(accelerator_type)
         generation = self.generations.get(match["generation"]) if match else None
-        if generation is None or int(match["size"]) not in generation.sizes:
+        if generation is None:
             return None
         size = int(match["size"])
+        listed = size in generation.sizes
+        if not listed and (listed_only or not generation.size_is_possible(size)):
+            return None
         if generation.size_counts == "cores":
             cores, chips = size, size // generation.cores_per_chip
         else:
             chips, cores = size, size * generation.cores_per_chip
-        return Accelerator(accelerator_type, generation, chips, cores, hosts_for(generation, chips, cores))
+        return Accelerator(accelerator_type, generation, chips, cores, hosts_for(generation, chips, cores), listed)
+
+    def alias_for(self, accelerator_type: str) -> str | None:
+        """Google's name for a type written with a docs name: v5e-8 -> v5litepod-8 (None if not an alias)."""
+        match = TYPE_SHAPE_RE.match(accelerator_type)
+        generation = self.aliases.get(match["generation"]) if match else None
+        return f"{generation}-{match['size']}" if generation else None
+
+    def runtime_generation(self, runtime: str) -> str | None:
+        """The generation a runtime is built for when its name says so (tpu-vm-v4-base -> v4), else None."""
+        marked = [(len(prefix), generation.name) for generation in self.generations.values()
+                  for prefix in generation.runtime_prefixes if runtime.startswith(prefix)]
+        return max(marked)[1] if marked else None
 
     def default_runtime(self, accelerator: Accelerator, mode: str, framework: str | None) -> str | None:
         key = "node" if mode == "node" else ("vm_pod" if accelerator.multi_host else "vm")
@@ -110,6 +149,7 @@ def load() -> Catalog:
             node_supported=g["node_supported"],
             vm_runtimes=tuple(g["vm_runtimes"]),
             node_runtimes=tuple(g.get("node_runtimes", ())),
+            runtime_prefixes=tuple(g.get("runtime_prefixes", ())),
             default_runtime=g["default_runtime"],
             price_on_demand=g["price_per_chip_hour"]["on_demand"],
             price_spot=g["price_per_chip_hour"]["spot"],
@@ -120,6 +160,7 @@ def load() -> Catalog:
         as_of=str(raw["as_of"]),
         source=raw["source"],
         generations=generations,
+        aliases=dict(raw.get("aliases", {})),
         machine_prices=raw["machine_price_per_hour"],
         disk_price_per_gb_month=raw["disk_price_per_gb_month"],
     )

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tpuops.cloud.base import Cloud
 from tpuops.cloud.provider import Provider
 from tpuops.errors import UsageError
 from tpuops.spec import Spec
@@ -53,6 +54,12 @@ class Context:
 
                 self._cache[key] = GcpProvider(self.env, project, lambda: self.require_project(spec))
         return self._cache[key]  # type: ignore[return-value]
+
+    def gcp_cloud(self, project: str) -> Cloud:
+        """Google's clients for a project without a spec (`tpuops catalog --live`)."""
+        from tpuops.cloud.gcp import make_cloud as make_gcp_cloud
+
+        return make_gcp_cloud(self.env, project)
 
     def project_for(self, spec: Spec | None) -> str | None:
         """spec.project, else --project, else CLOUDSDK_CORE_PROJECT / GOOGLE_CLOUD_PROJECT, else gcloud config."""

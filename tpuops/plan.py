@@ -91,8 +91,8 @@ def make_plan(spec: Spec, observed: Sequence[ObservedResource] = (), project: st
                 f"{resource.kind} '{resource.name}' exists but does not carry the label {CLUSTER_LABEL}={spec.name}",
                 "tpuops never touches resources it did not create: choose another name in the spec",
             )
-    accelerator = catalog.load().accelerator(spec.tpu.type)
-    assert accelerator is not None, "load_spec validated the type"
+    # None for a type the catalog does not know (rules.py warned: `up` asks the zone).
+    accelerator = catalog.load().accelerator(spec.tpu.type, listed_only=False)
     wanted = _wanted(spec, accelerator)
     actions = tuple(_decide(kind, name, zone, summary, seen.get(kind)) for kind, name, zone, summary in wanted)
     cost, note = _cost(spec, accelerator)
@@ -108,7 +108,7 @@ def make_plan(spec: Spec, observed: Sequence[ObservedResource] = (), project: st
     )
 
 
-def _wanted(spec: Spec, accelerator: catalog.Accelerator) -> list[tuple[Kind, str, str | None, str]]:
+def _wanted(spec: Spec, accelerator: catalog.Accelerator | None) -> list[tuple[Kind, str, str | None, str]]:
     wanted: list[tuple[Kind, str, str | None, str]] = []
     if spec.bucket:
         if spec.provider == "local":
@@ -148,37 +148,40 @@ def _member_text(spec: Spec) -> str:
     )
 
 
-def _tpu_summary(spec: Spec, accelerator: catalog.Accelerator) -> str:
+def _tpu_summary(spec: Spec, accelerator: catalog.Accelerator | None) -> str:
     tpu = spec.tpu
-    if spec.provider == "local":
+    if spec.provider == "local" and accelerator is not None:
         workers = tpu.workers or accelerator.hosts
         return f"{accelerator.type} simulated by {workers} local worker{'s' * (workers != 1)}"
     framework = spec.trainer.framework if spec.trainer else None
-    runtime = tpu.runtime or catalog.load().default_runtime(accelerator, tpu.mode, framework)
-    kind = "legacy TPU Node" if tpu.mode == "node" else "TPU VM" if accelerator.hosts == 1 else "pod slice"
+    runtime = tpu.runtime or (catalog.load().default_runtime(accelerator, tpu.mode, framework) if accelerator else None)
     scheduling = "spot" if tpu.spot else "preemptible" if tpu.preemptible else "on-demand"
+    if accelerator is None:
+        kind = "legacy TPU Node" if tpu.mode == "node" else "TPU VM"
+        return f"{kind} {tpu.type} (not in the catalog: hosts and chips unknown), runtime {runtime}, {scheduling}"
+    kind = "legacy TPU Node" if tpu.mode == "node" else "TPU VM" if accelerator.hosts == 1 else "pod slice"
     return (f"{kind} {accelerator.type}: {accelerator.hosts} host{'s' * (accelerator.hosts != 1)}, "
             f"{accelerator.chips} chips, {accelerator.cores} TensorCores, runtime {runtime}, {scheduling}")
 
 
-def _cost(spec: Spec, accelerator: catalog.Accelerator) -> tuple[float, str]:
+def _cost(spec: Spec, accelerator: catalog.Accelerator | None) -> tuple[float, str]:
     if spec.provider == "local":
         return 0.0, "local simulator: free"
     cat = catalog.load()
-    tpu = accelerator.price_per_hour(spot=spec.tpu.spot or spec.tpu.preemptible)
+    tpu = accelerator.price_per_hour(spot=spec.tpu.spot or spec.tpu.preemptible) if accelerator else 0.0
     vm = 0.0
     if spec.client_vm:
         vm = cat.machine_prices.get(spec.client_vm.machine_type, 0.0)
         vm += spec.client_vm.disk_gb * cat.disk_price_per_gb_month / 730
     unknown_vm = spec.client_vm is not None and spec.client_vm.machine_type not in cat.machine_prices
-    note = f"list price as of {cat.as_of}: TPU ${tpu:.2f}/h"
+    note = f"list price as of {cat.as_of}: TPU ${tpu:.2f}/h" if accelerator else f"no price for {spec.tpu.type}"
     note += f" + client VM ${vm:.2f}/h" if spec.client_vm else ""
     note += ", client VM machine type not in the catalog" if unknown_vm else ""
     note += "; TPU Research Cloud quota is free"
     return tpu + vm, note
 
 
-def _warnings(spec: Spec, accelerator: catalog.Accelerator) -> list[str]:
+def _warnings(spec: Spec, accelerator: catalog.Accelerator | None) -> list[str]:
     warnings: list[str] = []
     if spec.bucket and spec.bucket.location and spec.region and spec.bucket.location.lower() != spec.region:
         warnings.append(
@@ -189,7 +192,7 @@ def _warnings(spec: Spec, accelerator: catalog.Accelerator) -> list[str]:
     framework = spec.trainer.framework if spec.trainer else None
     if "-tf-" in runtime and framework in ("pytorch", "jax"):
         warnings.append(f"runtime {runtime} is a TensorFlow image but the trainer is {framework}")
-    if accelerator.multi_host and "-tf-" in runtime and "-pod" not in runtime:
+    if accelerator and accelerator.multi_host and "-tf-" in runtime and "-pod" not in runtime:
         warnings.append(f"{accelerator.type} spans {accelerator.hosts} hosts: use the -pod runtime variant")
     if spec.provider == "gcp" and spec.logs.tensorboard and not spec.logs.tensorboard.startswith("gs://"):
         warnings.append("logs.tensorboard is not on gs://: `tpuops logs` cannot read it from here")

@@ -1,6 +1,11 @@
 """Rules a spec must follow that need the TPU catalog (the shape rules live in spec.py).
 
-Each rule returns Problems with the field they concern, so the error names file, line and field.
+The catalog advises; the zone's TPU API decides (`ops/offerings.py`, asked by `up` and `plan --live`). So a
+type, runtime or zone the catalog does not list is a warning naming the catalog's date, and only what is
+certainly wrong is an error: a type that is no TPU shape at all, a legacy-Node version on a TPU VM or the
+reverse, a Node on v4+, a runtime built for another generation.
+
+Each rule yields Problems with the field they concern, so a message names file, line and field.
 """
 
 from __future__ import annotations
@@ -10,12 +15,14 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from tpuops import catalog
 from tpuops.errors import SpecError
 from tpuops.spec import LineIndex, Spec, region_of
 
 ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
+PATHS_HINT = "paths are relative to the spec file's directory"
 
 
 @dataclass(frozen=True)
@@ -23,62 +30,134 @@ class Problem:
     loc: tuple[str | int, ...]
     message: str
     hint: str | None = None
+    severity: Literal["error", "warning"] = "error"
 
 
-def check(spec: Spec, source: str = "<spec>", lines: LineIndex | None = None) -> None:
-    """Raise SpecError for the first problem found (rules run in the order users fix things)."""
-    for rule in RULES:
-        for problem in rule(spec):
-            field = ".".join(str(part) for part in problem.loc)
-            line = lines.line_of(problem.loc) if lines else None
-            raise SpecError(problem.message, problem.hint, path=source, line=line, field=field)
+def check(spec: Spec, source: str = "<spec>", lines: LineIndex | None = None) -> tuple[str, ...]:
+    """Raise SpecError for the first error (rules run in the order users fix things); return the warnings."""
+    problems = [problem for rule in RULES for problem in rule(spec)]
+    return _raise_first_error_or_warnings(problems, source, lines)
 
 
-def check_files(spec: Spec, base_dir: Path, source: str = "<spec>", lines: LineIndex | None = None) -> None:
-    """The local paths the spec pushes must exist (relative paths are relative to the spec's directory)."""
+def check_files(spec: Spec, base_dir: Path, source: str = "<spec>", lines: LineIndex | None = None) -> tuple[str, ...]:
+    """The local paths the spec pushes, as warnings: `plan` and `up` do not need them, `push` does."""
+    return _raise_first_error_or_warnings(missing_local_paths(spec, base_dir, "warning"), source, lines)
+
+
+def require_local_paths(spec: Spec, base_dir: Path, source: str = "<spec>", *, code: bool = True,
+                        data: bool = True) -> None:
+    """Before a push sends anything: the local paths it pushes exist (SpecError for the first missing)."""
+    for problem in missing_local_paths(spec, base_dir, "error", code=code, data=data):
+        raise _spec_error(problem, source, None)
+
+
+def missing_local_paths(spec: Spec, base_dir: Path, severity: Literal["error", "warning"], *, code: bool = True,
+                        data: bool = True) -> list[Problem]:
+    todo = "create it before `tpuops push`" if severity == "warning" else "create it or fix the spec"
+    hint = f"{todo}; {PATHS_HINT}"
     problems: list[Problem] = []
-    if not (base_dir / spec.code.path).is_dir():
-        problems.append(Problem(("code", "path"), f"code directory {spec.code.path} does not exist",
-                                "paths are relative to the spec file's directory"))
-    for index, item in enumerate(spec.data):
-        if not (base_dir / item.from_).exists():
-            problems.append(Problem(("data", index, "from"), f"data source {item.from_} does not exist",
-                                    "paths are relative to the spec file's directory"))
-    for problem in problems[:1]:
-        field = ".".join(str(part) for part in problem.loc)
-        raise SpecError(problem.message, problem.hint, path=source,
-                        line=lines.line_of(problem.loc) if lines else None, field=field)
+    if code and not (base_dir / spec.code.path).is_dir():
+        problems.append(Problem(("code", "path"), f"code directory {spec.code.path} does not exist", hint, severity))
+    for index, item in enumerate(spec.data if data else []):
+        if not (base_dir / Path(item.from_).expanduser()).exists():
+            problems.append(Problem(("data", index, "from"), f"data source {item.from_} does not exist", hint,
+                                    severity))
+    return problems
 
 
-def _accelerator(spec: Spec) -> catalog.Accelerator | None:
-    return catalog.load().accelerator(spec.tpu.type)
+def describe(problem: Problem, source: str, lines: LineIndex | None) -> str:
+    """One line for a warning: file:line: field: message (hint)."""
+    return str(_spec_error(problem, source, lines))
+
+
+def _spec_error(problem: Problem, source: str, lines: LineIndex | None) -> SpecError:
+    field = ".".join(str(part) for part in problem.loc)
+    line = lines.line_of(problem.loc) if lines else None
+    return SpecError(problem.message, problem.hint, path=source, line=line, field=field)
+
+
+def _raise_first_error_or_warnings(problems: list[Problem], source: str, lines: LineIndex | None) -> tuple[str, ...]:
+    for problem in problems:
+        if problem.severity == "error":
+            raise _spec_error(problem, source, lines)
+    return tuple(describe(problem, source, lines) for problem in problems)
+
+
+def _catalog_note() -> str:
+    return f"the catalog (as of {catalog.load().as_of})"
+
+
+def _shape(spec: Spec) -> catalog.Accelerator | None:
+    """Facts for the type, also for a size the catalog does not list but the generation allows."""
+    return catalog.load().accelerator(spec.tpu.type, listed_only=False)
+
+
+def requested_runtime(spec: Spec) -> str | None:
+    """The runtime `up` asks for: the spec's, else the catalog's default for the generation and framework."""
+    if spec.tpu.runtime:
+        return spec.tpu.runtime
+    accelerator = _shape(spec)
+    framework = spec.trainer.framework if spec.trainer else None
+    return catalog.load().default_runtime(accelerator, spec.tpu.mode, framework) if accelerator else None
+
+
+# ------------------------------------------------------------------------------------------------ rules
 
 
 def known_type(spec: Spec) -> Iterator[Problem]:
     cat = catalog.load()
-    if cat.accelerator(spec.tpu.type):
+    accelerator_type = spec.tpu.type
+    if cat.accelerator(accelerator_type):
         return
-    generation = cat.generation_of(spec.tpu.type)
+    alias = cat.alias_for(accelerator_type)
+    if alias:
+        yield Problem(("tpu", "type"), f"'{accelerator_type}' is not the name Google's API uses",
+                      f"did you mean {alias}?")
+        return
+    generation = cat.generation_of(accelerator_type)
     if generation:
-        yield Problem(("tpu", "type"), f"{spec.tpu.type} is not a {generation.name} size",
-                      f"valid: {', '.join(generation.types())}")
+        yield from _unlisted_size(spec, generation)
         return
-    close = difflib.get_close_matches(spec.tpu.type, cat.all_types(), n=3, cutoff=0.5)
-    hint = f"did you mean {' or '.join(close)}?" if close else f"generations: {', '.join(cat.generations)}"
-    yield Problem(("tpu", "type"), f"unknown accelerator type '{spec.tpu.type}'", hint)
+    close = difflib.get_close_matches(accelerator_type, cat.all_types(), n=3, cutoff=0.5)
+    if not catalog.TYPE_SHAPE_RE.match(accelerator_type):
+        hint = f"did you mean {' or '.join(close)}?" if close else f"generations: {', '.join(cat.generations)}"
+        yield Problem(("tpu", "type"), f"unknown accelerator type '{accelerator_type}'", hint)
+    elif spec.provider == "local":
+        yield Problem(("tpu", "type"), f"the local simulator knows only the catalog's types, not '{accelerator_type}'",
+                      f"generations: {', '.join(cat.generations)}")
+    else:
+        hint = f"did you mean {' or '.join(close)}?" if close else None
+        yield Problem(("tpu", "type"), f"{accelerator_type} is not in {_catalog_note()}: `up` will ask the zone "
+                      "whether it offers it; hosts, chips and price are unknown here", hint, "warning")
+
+
+def _unlisted_size(spec: Spec, generation: catalog.Generation) -> Iterator[Problem]:
+    size = int(spec.tpu.type.rsplit("-", 1)[1])
+    listed = ", ".join(generation.types())
+    if not generation.size_is_possible(size) or spec.provider == "local":
+        yield Problem(("tpu", "type"), f"{spec.tpu.type} is not a {generation.name} size", f"valid: {listed}")
+    else:
+        yield Problem(("tpu", "type"), f"{_catalog_note()} does not list {spec.tpu.type}: `up` will ask the zone",
+                      f"sizes it lists: {listed}", "warning")
 
 
 def zone_offers_type(spec: Spec) -> Iterator[Problem]:
-    accelerator = _accelerator(spec)
-    if spec.provider != "gcp" or accelerator is None or spec.zone is None:
+    if spec.provider != "gcp" or spec.zone is None:
         return
-    offering = catalog.load().zones_offering(accelerator)
+    cat = catalog.load()
+    generation = cat.generation_of(spec.tpu.type)
+    offering = generation.zones if generation else ()
     for loc, zone in [(("zone",), spec.zone), *((("tpu", "zones", i), z) for i, z in enumerate(spec.tpu.zones))]:
         if not ZONE_RE.match(zone):
             yield Problem(loc, f"'{zone}' is not a zone name", "zones look like europe-west4-a")
-        elif zone not in offering:
-            yield Problem(loc, f"zone {zone} does not offer {accelerator.generation.name} TPUs",
-                          f"zones that do: {', '.join(offering)}")
+        elif zone not in cat.all_zones():
+            yield Problem(loc, f"zone {zone} is unknown to {_catalog_note()}: `up` will ask it",
+                          f"zones the catalog lists{' for ' + generation.name if generation else ''}: "
+                          f"{', '.join(offering or cat.all_zones())}", "warning")
+        elif generation and zone not in offering:
+            yield Problem(loc, f"{_catalog_note()} does not list {generation.name} TPUs in zone {zone}: "
+                          "`up` will ask the zone", f"zones it lists for {generation.name}: {', '.join(offering)}",
+                          "warning")
 
 
 def fallback_zones_in_region(spec: Spec) -> Iterator[Problem]:
@@ -92,11 +171,11 @@ def fallback_zones_in_region(spec: Spec) -> Iterator[Problem]:
 
 
 def legacy_node_rules(spec: Spec) -> Iterator[Problem]:
-    accelerator = _accelerator(spec)
-    if spec.tpu.mode != "node" or accelerator is None:
+    if spec.tpu.mode != "node":
         return
-    if not accelerator.generation.node_supported:
-        yield Problem(("tpu", "mode"), f"legacy TPU Nodes exist only for v2 and v3, not {accelerator.generation.name}",
+    generation = catalog.load().generation_of(spec.tpu.type)
+    if generation is None or not generation.node_supported:
+        yield Problem(("tpu", "mode"), f"legacy TPU Nodes exist only for v2 and v3, not {spec.tpu.type}",
                       "use mode: vm (a TPU VM)")
     if spec.client_vm is None:
         yield Problem(("tpu", "mode"), "mode: node needs a client_vm to run the trainer",
@@ -117,16 +196,31 @@ def legacy_node_rules(spec: Spec) -> Iterator[Problem]:
 
 
 def runtime_fits(spec: Spec) -> Iterator[Problem]:
-    accelerator = _accelerator(spec)
-    runtime = spec.tpu.runtime
-    if accelerator is None or runtime is None or spec.provider != "gcp":
+    if spec.provider != "gcp":
         return
-    generation = accelerator.generation
-    valid = generation.node_runtimes if spec.tpu.mode == "node" else generation.vm_runtimes
-    if runtime not in valid:
-        what = "legacy Node version" if spec.tpu.mode == "node" else "TPU VM runtime"
-        yield Problem(("tpu", "runtime"), f"'{runtime}' is not a {what} for {generation.name}",
-                      f"valid: {', '.join(valid)}")
+    cat = catalog.load()
+    generation = cat.generation_of(spec.tpu.type)
+    runtime, mode = spec.tpu.runtime, spec.tpu.mode
+    if runtime is None:
+        if requested_runtime(spec) is None:
+            yield Problem(("tpu", "runtime"), f"the catalog has no default runtime for {spec.tpu.type}",
+                          "set tpu.runtime (`tpuops catalog --zone ZONE --live` lists what the zone offers)")
+        return
+    known = generation.runtimes(mode) if generation else ()
+    listed = f"{'versions' if mode == 'node' else 'runtimes'} the catalog lists: {', '.join(known)}" if known else None
+    if mode == "vm" and catalog.NODE_VERSION_RE.match(runtime):
+        yield Problem(("tpu", "runtime"), f"'{runtime}' is a legacy TPU Node version, not a TPU VM runtime",
+                      "use a TPU VM runtime such as tpu-ubuntu2204-base, or mode: node")
+    elif mode == "node" and catalog.VM_RUNTIME_RE.match(runtime):
+        yield Problem(("tpu", "runtime"), f"'{runtime}' is a TPU VM runtime, not a legacy Node version",
+                      listed or "use a TensorFlow version such as 2.12.0, or mode: vm")
+    elif (built_for := cat.runtime_generation(runtime)) and generation and built_for != generation.name:
+        yield Problem(("tpu", "runtime"), f"runtime {runtime} is built for {built_for} TPUs, not {generation.name}",
+                      listed)
+    elif generation and runtime not in known:  # (a type the catalog does not know was warned about already)
+        what = "legacy Node version" if mode == "node" else "TPU VM runtime"
+        yield Problem(("tpu", "runtime"), f"{what} {runtime} is not in {_catalog_note()} for {generation.name}: "
+                      "`up` will ask the zone whether it offers it", listed, "warning")
 
 
 def scheduling(spec: Spec) -> Iterator[Problem]:

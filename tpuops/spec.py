@@ -1,6 +1,7 @@
 """The spec: pydantic models (extra="forbid") and YAML loading with file:line:field errors.
 
-Only shape and local rules live here; rules that need the TPU catalog are in `rules.py`.
+Only shape and local rules live here; rules that need the TPU catalog are in `rules.py`, which imports
+this module (never the reverse).
 """
 
 from __future__ import annotations
@@ -196,9 +197,13 @@ def bucket_name_problem(name: str) -> str | None:
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read, parse and validate a spec file (shape and catalog rules); SpecError names file:line:field."""
-    from tpuops import rules  # rules needs the catalog; spec stays importable on its own
+    """Read, parse and validate a spec file's shape; SpecError names file:line:field.
 
+    The catalog rules (rules.py) are applied by `ops.specs.load_checked`, for the commands that create."""
+    return load_spec_with_lines(path)[0]
+
+
+def load_spec_with_lines(path: str | Path) -> tuple[Spec, LineIndex]:
     path = Path(path)
     try:
         text = path.read_text()
@@ -208,9 +213,7 @@ def load_spec(path: str | Path) -> Spec:
         ) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
         raise SpecError(f"cannot read spec file {path}: {err}") from None
-    spec, lines = parse_spec(text, str(path))
-    rules.check(spec, source=str(path), lines=lines)
-    return spec
+    return parse_spec(text, str(path))
 
 
 def parse_spec(text: str, source: str = "<spec>") -> tuple[Spec, LineIndex]:

@@ -146,6 +146,7 @@ class JsonServer:
 
         class RequestHandler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall per call
 
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass

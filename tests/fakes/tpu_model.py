@@ -68,6 +68,31 @@ class FakeQueued:
     error: str = ""
 
 
+@dataclass
+class ZoneListing:
+    """What one zone lists: TPU v2 accelerator types and runtime versions; TPU v1 (legacy Node) types and
+    TensorFlow versions."""
+
+    accelerator_types: list[str]
+    runtimes: list[str]
+    node_types: list[str]
+    node_versions: list[str]
+
+
+def catalog_listing() -> ZoneListing:
+    """Every type and runtime of the catalog: what a zone lists unless a test says otherwise."""
+    from tpuops import catalog
+
+    cat = catalog.load()
+    nodes = [g for g in cat.generations.values() if g.node_supported]
+    return ZoneListing(
+        accelerator_types=cat.all_types(),
+        runtimes=sorted({r for g in cat.generations.values() for r in g.vm_runtimes}),
+        node_types=[t for g in nodes for t in g.types()],
+        node_versions=sorted({r for g in nodes for r in g.node_runtimes}),
+    )
+
+
 class TpuModel:
     """Nodes, legacy nodes and queued resources of one project; knobs for latency and faults."""
 
@@ -87,6 +112,24 @@ class TpuModel:
         self.external_ip: Callable[[str, str, int], str] = default_external_ip
         self.internal_ip: Callable[[str, str, int], str] = default_internal_ip
         self.host_keys: Callable[[str, int], list[tuple[str, str]]] = fake_host_key
+        # What zones list (list_accelerator_types, list_runtime_versions, list_tensor_flow_versions): a zone
+        # not set here lists the whole catalog; a zone in `unknown_zones` answers NOT_FOUND.
+        self.listings: dict[str, ZoneListing] = {}
+        self.unknown_zones: set[str] = set()
+        self.listing_page_size = 20  # the most a listing page holds, whatever page size was asked for
+
+    # -------------------------------------------------------------------------------------- listings
+    def listing(self, zone: str) -> ZoneListing | None:
+        with self.lock:
+            if zone in self.unknown_zones:
+                return None
+            return self.listings.get(zone) or catalog_listing()
+
+    def page(self, items: list[str], token: str, size: int = 0) -> tuple[list[str], str]:
+        """One page of a listing and the next page's token ("" after the last)."""
+        start = int(token or 0)
+        end = start + min(size or self.listing_page_size, self.listing_page_size)
+        return items[start:end], (str(end) if end < len(items) else "")
 
     # ------------------------------------------------------------------------------------------ nodes
     def node_service_account(self, node: FakeNode) -> str:

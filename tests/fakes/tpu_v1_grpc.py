@@ -16,7 +16,7 @@ from google.longrunning import operations_pb2, operations_pb2_grpc
 
 from tests.fakes.http import Faults
 from tests.fakes.operations import FakeOperation, OperationFailed
-from tests.fakes.tpu_model import FakeNode, TpuModel
+from tests.fakes.tpu_model import FakeNode, TpuModel, ZoneListing
 
 HTTP_TO_GRPC = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
@@ -74,6 +74,14 @@ class TpuV1Fake(operations_pb2_grpc.OperationsServicer):
                     "ListNodes", tpu_v1.ListNodesRequest, tpu_v1.ListNodesResponse.serialize, self.list_nodes
                 ),
                 "CreateNode": unary("CreateNode", tpu_v1.CreateNodeRequest, operation, self.create_node),
+                "ListAcceleratorTypes": unary(
+                    "ListAcceleratorTypes", tpu_v1.ListAcceleratorTypesRequest,
+                    tpu_v1.ListAcceleratorTypesResponse.serialize, self.list_accelerator_types,
+                ),
+                "ListTensorFlowVersions": unary(
+                    "ListTensorFlowVersions", tpu_v1.ListTensorFlowVersionsRequest,
+                    tpu_v1.ListTensorFlowVersionsResponse.serialize, self.list_tensor_flow_versions,
+                ),
                 "DeleteNode": unary("DeleteNode", tpu_v1.DeleteNodeRequest, operation, self.delete_node),
             },
         )
@@ -133,6 +141,30 @@ class TpuV1Fake(operations_pb2_grpc.OperationsServicer):
         if operation is None:
             raise OperationFailed(5, f"node {request.name} not found")
         return self.operation_message(operation)
+
+    # ---------------------------------------------------------------------------------------- listings
+    def list_accelerator_types(self, request: Any) -> Any:
+        from google.cloud import tpu_v1
+
+        names, token = self.model.page(self._listing(request.parent).node_types, request.page_token,
+                                       request.page_size)
+        types = [tpu_v1.AcceleratorType(name=f"{request.parent}/acceleratorTypes/{n}", type_=n) for n in names]
+        return tpu_v1.ListAcceleratorTypesResponse(accelerator_types=types, next_page_token=token)
+
+    def list_tensor_flow_versions(self, request: Any) -> Any:
+        from google.cloud import tpu_v1
+
+        names, token = self.model.page(self._listing(request.parent).node_versions, request.page_token,
+                                       request.page_size)
+        versions = [tpu_v1.TensorFlowVersion(name=f"{request.parent}/tensorflowVersions/{n}", version=n)
+                    for n in names]
+        return tpu_v1.ListTensorFlowVersionsResponse(tensorflow_versions=versions, next_page_token=token)
+
+    def _listing(self, parent: str) -> ZoneListing:
+        listing = self.model.listing(parent.split("/locations/")[1])
+        if listing is None:
+            raise OperationFailed(5, f"Location {parent} not found.")
+        return listing
 
     def _get_operation(self, request: Any) -> Any:
         operation = self.model.operations.get(request.name)

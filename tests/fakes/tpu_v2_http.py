@@ -6,7 +6,7 @@ from typing import Any
 
 from tests.fakes.http import HttpError, JsonServer, Request, dispatch
 from tests.fakes.operations import FakeOperation, OperationFailed
-from tests.fakes.tpu_model import FakeNode, FakeQueued, TpuModel
+from tests.fakes.tpu_model import FakeNode, FakeQueued, TpuModel, ZoneListing
 
 GRPC_TO_HTTP = {5: 404, 6: 409, 9: 400, 3: 400}
 LOCATION = r"^/v2/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
@@ -28,6 +28,8 @@ class TpuV2Fake:
             ("GET", LOCATION + r"/queuedResources$", self.list_queued),
             ("GET", LOCATION + r"/queuedResources/(?P<name>[^/:]+)$", self.get_queued),
             ("DELETE", LOCATION + r"/queuedResources/(?P<name>[^/:]+)$", self.delete_queued),
+            ("GET", LOCATION + r"/acceleratorTypes$", self.list_accelerator_types),
+            ("GET", LOCATION + r"/runtimeVersions$", self.list_runtime_versions),
             ("GET", r"^/v2/(?P<op>projects/[^/]+/locations/[^/]+/operations/[^/]+)$", self.get_operation),
         ]
 
@@ -108,6 +110,32 @@ class TpuV2Fake:
         if operation is None:
             raise HttpError(404, f"queued resource {name} not found")
         return self._operation(operation)
+
+    # ---------------------------------------------------------------------------------------- listings
+    def list_accelerator_types(self, request: Request, project: str, zone: str) -> dict[str, Any]:
+        from google.cloud import tpu_v2
+
+        names, token = self.model.page(self._listing(zone).accelerator_types, request.query.get("pageToken", ""),
+                                       int(request.query.get("pageSize", 0)))
+        parent = f"projects/{project}/locations/{zone}"
+        types = [tpu_v2.AcceleratorType(name=f"{parent}/acceleratorTypes/{name}", type_=name,
+                                        accelerator_configs=[accelerator_config(name)]) for name in names]
+        return _dict(tpu_v2.ListAcceleratorTypesResponse(accelerator_types=types, next_page_token=token))
+
+    def list_runtime_versions(self, request: Request, project: str, zone: str) -> dict[str, Any]:
+        from google.cloud import tpu_v2
+
+        names, token = self.model.page(self._listing(zone).runtimes, request.query.get("pageToken", ""),
+                                       int(request.query.get("pageSize", 0)))
+        parent = f"projects/{project}/locations/{zone}"
+        versions = [tpu_v2.RuntimeVersion(name=f"{parent}/runtimeVersions/{name}", version=name) for name in names]
+        return _dict(tpu_v2.ListRuntimeVersionsResponse(runtime_versions=versions, next_page_token=token))
+
+    def _listing(self, zone: str) -> ZoneListing:
+        listing = self.model.listing(zone)
+        if listing is None:
+            raise HttpError(404, f"Location projects/{self.model.project}/locations/{zone} not found.")
+        return listing
 
     # ------------------------------------------------------------------------------------- operations
     def get_operation(self, request: Request, op: str) -> dict[str, Any]:
@@ -203,6 +231,15 @@ def node_from_message(message: Any, name: str, zone: str) -> FakeNode:
         network=message.network_config.network or "default",
         external_ips=message.network_config.enable_external_ips,
     )
+
+
+def accelerator_config(accelerator_type: str) -> Any:
+    """The AcceleratorConfig Google lists with a type; the fake fills in its generation only (no topology)."""
+    from google.cloud import tpu_v2
+
+    generation = accelerator_type.rsplit("-", 1)[0].upper().replace("LITEPOD", "LITE_POD")
+    known = generation in tpu_v2.AcceleratorConfig.Type.__members__
+    return tpu_v2.AcceleratorConfig(type_=generation if known else "TYPE_UNSPECIFIED")
 
 
 def _dict(message: Any) -> dict[str, Any]:

@@ -16,13 +16,15 @@ VERB_STYLE = {"create": "[green]+ create  [/]", "keep": "[dim]= keep    [/]", "r
 def plan(
     spec: Path = typer.Argument(..., help="The spec file."),
     project: str | None = PROJECT_OPTION,
+    live: bool = typer.Option(False, "--live", help="Also ask each zone's TPU API whether it offers the type and "
+                              "runtime (needs the account), as `up` does."),
     json_: bool = JSON_OPTION,
 ) -> None:
     """Validate SPEC and show what `up` would create, the region check and the cost per hour."""
     from tpuops.context import Context
     from tpuops.ops.specs import plan_file
 
-    result = plan_file(Context.from_env(project=project), spec)
+    result = plan_file(Context.from_env(project=project), spec, live=live)
     if json_:
         print_json(result.to_dict())
         return

@@ -117,6 +117,18 @@ class Bucket:
     uniform_access: bool = True
 
 
+@dataclass(frozen=True)
+class ZoneOffer:
+    """What one zone's TPU API lists for one mode: accelerator types and runtime versions (for legacy Nodes,
+    their TensorFlow/PyTorch versions). Asked fresh every time: the catalog is the stale copy of this."""
+
+    zone: str
+    mode: TpuMode
+    accelerator_types: tuple[str, ...]
+    runtimes: tuple[str, ...]
+    any_runtime: bool = False  # the provider runs whatever runtime is named (the local simulator)
+
+
 class TpuApi(Protocol):
     """TPU VMs and pod slices (mode vm), or legacy TPU Nodes (mode node): one implementation per mode."""
 
@@ -125,6 +137,9 @@ class TpuApi(Protocol):
     def create_node(self, request: TpuRequest) -> TpuNode: ...
     def delete_node(self, zone: str, name: str) -> None: ...
     def host_keys(self, zone: str, name: str) -> list[HostKey]: ...
+    def zone_offer(self, zone: str) -> ZoneOffer | None:
+        """What `zone` offers this mode (None when the API does not know the zone)."""
+        ...
 
 
 class QueuedResourceApi(Protocol):

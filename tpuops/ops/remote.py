@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpuops import rules
 from tpuops.cloud.provider import Login, Provider, WorkerTarget
 from tpuops.context import Context
 from tpuops.errors import SpecError, TpuopsError, UsageError
@@ -235,6 +236,7 @@ def push(
     spec = access.spec
     assert spec is not None
     base_dir = Path(access.state.spec_path).resolve().parent
+    rules.require_local_paths(spec, base_dir, access.state.spec_path, code=code, data=data)  # before sending any
     cache_root = ctx.store.cluster_dir(access.state.name) / "push"
     trees: list[PushResult] = []
     uploads: list[UploadResult] = []

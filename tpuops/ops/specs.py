@@ -1,7 +1,9 @@
-"""Workflows about spec files: plan one (no cloud calls), write a starting one."""
+"""Workflows about spec files: plan one (no cloud calls, or with --live the zone's TPU API), write a starting one."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -9,7 +11,7 @@ from tpuops import rules
 from tpuops.context import Context
 from tpuops.errors import UsageError
 from tpuops.plan import Plan, make_plan
-from tpuops.spec import Spec, load_spec
+from tpuops.spec import Spec, load_spec_with_lines
 
 INIT_TEMPLATES = {
     "trc-v3-tf": "TensorFlow on a TPU Research Cloud v3-8 TPU VM",
@@ -20,17 +22,40 @@ INIT_TEMPLATES = {
 }
 
 
+@dataclass(frozen=True)
+class CheckedSpec:
+    spec: Spec
+    warnings: tuple[str, ...]  # one line each: file:line: field: what the catalog does not know, or a missing path
+
+
+def check_spec_file(path: str | Path) -> CheckedSpec:
+    """Shape, catalog rules and local paths: raise SpecError for the first certain error, keep the warnings."""
+    spec, lines = load_spec_with_lines(path)
+    source = str(path)
+    warnings = rules.check(spec, source=source, lines=lines)
+    warnings += rules.check_files(spec, Path(path).resolve().parent, source=source, lines=lines)
+    return CheckedSpec(spec, warnings)
+
+
 def load_checked(path: str | Path) -> Spec:
-    """load_spec plus the checks on local files the spec will push."""
-    spec = load_spec(path)
-    rules.check_files(spec, Path(path).resolve().parent, source=str(path))
-    return spec
+    """The spec a command that creates works from: check_spec_file, its warnings left to `plan`."""
+    return check_spec_file(path).spec
 
 
-def plan_file(ctx: Context, path: str | Path) -> Plan:
-    """Validate a spec and say what `up` would do, with nothing observed (creates nothing, no credentials)."""
-    spec = load_checked(path)
-    return make_plan(spec, project=ctx.project_for(spec))
+def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:
+    """Validate a spec and say what `up` would do, with nothing observed (creates nothing).
+
+    Without `live` no credentials are needed; with it the zone (and each fallback zone) is asked what it offers,
+    as `up` does, and a type or runtime it does not offer is an error."""
+    checked = check_spec_file(path)
+    spec = checked.spec
+    warnings = checked.warnings
+    if live:
+        from tpuops.ops.offerings import verify_spec_zones
+
+        warnings += tuple(verify_spec_zones(ctx.provider_for(spec).cloud(), spec))
+    plan = make_plan(spec, project=ctx.project_for(spec))
+    return dataclasses.replace(plan, warnings=warnings + plan.warnings)
 
 
 def init_spec(template: str, destination: Path, force: bool = False) -> Path:

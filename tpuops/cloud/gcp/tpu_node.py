@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tpuops.cloud.base import HostKey, TpuNode, TpuRequest, Worker
+from tpuops.cloud.base import HostKey, TpuNode, TpuRequest, Worker, ZoneOffer
 from tpuops.cloud.gcp.clients import LazyClient
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CloudError
 
 API = "tpu"
+PAGE_SIZE = 500  # listings in as few round trips as the server allows (it may cap the page)
 
 
 class TpuNodeApi(LazyClient):
@@ -79,6 +80,22 @@ class TpuNodeApi(LazyClient):
 
     def host_keys(self, zone: str, name: str) -> list[HostKey]:
         return []
+
+    def zone_offer(self, zone: str) -> ZoneOffer | None:
+        """TPU v1 list_accelerator_types and list_tensor_flow_versions of the zone, None for an unknown zone."""
+        from google.api_core import exceptions as gexc
+
+        page = {"parent": self._parent(zone), "page_size": PAGE_SIZE}
+
+        def listing() -> ZoneOffer | None:
+            try:
+                types = tuple(item.type_ for item in self.client.list_accelerator_types(request=page))
+                versions = tuple(item.version for item in self.client.list_tensor_flow_versions(request=page))
+            except gexc.NotFound:
+                return None
+            return ZoneOffer(zone, "node", types, versions)
+
+        return self.timing.call(listing, f"list the TPU Node types and versions of zone {zone}", API)
 
     def _parent(self, zone: str) -> str:
         return f"projects/{self.project}/locations/{zone}"

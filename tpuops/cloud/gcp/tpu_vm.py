@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tpuops.cloud.base import HostKey, QueuedResource, TpuNode, TpuRequest, Worker
+from tpuops.cloud.base import HostKey, QueuedResource, TpuNode, TpuRequest, Worker, ZoneOffer
 from tpuops.cloud.gcp.clients import LazyClient
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CapacityError, CloudError
 
 API = "tpu"
+PAGE_SIZE = 500  # listings in as few round trips as the server allows (it may cap the page)
 ACTIVE_QUEUED = "ACTIVE"
 FAILED_QUEUED = ("FAILED", "SUSPENDED")
 
@@ -75,6 +76,22 @@ class TpuVmApi(LazyClient):
             for item in attributes.query_value.items
             if item.namespace == "hostkeys" and item.value
         ]
+
+    def zone_offer(self, zone: str) -> ZoneOffer | None:
+        """list_accelerator_types and list_runtime_versions of the zone (every page), None for an unknown zone."""
+        from google.api_core import exceptions as gexc
+
+        page = {"parent": self._parent(zone), "page_size": PAGE_SIZE}
+
+        def listing() -> ZoneOffer | None:
+            try:
+                types = tuple(item.type_ for item in self.client.list_accelerator_types(request=page))
+                runtimes = tuple(item.version for item in self.client.list_runtime_versions(request=page))
+            except gexc.NotFound:
+                return None
+            return ZoneOffer(zone, "vm", types, runtimes)
+
+        return self.timing.call(listing, f"list the TPU types and runtimes of zone {zone}", API)
 
     # ------------------------------------------------------------------------------- queued resources
     def get_queued(self, zone: str, name: str) -> QueuedResource | None:

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tpuops import catalog
-from tpuops.cloud.base import Bucket, HostKey, QueuedResource, TpuNode, TpuRequest, Vm, VmRequest, Worker
+from tpuops.cloud.base import Bucket, HostKey, QueuedResource, TpuNode, TpuRequest, Vm, VmRequest, Worker, ZoneOffer
 from tpuops.cloud.local.layout import bucket_path
 from tpuops.errors import CloudError
 
@@ -85,6 +85,10 @@ class LocalCloud:
 
     def host_keys(self, zone: str, name: str) -> list[HostKey]:
         return []  # local workers are not reached over SSH
+
+    def zone_offer(self, zone: str) -> ZoneOffer:
+        """The simulator offers every type the catalog knows and runs any runtime (it runs none)."""
+        return ZoneOffer(zone, "vm", tuple(catalog.load().all_types()), (), any_runtime=True)
 
     def _node(self, record: dict) -> TpuNode:
         workers = tuple(Worker(index, LOOPBACK, None, str(self.worker_home(record["name"], index)))
