@@ -42,10 +42,9 @@ def withdraw_queued(api: QueuedResourceApi, zone: str, name: str, *, cluster: st
     Raises QueuedLeftBehind (from `because`, the reason for giving up, when given) when the delete fails or is
     interrupted."""
     try:
-        if owned_if is not None:
-            found = api.get_queued(zone, name)
-            if found is None or not has_labels(found.labels, owned_if):
-                return False
+        found = api.get_queued(zone, name)
+        if found is None or (owned_if is not None and not has_labels(found.labels, owned_if)):
+            return False
         api.delete_queued(zone, name)
         return True
     except (TpuopsError, KeyboardInterrupt) as err:

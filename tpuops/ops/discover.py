@@ -93,8 +93,9 @@ def find_cluster(name: str, project: str | None, open_cloud: Callable[[str], Clo
         cluster=name,
         project=project,
         zones=zones,
-        tpu_vms=tuple(answers["TPU VMs"]),
-        tpu_nodes=tuple(answers.get("TPU nodes", ())),
+        # One provider object may serve both modes (the local one): each mode's list keeps its own nodes only.
+        tpu_vms=tuple(node for node in answers["TPU VMs"] if node.mode == "vm"),
+        tpu_nodes=tuple(node for node in answers.get("TPU nodes", ()) if node.mode == "node"),
         queued=tuple(answers["queued resources"]),
         vms=tuple(answers["VMs"]),
         buckets=tuple(answers["buckets"]),
