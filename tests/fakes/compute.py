@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from tests.fakes.tpu_model import PROJECT_NUMBER, fake_host_key
 
 ZONE = r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)"
 VM_CAPACITY_CODE = "ZONE_RESOURCE_POOL_EXHAUSTED"
+# One term of Compute's filter syntax that the fake understands: labels.KEY = "VALUE" (quotes optional).
+LABEL_TERM = re.compile(r'\(?\s*labels\.(?P<key>[a-z0-9_-]+)\s*=\s*"?(?P<value>[a-z0-9_-]*)"?\s*\)?')
 
 
 @dataclass
@@ -91,6 +94,7 @@ class ComputeFake:
             ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)$", self.get_project),
             ("POST", ZONE + r"/instances$", self.insert),
             ("GET", ZONE + r"/instances$", self.list),
+            ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/aggregated/instances$", self.aggregated_list),
             ("GET", ZONE + r"/instances/(?P<name>[^/]+)$", self.get),
             ("DELETE", ZONE + r"/instances/(?P<name>[^/]+)$", self.delete),
             ("GET", ZONE + r"/instances/(?P<name>[^/]+)/getGuestAttributes$", self.guest_attributes),
@@ -128,9 +132,27 @@ class ComputeFake:
     def list(self, request: Request, project: str, zone: str) -> dict[str, Any]:
         from google.cloud import compute_v1
 
+        wanted = label_filter(request.query.get("filter", ""))
         with self.model.lock:
-            items = [self.instance_message(i) for (z, _), i in sorted(self.model.instances.items()) if z == zone]
+            items = [
+                self.instance_message(i)
+                for (z, _), i in sorted(self.model.instances.items())
+                if z == zone and _carries(i.labels, wanted)
+            ]
         return _dict(compute_v1.InstanceList(items=items))
+
+    def aggregated_list(self, request: Request, project: str) -> dict[str, Any]:
+        """instances.aggregatedList: every zone's instances matching the filter, keyed by "zones/ZONE"."""
+        from google.cloud import compute_v1
+
+        wanted = label_filter(request.query.get("filter", ""))
+        scopes: dict[str, list[Any]] = {}
+        with self.model.lock:
+            for (zone, _), instance in sorted(self.model.instances.items()):
+                if _carries(instance.labels, wanted):
+                    scopes.setdefault(f"zones/{zone}", []).append(self.instance_message(instance))
+        items = {scope: compute_v1.InstancesScopedList(instances=found) for scope, found in scopes.items()}
+        return _dict(compute_v1.InstanceAggregatedList(items=items))
 
     def get(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         return _dict(self.instance_message(self._instance(zone, name)))
@@ -211,6 +233,22 @@ class ComputeFake:
             message.error = compute_v1.Error(errors=[compute_v1.Errors(code=code, message=text)])
             message.http_error_status_code = operation.error.code
         return _dict(message)
+
+
+def label_filter(expression: str) -> dict[str, str]:
+    """The labels a filter asks for; anything else in it is refused, as the real API refuses a bad filter."""
+    wanted: dict[str, str] = {}
+    rest = expression
+    for match in LABEL_TERM.finditer(expression):
+        wanted[match["key"]] = match["value"]
+        rest = rest.replace(match.group(0), "", 1)
+    if rest.strip():
+        raise HttpError(400, f"Invalid value for field 'filter': '{expression}'. Invalid list filter expression.")
+    return wanted
+
+
+def _carries(labels: dict[str, str], wanted: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in wanted.items())
 
 
 def _dict(message: Any) -> dict[str, Any]:

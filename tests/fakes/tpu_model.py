@@ -14,6 +14,8 @@ RESOURCE_EXHAUSTED = 8
 NOT_FOUND = 5
 ALREADY_EXISTS = 6
 UNAVAILABLE = 14
+EVERY_ZONE = "-"  # the location that lists every zone of the project
+EXPIRED_MESSAGE = "The queued resource was not provisioned before its valid_until time."
 
 
 def hosts_of(accelerator_type: str) -> int:
@@ -66,6 +68,9 @@ class FakeQueued:
     active_at: float = 0.0
     spot: bool = False
     error: str = ""
+    valid_until: float | None = None  # seconds, as the request's queueing_policy.valid_until_duration said
+    created_at: float = 0.0  # wall-clock time it was queued (create_time)
+    deadline: float | None = None  # monotonic time after which it is FAILED unless granted
 
 
 @dataclass
@@ -109,6 +114,7 @@ class TpuModel:
         self.capacity_failures: dict[str, int] = {}  # zone -> creates that fail for lack of capacity (-1: all)
         self.queued_failures: dict[str, int] = {}  # zone -> queued resources that end FAILED
         self.transient_failures: dict[str, int] = {}  # zone -> creates whose operation fails UNAVAILABLE
+        self.unreachable_zones: set[str] = set()  # zones a list over every zone (location `-`) cannot reach
         self.external_ip: Callable[[str, str, int], str] = default_external_ip
         self.internal_ip: Callable[[str, str, int], str] = default_internal_ip
         self.host_keys: Callable[[str, int], list[tuple[str, str]]] = fake_host_key
@@ -144,7 +150,16 @@ class TpuModel:
 
     def list_nodes(self, zone: str, mode: str) -> list[FakeNode]:
         with self.lock:
-            return [n for (z, _), n in sorted(self.nodes.items()) if z == zone and n.mode == mode]
+            return [n for (z, _), n in sorted(self.nodes.items()) if self._listed(z, zone) and n.mode == mode]
+
+    def _listed(self, zone: str, asked: str) -> bool:
+        return zone == asked or (asked == EVERY_ZONE and zone not in self.unreachable_zones)
+
+    def unreachable(self, asked: str) -> list[str]:
+        """The locations a list over `asked` names as unreachable (only the every-zone list has any)."""
+        if asked != EVERY_ZONE:
+            return []
+        return [f"projects/{self.project}/locations/{zone}" for zone in sorted(self.unreachable_zones)]
 
     def create_node(self, node: FakeNode) -> FakeOperation:
         with self.lock:
@@ -209,7 +224,7 @@ class TpuModel:
 
     def list_queued(self, zone: str) -> list[FakeQueued]:
         with self.lock:
-            found = [q for (z, _), q in sorted(self.queued.items()) if z == zone]
+            found = [q for (z, _), q in sorted(self.queued.items()) if self._listed(z, zone)]
             for queued in found:
                 self._advance_queued(queued)
             return found
@@ -221,12 +236,21 @@ class TpuModel:
                 raise OperationFailed(ALREADY_EXISTS, f"queued resource {queued.name} already exists")
             queued.state = "ACCEPTED"
             queued.active_at = time.monotonic() + self.queued_seconds
+            queued.created_at = time.time()
+            if queued.valid_until is not None:
+                queued.deadline = time.monotonic() + queued.valid_until
             self.queued[key] = queued
             location = f"projects/{self.project}/locations/{queued.zone}"
             return self.operations.start(location, queued.name, 0, lambda: queued)
 
     def _advance_queued(self, queued: FakeQueued) -> None:
-        if queued.state != "ACCEPTED" or time.monotonic() < queued.active_at:
+        if queued.state != "ACCEPTED":
+            return
+        now = time.monotonic()
+        if queued.deadline is not None and now >= queued.deadline and queued.active_at > queued.deadline:
+            queued.state, queued.error = "FAILED", EXPIRED_MESSAGE  # as Google: not granted in time, dropped
+            return
+        if now < queued.active_at:
             return
         if self._use_up(self.queued_failures, queued.zone):
             queued.state, queued.error = "FAILED", CAPACITY_MESSAGE.format(zone=queued.zone)

@@ -118,7 +118,8 @@ class TpuV1Fake(operations_pb2_grpc.OperationsServicer):
         from google.cloud import tpu_v1
 
         zone = request.parent.split("/locations/")[1]
-        return tpu_v1.ListNodesResponse(nodes=[self.node_message(n) for n in self.model.list_nodes(zone, "node")])
+        nodes = [self.node_message(n) for n in self.model.list_nodes(zone, "node")]
+        return tpu_v1.ListNodesResponse(nodes=nodes, unreachable=self.model.unreachable(zone))
 
     def create_node(self, request: Any) -> Any:
         zone = request.parent.split("/locations/")[1]

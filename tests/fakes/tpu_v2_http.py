@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from tests.fakes.http import HttpError, JsonServer, Request, dispatch
@@ -48,7 +49,7 @@ class TpuV2Fake:
         from google.cloud import tpu_v2
 
         nodes = [self.node_message(node) for node in self.model.list_nodes(zone, "vm")]
-        return _dict(tpu_v2.ListNodesResponse(nodes=nodes))
+        return _dict(tpu_v2.ListNodesResponse(nodes=nodes, unreachable=self.model.unreachable(zone)))
 
     def get_node(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         return _dict(self.node_message(self._node(zone, name)))
@@ -90,14 +91,22 @@ class TpuV2Fake:
         message = tpu_v2.QueuedResource.from_json(_json(request.body), ignore_unknown_fields=True)
         spec = message.tpu.node_spec[0]
         node = node_from_message(spec.node, spec.node_id, zone)
-        queued = FakeQueued(name=request.query["queuedResourceId"], zone=zone, node=node, spot="spot" in request.body)
+        valid_until = message.queueing_policy.valid_until_duration if "queueingPolicy" in request.body else None
+        queued = FakeQueued(
+            name=request.query["queuedResourceId"],
+            zone=zone,
+            node=node,
+            spot="spot" in request.body,
+            valid_until=valid_until.total_seconds() if valid_until is not None else None,
+        )
         return self._operation(self.model.create_queued(queued))
 
     def list_queued(self, request: Request, project: str, zone: str) -> dict[str, Any]:
         from google.cloud import tpu_v2
 
         items = [self.queued_message(q) for q in self.model.list_queued(zone)]
-        return _dict(tpu_v2.ListQueuedResourcesResponse(queued_resources=items))
+        unreachable = self.model.unreachable(zone)
+        return _dict(tpu_v2.ListQueuedResourcesResponse(queued_resources=items, unreachable=unreachable))
 
     def get_queued(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         queued = self.model.get_queued(zone, name)
@@ -210,9 +219,13 @@ class TpuV2Fake:
                 node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node_id=queued.node.name, node=node)]
             ),
             state=state,
+            create_time=datetime.fromtimestamp(queued.created_at, timezone.utc),
         )
         if queued.spot:
             message.spot = tpu_v2.QueuedResource.Spot()
+        if queued.valid_until is not None:  # Google answers with the absolute time the duration ends at
+            until = datetime.fromtimestamp(queued.created_at + queued.valid_until, timezone.utc)
+            message.queueing_policy = tpu_v2.QueuedResource.QueueingPolicy(valid_until_time=until)
         return message
 
 

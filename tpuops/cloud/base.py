@@ -10,12 +10,16 @@ Conventions every implementation keeps:
   is out of capacity, TransientError for 429/500/503/deadline, CloudError otherwise).
 - `delete_*` blocks until the resource is gone; deleting something already gone is not an error.
 - Labels are plain `str -> str` mappings; ownership is decided above this layer (plan.py, ops/).
+- `find_*(labels, zones)` returns every resource carrying all of `labels`, in `zones` or (no zones) in every
+  zone of the project. It raises when any part of the search did not run (a call failed, a zone was
+  unreachable): an empty answer always means a complete search found nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal, Protocol
 
 TpuMode = Literal["vm", "node"]
@@ -83,6 +87,7 @@ class QueuedResource:
     node_name: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)  # the labels of the node it will create
     detail: str | None = None  # why it failed, when it did
+    created_at: datetime | None = None  # when it was queued (UTC; status shows a waiting one's age)
 
 
 @dataclass(frozen=True)
@@ -140,18 +145,25 @@ class TpuApi(Protocol):
     def zone_offer(self, zone: str) -> ZoneOffer | None:
         """What `zone` offers this mode (None when the API does not know the zone)."""
         ...
+    def find_nodes(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[TpuNode]: ...
 
 
 class QueuedResourceApi(Protocol):
     def get_queued(self, zone: str, name: str) -> QueuedResource | None: ...
     def list_queued(self, zone: str) -> list[QueuedResource]: ...
-    def create_queued(self, name: str, request: TpuRequest, wait_seconds: float) -> QueuedResource:
-        """Queue TPU `request.name` as `name`; wait at most `wait_seconds` for ACTIVE; FAILED -> CapacityError."""
+    def create_queued(self, name: str, request: TpuRequest, wait_seconds: float,
+                      valid_until: float | None = None) -> QueuedResource:
+        """Queue TPU `request.name` as `name`; wait at most `wait_seconds` for ACTIVE; FAILED -> CapacityError.
+
+        With `valid_until` (seconds) the provider itself drops the request (FAILED) when it is not granted
+        within that time, so a request nobody waits for any more is never granted later."""
         ...
 
     def delete_queued(self, zone: str, name: str) -> None:
         """Delete with force: the node it created goes too."""
         ...
+
+    def find_queued(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[QueuedResource]: ...
 
 
 class VmApi(Protocol):
@@ -160,6 +172,7 @@ class VmApi(Protocol):
     def create_vm(self, request: VmRequest) -> Vm: ...
     def delete_vm(self, zone: str, name: str) -> None: ...
     def host_keys(self, zone: str, name: str) -> list[HostKey]: ...
+    def find_vms(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[Vm]: ...
 
 
 class StorageApi(Protocol):
@@ -176,6 +189,10 @@ class StorageApi(Protocol):
 
     def grant_on_bucket(self, name: str, member: str, role: str) -> bool:
         """Add `member` to `role` on this bucket only, keeping every other binding; False if already there."""
+        ...
+
+    def find_buckets(self, labels: Mapping[str, str]) -> list[Bucket]:
+        """The project's buckets carrying all of `labels`."""
         ...
 
 
@@ -205,3 +222,8 @@ class Cloud:
                 raise CloudError("this provider has no legacy TPU Nodes", "use tpu.mode: vm")
             return self.tpu_nodes
         return self.tpus
+
+
+def has_labels(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
+    """Whether `labels` carries every key of `wanted` with the same value."""
+    return all(labels.get(key) == value for key, value in wanted.items())

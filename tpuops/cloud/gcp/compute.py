@@ -7,10 +7,10 @@ own operations client and would ignore a custom endpoint.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tpuops.cloud.base import HostKey, Vm, VmRequest
+from tpuops.cloud.base import HostKey, Vm, VmRequest, has_labels
 from tpuops.cloud.gcp.errors import is_capacity_message
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CapacityError, CloudError, TransientError
@@ -67,6 +67,42 @@ class ComputeApi:
     def list_vms(self, zone: str) -> list[Vm]:
         found = self.timing.call(lambda: list(self.instances.list(project=self.project, zone=zone)), "list VMs", API)
         return [to_vm(instance, zone) for instance in found]
+
+    def find_vms(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[Vm]:
+        """VMs carrying `labels`: the API filters; in every zone at once with aggregatedList."""
+        expression = label_filter(labels)
+        if zones:
+            found = [
+                to_vm(instance, zone)
+                for zone in zones
+                for instance in self.timing.call(
+                    lambda zone=zone: list(
+                        self.instances.list(request={"project": self.project, "zone": zone, "filter": expression})
+                    ),
+                    f"list VMs in {zone}",
+                    API,
+                )
+            ]
+        else:
+            found = self._aggregated(expression)
+        return [vm for vm in found if has_labels(vm.labels, labels)]  # also when an endpoint ignores the filter
+
+    def _aggregated(self, expression: str) -> list[Vm]:
+        what = "list VMs in every zone"
+        request = {"project": self.project, "filter": expression}
+        pages = self.timing.call(lambda: list(self.instances.aggregated_list(request=request).pages), what, API)
+        unreachable = sorted({scope for page in pages for scope in page.unreachables})
+        if unreachable:
+            raise CloudError(
+                f"{what}: the API could not reach {', '.join(unreachable)}",
+                "try again later, or search named zones with --zone",
+            )
+        return [
+            to_vm(instance, scope.rsplit("/", 1)[-1])
+            for page in pages
+            for scope, scoped in page.items.items()
+            for instance in scoped.instances
+        ]
 
     def create_vm(self, request: VmRequest) -> Vm:
         what = f"create VM {request.name} in {request.zone}"
@@ -149,6 +185,12 @@ def raise_operation_error(operation: Any, what: str) -> None:
     if operation.http_error_status_code in TRANSIENT_OPERATION_CODES:
         raise TransientError(f"{what}: {message}")
     raise CloudError(f"{what}: {message}")
+
+
+def label_filter(labels: Mapping[str, str]) -> str:
+    """Compute's filter syntax: `labels.KEY = "VALUE"`, each term in parentheses when there are several."""
+    terms = [f'labels.{key} = "{value}"' for key, value in sorted(labels.items())]
+    return terms[0] if len(terms) == 1 else " ".join(f"({term})" for term in terms)
 
 
 def instance_message(request: VmRequest) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tpuops.cloud.base import Bucket
+from tpuops.cloud.base import Bucket, has_labels
 from tpuops.cloud.gcp.clients import LazyClient
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CloudError
@@ -21,6 +21,11 @@ class GcsApi(LazyClient):
     def get_bucket(self, name: str) -> Bucket | None:
         found = self.timing.call(lambda: self.client.lookup_bucket(name), f"get bucket {name}", API)
         return None if found is None else to_bucket(found)
+
+    def find_buckets(self, labels: Mapping[str, str]) -> list[Bucket]:
+        """The JSON API cannot filter buckets by label: list the project's buckets and keep the labelled ones."""
+        found = self.timing.call(lambda: list(self.client.list_buckets()), "list buckets", API)
+        return [to_bucket(bucket) for bucket in found if has_labels(bucket.labels or {}, labels)]
 
     def create_bucket(self, name: str, location: str, labels: Mapping[str, str]) -> Bucket:
         def create() -> Any:

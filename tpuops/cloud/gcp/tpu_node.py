@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tpuops.cloud.base import HostKey, TpuNode, TpuRequest, Worker, ZoneOffer
+from tpuops.cloud.base import HostKey, TpuNode, TpuRequest, Worker, ZoneOffer, has_labels
 from tpuops.cloud.gcp.clients import LazyClient
+from tpuops.cloud.gcp.listing import list_everywhere, locations, zone_of
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CloudError
 
@@ -37,6 +38,13 @@ class TpuNodeApi(LazyClient):
     def list_nodes(self, zone: str) -> list[TpuNode]:
         nodes = self.timing.call(lambda: list(self.client.list_nodes(parent=self._parent(zone))), "list TPU nodes", API)
         return [to_tpu_node(node, zone) for node in nodes]
+
+    def find_nodes(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[TpuNode]:
+        nodes = list_everywhere(
+            self.timing, API, "list TPU nodes", locations(self.project, zones),
+            lambda parent: self.client.list_nodes(parent=parent).pages, lambda page: page.nodes,
+        )
+        return [to_tpu_node(node, zone_of(node.name)) for node in nodes if has_labels(node.labels, labels)]
 
     def create_node(self, request: TpuRequest) -> TpuNode:
         from google.cloud import tpu_v1

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tpuops.cloud.base import HostKey, QueuedResource, TpuNode, TpuRequest, Worker, ZoneOffer
+from tpuops.cloud.base import HostKey, QueuedResource, TpuNode, TpuRequest, Worker, ZoneOffer, has_labels
 from tpuops.cloud.gcp.clients import LazyClient
+from tpuops.cloud.gcp.listing import list_everywhere, locations, zone_of
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CapacityError, CloudError
 
@@ -32,6 +34,13 @@ class TpuVmApi(LazyClient):
     def list_nodes(self, zone: str) -> list[TpuNode]:
         pager = self.timing.call(lambda: list(self.client.list_nodes(parent=self._parent(zone))), "list TPUs", API)
         return [to_tpu_node(node, zone) for node in pager]
+
+    def find_nodes(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[TpuNode]:
+        nodes = list_everywhere(
+            self.timing, API, "list TPU VMs", locations(self.project, zones),
+            lambda parent: self.client.list_nodes(parent=parent).pages, lambda page: page.nodes,
+        )
+        return [to_tpu_node(node, zone_of(node.name)) for node in nodes if has_labels(node.labels, labels)]
 
     def create_node(self, request: TpuRequest) -> TpuNode:
         from google.api_core import exceptions as gexc
@@ -106,7 +115,16 @@ class TpuVmApi(LazyClient):
         )
         return [to_queued(item, zone) for item in items]
 
-    def create_queued(self, name: str, request: TpuRequest, wait_seconds: float) -> QueuedResource:
+    def find_queued(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[QueuedResource]:
+        items = list_everywhere(
+            self.timing, API, "list queued resources", locations(self.project, zones),
+            lambda parent: self.client.list_queued_resources(parent=parent).pages, lambda page: page.queued_resources,
+        )
+        found = (to_queued(item, zone_of(item.name)) for item in items)
+        return [queued for queued in found if has_labels(queued.labels, labels)]
+
+    def create_queued(self, name: str, request: TpuRequest, wait_seconds: float,
+                      valid_until: float | None = None) -> QueuedResource:
         from google.cloud import tpu_v2
 
         what = f"create queued resource {name} in {request.zone}"
@@ -123,6 +141,8 @@ class TpuVmApi(LazyClient):
         )
         if request.spot or request.preemptible:
             queued.spot = tpu_v2.QueuedResource.Spot()
+        if valid_until is not None:
+            queued.queueing_policy = queueing_policy(valid_until)
         operation = self.timing.call(
             lambda: self.client.create_queued_resource(
                 parent=self._parent(request.zone), queued_resource_id=name, queued_resource=queued
@@ -195,6 +215,16 @@ def node_message(request: TpuRequest) -> Any:
     return node
 
 
+def queueing_policy(valid_until: float) -> Any:
+    """Google drops the request (FAILED) when it is not granted within `valid_until` seconds; sent as whole
+    seconds, rounded up, so the request never ends before the wait it was made for."""
+    from google.cloud import tpu_v2
+    from google.protobuf import duration_pb2
+
+    seconds = max(1, math.ceil(valid_until))
+    return tpu_v2.QueuedResource.QueueingPolicy(valid_until_duration=duration_pb2.Duration(seconds=seconds))
+
+
 def to_tpu_node(node: Any, zone: str) -> TpuNode:
     workers = tuple(
         Worker(
@@ -229,4 +259,5 @@ def to_queued(queued: Any, zone: str) -> QueuedResource:
         node_name=spec.node_id if spec else None,
         labels=dict(spec.node.labels) if spec else {},
         detail=failed or None,
+        created_at=queued.create_time or None,
     )

@@ -20,12 +20,13 @@ from pathlib import Path
 from tpuops import catalog
 from tpuops.cloud.base import Bucket, HostKey, QueuedResource, TpuNode, TpuRequest, Vm, VmRequest, Worker, ZoneOffer
 from tpuops.cloud.local.layout import bucket_path
+from tpuops.cloud.local.search import LocalSearch
 from tpuops.errors import CloudError
 
 LOOPBACK = "127.0.0.1"
 
 
-class LocalCloud:
+class LocalCloud(LocalSearch):
     def __init__(self, root: Path) -> None:
         self.root = root
 
@@ -105,8 +106,9 @@ class LocalCloud:
     def list_queued(self, zone: str) -> list[QueuedResource]:
         return [QueuedResource(**record) for record in self._all("queued")]
 
-    def create_queued(self, name: str, request: TpuRequest, wait_seconds: float) -> QueuedResource:
-        self.create_node(request)
+    def create_queued(self, name: str, request: TpuRequest, wait_seconds: float,
+                      valid_until: float | None = None) -> QueuedResource:
+        self.create_node(request)  # granted at once: `valid_until` can never pass
         queued = QueuedResource(name, request.zone, "ACTIVE", request.name, dict(request.labels))
         self._write("queued", name, asdict(queued))
         return queued
