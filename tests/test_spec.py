@@ -80,7 +80,8 @@ def test_legacy_node_spec_loads(tmp_path: Path) -> None:
         (GOOD.replace("type: v3-8", "type: tpu-v3"), 5, "tpu.type", "unknown accelerator type", "generations: v2"),
         (GOOD.replace("type: v3-8", "type: v3-16"), 5, "tpu.type", "not a v3 size", "v3-32"),
         # zone without the type: list the zones that have it
-        (GOOD.replace("europe-west4-a", "us-east1-b"), 3, "zone", "does not offer v3", "europe-west4-a"),
+        (GOOD.replace("europe-west4-a", "us-east1-b"), 3, "zone",
+         "is not among the zones offering v3", "europe-west4-a"),
         (GOOD.replace("europe-west4-a", "europe"), 3, "zone", "not a zone name", "europe-west4-a"),
         (GOOD.replace("zone: europe-west4-a\n", ""), None, None, "zone is required", None),
         # runtime that does not fit the generation or the mode

@@ -77,7 +77,7 @@ def zone_offers_type(spec: Spec) -> Iterator[Problem]:
         if not ZONE_RE.match(zone):
             yield Problem(loc, f"'{zone}' is not a zone name", "zones look like europe-west4-a")
         elif zone not in offering:
-            yield Problem(loc, f"zone {zone} does not offer {accelerator.generation.name} TPUs",
+            yield Problem(loc, f"zone {zone} is not among the zones offering {accelerator.generation.name} TPUs",
                           f"zones that do: {', '.join(offering)}")
 
 

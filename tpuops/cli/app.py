@@ -64,7 +64,7 @@ YES_OPTION = typer.Option(False, "--yes", "-y", help="Do not ask for confirmatio
 PROJECT_OPTION = typer.Option(None, "--project", metavar="PROJECT",
                               help="GCP project (else spec, CLOUDSDK_CORE_PROJECT, ...).")
 SPEC_ARGUMENT = typer.Argument(..., metavar="SPEC", help="The spec file.", autocompletion=complete_spec)
-CLUSTER_ARGUMENT = typer.Argument(None, metavar="[NAME]", help="Cluster name (default: the only cluster).",
+CLUSTER_ARGUMENT = typer.Argument(None, metavar="NAME", help="Cluster name (default: the only cluster).",
                                   autocompletion=complete_cluster)
 
 

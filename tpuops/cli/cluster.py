@@ -12,7 +12,7 @@ from dataclasses import asdict
 
 import typer
 
-from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, YES_OPTION, app
+from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app, complete_cluster
 from tpuops.cli.render import console, err_console, print_json
 from tpuops.errors import UsageError
 
@@ -77,15 +77,21 @@ class ProgressView:
 
 @app.command()
 def up(
-    spec: str = typer.Argument(..., help="The spec file."),
+    spec: str = SPEC_ARGUMENT,
     wait_for_capacity: str = typer.Option(
-        "0", "--wait-for-capacity", help="Keep retrying (and trying tpu.zones) this long when a zone has no capacity."
+        "0", "--wait-for-capacity", metavar="DURATION",
+        help="Keep retrying (and trying tpu.zones) this long when a zone has no capacity, e.g. 2h.",
     ),
     json_output: bool = JSON_OPTION,
     yes: bool = YES_OPTION,
     project: str = PROJECT_OPTION,
 ) -> None:
-    """Create or adopt everything the spec asks for (idempotent, resumable)."""
+    """Create or adopt everything the spec asks for (idempotent, resumable).
+
+    \b
+    Example:
+      tpuops up spec.yaml --wait-for-capacity 2h
+    """
     from tpuops.context import Context
     from tpuops.ops.up import up as run_up
 
@@ -132,11 +138,18 @@ def up(
 
 @app.command()
 def status(
-    name: str = typer.Argument(None, help="Cluster name; without it, every cluster with local state."),
+    name: str = typer.Argument(None, metavar="NAME", autocompletion=complete_cluster,
+                               help="Cluster name; without it, every cluster with local state."),
     json_output: bool = JSON_OPTION,
     project: str = PROJECT_OPTION,
 ) -> None:
-    """Resources and their live state, the TPU's state and health, workers and their IPs."""
+    """Resources and their live state, the TPU's state and health, workers and their IPs.
+
+    \b
+    Examples:
+      tpuops status            # every cluster with local state
+      tpuops status my-bert    # one cluster, asked live
+    """
     from tpuops.context import Context
     from tpuops.ops import status as ops_status
 
@@ -179,14 +192,20 @@ def status(
 
 @app.command()
 def down(
-    name: str = typer.Argument(..., help="Cluster name, or its spec file (to search by label when state is lost)."),
+    name: str = typer.Argument(..., metavar="NAME|SPEC", autocompletion=complete_cluster,
+                               help="Cluster name, or its spec file (to search by label when state is lost)."),
     yes: bool = YES_OPTION,
     delete_bucket: bool = typer.Option(False, "--delete-bucket", help="Also delete the bucket."),
     force: bool = typer.Option(False, "--force", help="With --delete-bucket: delete it even if it holds objects."),
     json_output: bool = JSON_OPTION,
     project: str = PROJECT_OPTION,
 ) -> None:
-    """Delete everything tpuops created for a cluster (the bucket only with --delete-bucket)."""
+    """Delete everything tpuops created for a cluster (the bucket only with --delete-bucket).
+
+    \b
+    Example:
+      tpuops down my-bert --yes
+    """
     from tpuops.context import Context
     from tpuops.ops import down as ops_down
 

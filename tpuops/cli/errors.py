@@ -93,10 +93,17 @@ def _network_failure(err: BaseException) -> str | None:
         why = "timed out"
     else:
         why = "network error"
-    what = err.message.split(f": {type(failed).__name__}")[0] if isinstance(err, TpuopsError) else ""
-    what = what.split(": cannot reach")[0]
-    prefix = f"{_one_line(what)}: " if what and what != err.message else ""
-    return f"{prefix}cannot reach {where} ({why})"
+    return f"{_doing(err, chain)}cannot reach {where} ({why})"
+
+
+def _doing(err: BaseException, chain: list[BaseException]) -> str:
+    """'get TPU x: ' from 'get TPU x: TransportError: HTTPSConnectionPool(...)': what we were doing."""
+    if not isinstance(err, TpuopsError):
+        return ""
+    markers = [f": {type(e).__name__}" for e in chain] + [": HTTPConnectionPool", ": HTTPSConnectionPool",
+                                                           ": cannot reach", ": ('Connection aborted"]
+    cut = min((err.message.find(m) for m in markers if m in err.message), default=-1)
+    return f"{_one_line(err.message[:cut])}: " if cut > 0 else ""
 
 
 def _chain(err: BaseException) -> list[BaseException]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tpuops.cli.app import JSON_OPTION, app
+from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app
 from tpuops.cli.remote import LinePrinter, print_results_table
 from tpuops.cli.render import console, err_console, print_json
 from tpuops.cli.watch import (
@@ -18,19 +18,25 @@ from tpuops.cli.watch import (
 
 @app.command()
 def launch(
-    name: str = typer.Argument(None, help="Cluster name (default: the only cluster)."),
-    command: list[str] = typer.Argument(None, help="Run this instead of trainer.command (after `--`)."),
+    name: str = CLUSTER_ARGUMENT,
+    command: list[str] = typer.Argument(None, metavar="CMD", help="Run this instead of trainer.command (after `--`)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream the workers' output until the run ends."),
     setup: bool = typer.Option(False, "--setup", help="Run trainer.setup even if its text did not change."),
     replace: bool = typer.Option(False, "--replace", help="Stop a run that is still going, then start."),
     no_data: bool = typer.Option(False, "--no-data", help="Push code only, not the spec's data."),
     json_: bool = JSON_OPTION,
+    project: str | None = PROJECT_OPTION,
 ) -> None:
-    """Push, run setup once, free the TPU, and start the trainer detached on every worker."""
+    """Push, run setup once, free the TPU, and start the trainer detached on every worker.
+
+    \b
+    Example:
+      tpuops launch my-pod --follow -- python3 train.py --steps 100
+    """
     from tpuops.context import Context
     from tpuops.ops.launch import LaunchOptions, follow_and_wait, launch_run
 
-    ctx = Context.from_env()
+    ctx = Context.from_env(project=project)
     printer = None if json_ else LinePrinter()
     options = LaunchOptions(command=" ".join(command) if command else None, force_setup=setup, replace=replace,
                             push_data=not no_data)
@@ -50,11 +56,16 @@ def launch(
 
 @app.command()
 def stop(
-    name: str = typer.Argument(None, help="Cluster name (default: the only cluster)."),
-    run: str | None = typer.Option(None, "--run", help="Run id (default: the current run)."),
+    name: str = CLUSTER_ARGUMENT,
+    run: str | None = typer.Option(None, "--run", metavar="RUN_ID", help="Run id (default: the current run)."),
     json_: bool = JSON_OPTION,
 ) -> None:
-    """Stop the run's process group on every worker (TERM, grace period, KILL) and free the TPU."""
+    """Stop the run's process group on every worker (TERM, grace period, KILL) and free the TPU.
+
+    \b
+    Example:
+      tpuops stop my-pod
+    """
     from tpuops.context import Context
     from tpuops.ops.launch import stop as stop_run
 
@@ -82,24 +93,31 @@ def _show_step(name: str, results) -> None:  # noqa: ANN001  (Sequence[RunResult
 
 @app.command(name="run")
 def run_(
-    spec: str = typer.Argument(..., help="The spec file."),
+    spec: str = SPEC_ARGUMENT,
     down: bool = typer.Option(False, "--down", help="Tear everything down afterwards (also after a failure "
                               "or Ctrl-C); the bucket stays."),
     detach: bool = typer.Option(False, "--detach", help="Return once the run has started."),
-    wait_for_capacity: str = typer.Option("0", "--wait-for-capacity",
-                                          help="Keep retrying this long when the zone has no capacity."),
+    wait_for_capacity: str = typer.Option("0", "--wait-for-capacity", metavar="DURATION",
+                                          help="Keep retrying this long when the zone has no capacity, e.g. 2h."),
     watch: bool = typer.Option(False, "--watch", help="Instead of following the output, watch the run and "
                                "recover from preemption (see `tpuops watch`)."),
     max_restarts: int = MAX_RESTARTS_OPTION,
     restart_on_failure: bool = RESTART_ON_FAILURE_OPTION,
     json_: bool = JSON_OPTION,
+    yes: bool = YES_OPTION,
+    project: str | None = PROJECT_OPTION,
 ) -> None:
-    """`up`, `launch`, then follow the workers' output and the scalars until the run ends (like `sky launch`)."""
+    """`up`, `launch`, then follow the workers' output and the scalars until the run ends (like `sky launch`).
+
+    \b
+    Example:
+      tpuops run examples/quickstart.yaml --down
+    """
     from tpuops.cli.cluster import parse_duration
     from tpuops.context import Context
     from tpuops.ops.run import run_spec
 
-    ctx = Context.from_env()
+    ctx = Context.from_env(project=project, assume_yes=yes)
     printer = None if json_ else LinePrinter()
     watching = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, None, None) \
         if watch else None

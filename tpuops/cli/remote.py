@@ -6,12 +6,12 @@ import threading
 
 import typer
 
-from tpuops.cli.app import JSON_OPTION, app
+from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, app, complete_cluster
 from tpuops.cli.render import console, err_console, print_json
 
 WORKER_COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 CONNECT_TIMEOUT_OPTION = typer.Option(
-    60.0, "--connect-timeout", help="Seconds to keep retrying a worker whose sshd is not up yet."
+    60.0, "--connect-timeout", metavar="SECONDS", help="Seconds to keep retrying a worker whose sshd is not up yet."
 )
 
 
@@ -38,16 +38,24 @@ def note_new_host_key(worker: str, fingerprint: str) -> None:
 
 @app.command(name="exec")
 def exec_(
-    name: str = typer.Argument(..., help="Cluster name."),
-    command: list[str] = typer.Argument(..., help="The command, after `--`. One argument is a shell line "
+    name: str = typer.Argument(..., metavar="NAME", autocompletion=complete_cluster, help="Cluster name."),
+    command: list[str] = typer.Argument(..., metavar="CMD",
+                                        help="The command, after `--`. One argument is a shell line "
                                         "(pipes, &&, $VARS work); several are an argv, each quoted."),
-    worker: str = typer.Option("all", "--worker", "-w", help="`all` or indexes like 0,2,5-7."),
-    timeout: float | None = typer.Option(None, "--timeout", help="Stop the command after S seconds."),
+    worker: str = typer.Option("all", "--worker", "-w", metavar="WORKERS", help="`all` or indexes like 0,2,5-7."),
+    timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS",
+                                         help="Stop the command after S seconds."),
     connect_timeout: float = CONNECT_TIMEOUT_OPTION,
-    parallel: int = typer.Option(32, "--parallel", help="Workers worked on at once."),
+    parallel: int = typer.Option(32, "--parallel", metavar="N", help="Workers worked on at once."),
     json_: bool = JSON_OPTION,
 ) -> None:
-    """Run a command on all (or chosen) workers at once; output prefixed per worker, then an exit-code table."""
+    """Run a command on all (or chosen) workers at once; output prefixed per worker, then an exit-code table.
+
+    \b
+    Examples:
+      tpuops exec my-pod -- 'pgrep -af python'      # one argument: a shell line
+      tpuops exec my-pod --worker 0,2 -- ls /dev    # several: an argv, each quoted
+    """
     from tpuops.context import Context
     from tpuops.ops.remote import exec_command
 
@@ -96,14 +104,20 @@ def _escape(text: str) -> str:
 
 @app.command()
 def push(
-    name: str | None = typer.Argument(None, help="Cluster name (default: the only cluster)."),
+    name: str | None = CLUSTER_ARGUMENT,
     code_only: bool = typer.Option(False, "--code-only", help="Push the code, not the data."),
     data_only: bool = typer.Option(False, "--data-only", help="Push the data, not the code."),
     connect_timeout: float = CONNECT_TIMEOUT_OPTION,
-    parallel: int = typer.Option(32, "--parallel", help="Workers worked on at once."),
+    parallel: int = typer.Option(32, "--parallel", metavar="N", help="Workers worked on at once."),
     json_: bool = JSON_OPTION,
+    project: str | None = PROJECT_OPTION,
 ) -> None:
-    """Sync the code (incrementally, by content hash) and the data to every worker or to the bucket."""
+    """Sync the code (incrementally, by content hash) and the data to every worker or to the bucket.
+
+    \b
+    Example:
+      tpuops push my-pod --code-only
+    """
     from tpuops.context import Context
     from tpuops.errors import UsageError
     from tpuops.ops.remote import push as push_cluster
@@ -111,7 +125,7 @@ def push(
     if code_only and data_only:
         raise UsageError("--code-only and --data-only exclude each other", "give at most one")
     with UploadBar(enabled=not json_) as bar:
-        report = push_cluster(Context.from_env(), name, code=not data_only, data=not code_only,
+        report = push_cluster(Context.from_env(project=project), name, code=not data_only, data=not code_only,
                               connect_timeout=connect_timeout, max_parallel=parallel, on_upload=bar.update,
                               on_new_host_key=note_new_host_key)
     if json_:
@@ -182,14 +196,21 @@ def _size(count: int) -> str:
 
 @app.command()
 def ssh(
-    name: str | None = typer.Argument(None, help="Cluster name (needed when a command follows)."),
-    command: list[str] | None = typer.Argument(None, help="A command to run instead of a shell (after `--`)."),
-    worker: int = typer.Option(0, "--worker", "-w", help="Worker index."),
-    forward: list[str] | None = typer.Option(None, "--local-forward", "-L",
+    name: str | None = typer.Argument(None, metavar="NAME", autocompletion=complete_cluster,
+                                      help="Cluster name (needed when a command follows)."),
+    command: list[str] | None = typer.Argument(None, metavar="CMD",
+                                               help="A command to run instead of a shell (after `--`)."),
+    worker: int = typer.Option(0, "--worker", "-w", metavar="N", help="Worker index."),
+    forward: list[str] | None = typer.Option(None, "--local-forward", "-L", metavar="PORT:HOST:PORT",
                                              help="Forward a local port, e.g. 6006:localhost:6006."),
     print_only: bool = typer.Option(False, "--print", help="Print the ssh command instead of running it."),
 ) -> None:
-    """Open a shell (or run a command) on one worker with the system OpenSSH client and the cluster's key."""
+    """Open a shell (or run a command) on one worker with the system OpenSSH client and the cluster's key.
+
+    \b
+    Example:
+      tpuops ssh my-pod --worker 3 -L 6006:localhost:6006
+    """
     import os
     import shlex
 

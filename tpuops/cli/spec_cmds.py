@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, app
+from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, app
 from tpuops.cli.render import console, print_json
 
 VERB_STYLE = {"create": "[green]+ create  [/]", "keep": "[dim]= keep    [/]", "recreate": "[yellow]~ recreate[/]"}
@@ -14,11 +14,18 @@ VERB_STYLE = {"create": "[green]+ create  [/]", "keep": "[dim]= keep    [/]", "r
 
 @app.command()
 def plan(
-    spec: Path = typer.Argument(..., help="The spec file."),
+    spec: Path = SPEC_ARGUMENT,
     project: str | None = PROJECT_OPTION,
     json_: bool = JSON_OPTION,
 ) -> None:
-    """Validate SPEC and show what `up` would create, the region check and the cost per hour."""
+    """Validate SPEC and show what `up` would create, the region check and the cost per hour.
+
+    Creates nothing and needs no Google account.
+
+    \b
+    Example:
+      tpuops plan spec.yaml
+    """
     from tpuops.context import Context
     from tpuops.ops.specs import plan_file
 
@@ -40,7 +47,12 @@ def plan(
 
 @app.command()
 def schema() -> None:
-    """Print the spec's JSON Schema (for editors)."""
+    """Print the spec's JSON Schema (for editors).
+
+    \b
+    Example:
+      tpuops schema > tpuops.schema.json   # then point your editor's YAML schema at it
+    """
     from tpuops.spec import Spec
 
     print_json(Spec.model_json_schema(by_alias=True))
@@ -48,13 +60,18 @@ def schema() -> None:
 
 @app.command()
 def init(
-    path: Path = typer.Argument(Path("tpuops.yaml"), help="Where to write the spec."),
-    template: str = typer.Option("trc-v3-tf", "--template", "-t", help="trc-v3-tf, pytorch-xla, jax-pod, "
-                                 "legacy-node or local."),
+    path: Path = typer.Argument(Path("tpuops.yaml"), metavar="PATH", help="Where to write the spec."),
+    template: str = typer.Option("trc-v3-tf", "--template", "-t", metavar="NAME",
+                                 help="trc-v3-tf, pytorch-xla, jax-pod, legacy-node or local."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
     list_: bool = typer.Option(False, "--list", help="List the templates."),
 ) -> None:
-    """Write a commented spec to start from."""
+    """Write a commented spec to start from.
+
+    \b
+    Example:
+      tpuops init --template trc-v3-tf spec.yaml
+    """
     from tpuops.ops.specs import INIT_TEMPLATES, init_spec
 
     if list_:

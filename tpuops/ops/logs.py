@@ -63,6 +63,9 @@ def _cluster_name(ctx: Context, name: str | None) -> str:
 def open_source(ctx: Context, request: LogsRequest, warn: Warn | None = None) -> Pollable:
     """A Tail over the logdir, or over a local mirror of it with --download."""
     store = open_blob_store(request.logdir, env=ctx.env, local_buckets=request.local_buckets)
+    if isinstance(store, DirBlobStore) and store.root.exists() and not store.root.is_dir():
+        raise TpuopsError(f"logdir {store.root} is a file, not a directory",
+                          "give the directory the trainer writes its event files into")
     if isinstance(store, DirBlobStore) and not store.root.is_dir():
         raise TpuopsError(f"logdir {store.root} does not exist",
                           "check --logdir (or logs.tensorboard in the spec); the trainer creates it when it starts")

@@ -99,7 +99,9 @@ def select_workers(workers: Sequence[WorkerRecord], selection: str | None) -> li
         part = part.strip().removeprefix("w")
         try:
             if "-" in part:
-                low, high = (int(p) for p in part.split("-", 1))
+                low, high = (int(p.strip().removeprefix("w")) for p in part.split("-", 1))
+                if low > high:
+                    raise UsageError(f"--worker {part}: the range is reversed", f"write it low to high: {high}-{low}")
                 chosen.extend(range(low, high + 1))
             else:
                 chosen.append(int(part))
