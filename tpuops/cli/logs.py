@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -130,7 +131,9 @@ class _Output:
 
         self._chart(points)
         if self.plot:
-            print(terminal_chart(self.book, color=sys.stdout.isatty()))  # type: ignore[arg-type]
+            screen = Screen.of_stdout()
+            print(terminal_chart(self.book, screen.columns, None, color=screen.color,  # type: ignore[arg-type]
+                                 ascii_only=screen.dumb))
         elif self.json_output:
             for point in points:
                 print_json_line(point.to_json())
@@ -143,9 +146,10 @@ class _Output:
 
         self._chart(batch)
         if self.plot:
-            tty = sys.stdout.isatty()
-            prefix = "\x1b[H\x1b[2J" if tty else ""  # redraw in place on a terminal
-            print(prefix + terminal_chart(self.book, color=tty), flush=True)  # type: ignore[arg-type]
+            screen = Screen.of_stdout()
+            prefix = "\x1b[H\x1b[2J" if screen.redraw else ""  # redraw in place on a terminal
+            print(prefix + terminal_chart(self.book, screen.columns, screen.lines,  # type: ignore[arg-type]
+                                          color=screen.color, ascii_only=screen.dumb), flush=True)
             return
         for point in shown:
             if self.json_output:
@@ -162,6 +166,31 @@ class _Output:
         self.book.add(points)
         if self.png is not None:
             write_png(self.book, self.png)
+
+
+@dataclass(frozen=True)
+class Screen:
+    """What stdout can show: its size (None in a pipe), colours (not with NO_COLOR or TERM=dumb), redraws."""
+
+    columns: int | None
+    lines: int | None
+    color: bool
+    dumb: bool
+
+    @property
+    def redraw(self) -> bool:
+        return self.lines is not None and not self.dumb
+
+    @classmethod
+    def of_stdout(cls) -> Screen:
+        import os
+        import shutil
+
+        dumb = os.environ.get("TERM") == "dumb"
+        if not sys.stdout.isatty():
+            return cls(None, None, color=False, dumb=dumb)
+        size = shutil.get_terminal_size()
+        return cls(size.columns, size.lines, color=not dumb and not os.environ.get("NO_COLOR"), dumb=dumb)
 
 
 def _table(points: list[ScalarPoint]) -> None:
