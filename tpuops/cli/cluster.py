@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict
 
 import typer
 
 from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app, complete_cluster
+from tpuops.cli.progress import ProgressView
 from tpuops.cli.render import console, err_console, print_json
 from tpuops.errors import UsageError
 
@@ -29,50 +26,6 @@ def parse_duration(text: str) -> float:
     if not text or not match:
         raise UsageError(f"cannot read duration {text!r}", "write it like 90s, 30m, 2h or 1h30m")
     return float(int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60 + int(match["s"] or 0))
-
-
-class ProgressView:
-    """Each resource's latest state: a live table on a terminal, one line per change otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.rows: dict[tuple[str, str], str] = {}
-        self.lock = threading.Lock()
-        self.live = None
-
-    def update(self, kind: str, name: str, text: str) -> None:
-        if not self.enabled:
-            return
-        with self.lock:
-            self.rows[(kind, name)] = text
-            if self.live is not None:
-                self.live.update(self.table())
-            else:
-                err_console.print(f"  {kind} {name}: {text}")
-
-    def table(self):  # noqa: ANN201  rich Table
-        from rich.table import Table
-
-        table = Table(show_header=True, header_style="bold", box=None)
-        for column in ("resource", "name", "state"):
-            table.add_column(column)
-        for (kind, name), text in self.rows.items():
-            table.add_row(kind, name, text)
-        return table
-
-    @contextmanager
-    def shown(self) -> Iterator[ProgressView]:
-        if not (self.enabled and err_console.is_terminal):
-            yield self
-            return
-        from rich.live import Live
-
-        with Live(self.table(), console=err_console, refresh_per_second=8, transient=False) as live:
-            self.live = live
-            try:
-                yield self
-            finally:
-                self.live = None
 
 
 @app.command()
@@ -111,16 +64,7 @@ def up(
         )
         os._exit(INTERRUPTED_EXIT)
     if json_output:
-        print_json(
-            {
-                "cluster": result.cluster,
-                "created": [asdict(a) for a in result.done],
-                "kept": [asdict(a) for a in result.plan.actions if a.verb == "keep"],
-                "workers": [w.model_dump() for w in result.workers],
-                "known_hosts": result.known_hosts,
-                "warnings": list(result.plan.warnings),
-            }
-        )
+        print_json(result)
         return
     for warning in result.plan.warnings:
         err_console.print(f"warning: {warning}")
@@ -157,19 +101,15 @@ def status(
     if name is None:
         clusters = ops_status.list_clusters(ctx)
         if json_output:
-            print_json([asdict(c) for c in clusters])
+            print_json(clusters)
         elif not clusters:
             console.print("no clusters here (create one with `tpuops up SPEC`)")
-        for cluster in [] if json_output else clusters:
-            console.print(f"{cluster.name}  {cluster.provider}  {cluster.zone or '-'}  {cluster.workers} worker(s)")
-            for resource in cluster.resources:
-                console.print(f"  {resource}")
+        else:
+            print_cluster_list(clusters)
         return
     result = ops_status.cluster_status(ctx, name)
     if json_output:
-        data = asdict(result)
-        data["workers"] = [w.model_dump() for w in result.workers]
-        print_json(data)
+        print_json(result)
         return
     console.print(f"{result.name}  {result.provider}  project {result.project or '-'}  zone {result.zone or '-'}")
     for row in result.resources:
@@ -188,6 +128,18 @@ def status(
         console.print(f"  run {run.id} (started {run.started_at}, restart {run.restart}): {run.command}", markup=False)
         for worker, worker_state in run.workers.items():
             console.print(f"    {worker}: {worker_state} ({when})")
+
+
+def print_cluster_list(clusters) -> None:  # noqa: ANN001  (list[ClusterSummary]; import kept lazy)
+    """One line per cluster under a header, also in a narrow pipe (the resources column is never wrapped)."""
+    rows = [("NAME", "PROVIDER", "ZONE", "WORKERS", "RESOURCES (as recorded)")]
+    rows += [(c.name, c.provider, c.zone or "-", str(c.workers), ", ".join(c.resources) or "-") for c in clusters]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cells = [cell.rjust(width) if i == 3 else cell.ljust(width)
+                 for i, (cell, width) in enumerate(zip(row[:4], widths, strict=True))]
+        console.print("  ".join([*cells, row[4]]), markup=False)
+    console.print("`tpuops status NAME` asks the cloud for one cluster's live state.", markup=False)
 
 
 @app.command()
@@ -221,7 +173,7 @@ def down(
     view = ProgressView(enabled=not json_output)
     result = ops_down.execute(ctx, plan, cloud, progress=view.update)
     if json_output:
-        print_json({**asdict(result), "nothing_left": result.nothing_left, "searched": plan.searched})
+        print_json(result)
         return
     if result.nothing_left:
         note = "" if plan.searched else " (no local state: pass the spec file to search by label)"

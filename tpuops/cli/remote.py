@@ -7,7 +7,7 @@ import threading
 import typer
 
 from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, app, complete_cluster
-from tpuops.cli.render import console, err_console, print_json
+from tpuops.cli.render import console, err_console, plural, print_json, size_text
 
 WORKER_COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 CONNECT_TIMEOUT_OPTION = typer.Option(
@@ -66,11 +66,7 @@ def exec_(
         connect_timeout=connect_timeout, max_parallel=parallel, capture=json_,
     )
     if json_:
-        data = report.as_dict()
-        for entry, result in zip(data["workers"], report.results, strict=True):  # type: ignore[arg-type]
-            entry["stdout"] = result.stdout.decode("utf-8", "replace")
-            entry["stderr"] = result.stderr.decode("utf-8", "replace")
-        print_json(data)
+        print_json(report)
     else:
         print_results_table(report.results)
     if not report.ok:
@@ -129,7 +125,7 @@ def push(
                               connect_timeout=connect_timeout, max_parallel=parallel, on_upload=bar.update,
                               on_new_host_key=note_new_host_key)
     if json_:
-        print_json(report.as_dict())
+        print_json(report)
     else:
         print_push_report(report)
     if not report.ok:
@@ -137,7 +133,7 @@ def push(
 
 
 class UploadBar:
-    """A progress bar (bytes and rate) per gs:// upload, on a terminal only."""
+    """On a terminal only: a pulse while the push runs, and a progress bar (bytes and rate) per gs:// upload."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled and err_console.is_terminal
@@ -150,6 +146,7 @@ class UploadBar:
 
             self._progress = Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(),
                                       console=err_console, transient=True)
+            self._progress.add_task("push: scanning, sending what changed", total=None)  # a pulse until done
             self._progress.start()
         return self
 
@@ -166,32 +163,20 @@ class UploadBar:
 
 
 def print_push_report(report) -> None:  # noqa: ANN001  (PushReport; import kept lazy)
+    """Per tree: files, size, what changed; then each worker's part (sent from here, relayed, unchanged)."""
     for tree in report.trees:
-        statuses: dict[str, list[str]] = {}
+        console.print(f"{tree.dest}: {plural(tree.files, 'file')} ({size_text(tree.total_bytes)}), "
+                      f"{tree.changed_files} changed, {size_text(tree.bytes_sent)} sent from here", markup=False)
         for worker in tree.workers:
-            statuses.setdefault(worker.status, []).append(worker.worker)
-        summary = "; ".join(f"{status}: {', '.join(names)}" for status, names in statuses.items())
-        console.print(
-            f"{tree.dest}: {tree.files} files ({_size(tree.total_bytes)}), {tree.changed_files} changed, "
-            f"{_size(tree.bytes_sent)} sent from here ({summary})", markup=False,
-        )
-        for worker in tree.workers:
+            sent = f" ({size_text(worker.bytes_sent)})" if worker.bytes_sent else ""
+            console.print(f"  {worker.worker}: {worker.status}{sent}, {worker.duration:.1f} s", markup=False)
             if worker.error:
                 err_console.print(f"[red]error:[/] {_escape(worker.error)}")
     for upload in report.uploads:
-        console.print(f"{upload.url}: {upload.files} files, {upload.uploaded} uploaded "
-                      f"({_size(upload.bytes_uploaded)}), {upload.skipped} already there", markup=False)
+        console.print(f"{upload.url}: {plural(upload.files, 'file')}, {upload.uploaded} uploaded "
+                      f"({size_text(upload.bytes_uploaded)}), {upload.skipped} already there", markup=False)
         if upload.error:
             err_console.print(f"[red]error:[/] {_escape(upload.error)}")
-
-
-def _size(count: int) -> str:
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{count} B"
 
 
 @app.command()

@@ -31,7 +31,7 @@ def plan(
 
     result = plan_file(Context.from_env(project=project), spec)
     if json_:
-        print_json(result.to_dict())
+        print_json(result)
         return
     where = f"zone {result.zone}, region {result.region}" if result.zone else "local"
     console.print(f"Plan for cluster [bold]{result.cluster}[/] (project {result.project or '(not set)'}, {where})")

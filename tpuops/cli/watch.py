@@ -51,7 +51,7 @@ def watch(
                             unhealthy_grace, down)
     result = interruptible(lambda: run_watch(ctx, name, options, on_event=print_event))
     if json_:
-        print_json(result.as_dict())
+        print_json(result)
     raise typer.Exit(result.exit_code)
 
 

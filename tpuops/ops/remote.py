@@ -136,13 +136,19 @@ def make_runners(access: ClusterAccess, workers: Sequence[WorkerRecord], *,
 class ExecReport:
     cluster: str
     results: tuple[RunResult, ...]
+    captured: bool = False  # the output was kept (exec --json) rather than streamed
 
     @property
     def ok(self) -> bool:
         return bool(self.results) and all(r.ok for r in self.results)
 
     def as_dict(self) -> dict[str, object]:
-        return {"cluster": self.cluster, "ok": self.ok, "workers": [r.as_dict() for r in self.results]}
+        workers = [r.as_dict() for r in self.results]
+        if self.captured:
+            for entry, result in zip(workers, self.results, strict=True):
+                entry["stdout"] = result.stdout.decode("utf-8", "replace")
+                entry["stderr"] = result.stderr.decode("utf-8", "replace")
+        return {"cluster": self.cluster, "ok": self.ok, "workers": workers}
 
 
 def exec_command(
@@ -164,7 +170,7 @@ def exec_command(
     runners = make_runners(access, chosen, connect_timeout=connect_timeout, on_new_host_key=on_new_host_key)
     results = exec_all(runners, command, timeout=timeout, on_line=on_line, capture=capture,
                        max_parallel=max_parallel)
-    return ExecReport(access.state.name, tuple(results))
+    return ExecReport(access.state.name, tuple(results), captured=capture)
 
 
 # ------------------------------------------------------------------------------------------------ push

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tpuops.cloud.base import Cloud, TpuMode, TpuNode
@@ -35,6 +35,9 @@ class ClusterStatus:
     restarts: tuple[RestartEvent, ...] = ()  # recoveries by `tpuops watch`, oldest first
     run: RunStatus | None = None  # the current run, each worker's state of it
 
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self), "workers": [w.model_dump() for w in self.workers]}
+
 
 @dataclass(frozen=True)
 class RunStatus:
@@ -60,6 +63,9 @@ class ClusterSummary:
     resources: tuple[str, ...]  # "kind name (recorded status)"
     workers: int
     updated_at: str
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
 
 
 def list_clusters(ctx: Context) -> list[ClusterSummary]:

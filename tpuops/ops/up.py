@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -50,6 +50,16 @@ class UpResult:
     @property
     def created_nothing(self) -> bool:
         return not self.done
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "cluster": self.cluster,
+            "created": [asdict(a) for a in self.done],
+            "kept": [asdict(a) for a in self.plan.actions if a.verb == "keep"],
+            "workers": [w.model_dump() for w in self.workers],
+            "known_hosts": self.known_hosts,
+            "warnings": list(self.plan.warnings),
+        }
 
 
 def up(
