@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     runs = parser.parse_args().runs
     samples: dict[str, list[float]] = {name: [] for name in CANDIDATES}
-    for name, argv in CANDIDATES.items():
+    for argv in CANDIDATES.values():
         timed(argv)  # warm the page cache and .pyc files
     for _ in range(runs):
         for name, argv in CANDIDATES.items():  # alternate so both see the same machine load
