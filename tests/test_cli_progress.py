@@ -58,10 +58,12 @@ def test_push_and_launch_output(two_workers: Path) -> None:
     pushed = run_cli("push", "chatty")
     assert pushed.returncode == 0, pushed.stderr
     lines = pushed.stdout.splitlines()
-    assert re.match(r"~/tpuops/chatty/code: 2 files \(.+\), 1 changed, .+ sent from here", lines[0]), lines
-    assert re.match(r"  w0: (sent|relayed) .*s$", lines[1]) and re.match(r"  w1: (sent|relayed) .*s$", lines[2])
-    assert re.match(r"corpus: 1 file \(", lines[3]), lines  # "1 file", not "1 files"
-    assert "  w0: unchanged" in lines[4]
+    assert re.match(r"~/tpuops/chatty/code: 2 files \(.+\), 1 changed, .+ sent from here \(sent: w0, w1\)",
+                    lines[0]), lines
+    assert re.fullmatch(r"  w0: [\d.]+ (B|KiB) sent in [\d.]+ s", lines[1]), lines  # each worker's bytes
+    assert re.fullmatch(r"  w1: [\d.]+ (B|KiB) sent in [\d.]+ s", lines[2]), lines
+    assert re.match(r"corpus: 1 file \(.+\), 0 changed, 0 B sent from here \(unchanged: w0, w1\)$", lines[3])
+    assert len(lines) == 4  # unchanged workers take no line of their own
 
     launched = run_cli("launch", "chatty")
     assert launched.returncode == 0, launched.stderr

@@ -165,11 +165,17 @@ class UploadBar:
 def print_push_report(report) -> None:  # noqa: ANN001  (PushReport; import kept lazy)
     """Per tree: files, size, what changed; then each worker's part (sent from here, relayed, unchanged)."""
     for tree in report.trees:
-        console.print(f"{tree.dest}: {plural(tree.files, 'file')} ({size_text(tree.total_bytes)}), "
-                      f"{tree.changed_files} changed, {size_text(tree.bytes_sent)} sent from here", markup=False)
+        statuses: dict[str, list[str]] = {}
         for worker in tree.workers:
-            sent = f" ({size_text(worker.bytes_sent)})" if worker.bytes_sent else ""
-            console.print(f"  {worker.worker}: {worker.status}{sent}, {worker.duration:.1f} s", markup=False)
+            statuses.setdefault(worker.status, []).append(worker.worker)
+        summary = "; ".join(f"{status}: {', '.join(names)}" for status, names in statuses.items())
+        console.print(f"{tree.dest}: {plural(tree.files, 'file')} ({size_text(tree.total_bytes)}), "
+                      f"{tree.changed_files} changed, {size_text(tree.bytes_sent)} sent from here ({summary})",
+                      markup=False)
+        for worker in tree.workers:
+            if worker.bytes_sent:
+                console.print(f"  {worker.worker}: {size_text(worker.bytes_sent)} sent in {worker.duration:.1f} s",
+                              markup=False)
             if worker.error:
                 err_console.print(f"[red]error:[/] {_escape(worker.error)}")
     for upload in report.uploads:
