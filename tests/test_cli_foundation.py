@@ -74,7 +74,8 @@ def test_traceback_only_with_debug(tmp_path: Path) -> None:
 
 def test_usage_error_exit_2() -> None:
     result = run_cli("plan")
-    assert result.returncode == 2 and "Missing argument" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["tpuops: error: plan: missing argument 'SPEC' (hint: see `tpuops plan -h`)"]
 
 
 def test_schema_is_json_schema_with_the_contract_keys() -> None:

@@ -54,7 +54,7 @@ class Plan:
     def changes(self) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if a.verb != "keep")
 
-    def to_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

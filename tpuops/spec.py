@@ -205,15 +205,23 @@ def load_spec(path: str | Path) -> Spec:
 
 def load_spec_with_lines(path: str | Path) -> tuple[Spec, LineIndex]:
     path = Path(path)
+    return parse_spec(read_spec_text(path), str(path))
+
+
+def read_spec_text(path: Path) -> str:
+    """The spec file's text; a missing file, a directory, an unreadable or binary file each get their own line."""
     try:
-        text = path.read_text()
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(
-            f"spec file {path} not found", "create one with `tpuops init` or check the path"
-        ) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
-        raise SpecError(f"cannot read spec file {path}: {err}") from None
-    return parse_spec(text, str(path))
+        raise SpecError(f"spec file {path} not found", "create one with `tpuops init` or check the path") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path} is a directory, not a spec file",
+                        f"give the YAML file inside it, e.g. {path / 'tpuops.yaml'}") from None
+    except PermissionError:
+        raise SpecError(f"spec file {path} cannot be read with your permissions", "check its owner and mode") from None
+    except UnicodeDecodeError as err:
+        raise SpecError(f"spec file {path} is not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
+                        f"{err.start})", "a spec is a YAML text file: is this the right file?") from None
 
 
 def parse_spec(text: str, source: str = "<spec>") -> tuple[Spec, LineIndex]:
@@ -228,6 +236,7 @@ def parse_spec(text: str, source: str = "<spec>") -> tuple[Spec, LineIndex]:
         raise SpecError(
             f"invalid YAML: {problem}", "check indentation and quoting", path=source, line=line
         ) from None
+    _refuse_duplicate_keys(node, source)
     lines = LineIndex(node)
     if not isinstance(data, dict):
         raise SpecError(
@@ -240,6 +249,24 @@ def parse_spec(text: str, source: str = "<spec>") -> tuple[Spec, LineIndex]:
         return Spec.model_validate(data), lines
     except ValidationError as err:
         raise _spec_error(err, source, lines) from None
+
+
+def _refuse_duplicate_keys(node: yaml.Node | None, source: str) -> None:
+    """YAML lets a second `zone:` silently win; a spec with two values for one key is refused instead."""
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, source)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first_line: dict[str, int] = {}
+    for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.value != "<<":
+            line = key.start_mark.line + 1
+            if key.value in first_line:
+                raise SpecError(f"duplicate key '{key.value}' (first at {source}:{first_line[key.value]})",
+                                "keep one of the two: YAML would silently use the last", path=source, line=line)
+            first_line[key.value] = line
+        _refuse_duplicate_keys(value, source)
 
 
 def _spec_error(err: ValidationError, source: str, lines: LineIndex) -> SpecError:

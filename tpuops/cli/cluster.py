@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict
 
 import typer
 
-from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, YES_OPTION, app
+from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app, complete_cluster
+from tpuops.cli.progress import ProgressView
 from tpuops.cli.render import console, err_console, print_json
 from tpuops.errors import UsageError
 
@@ -31,61 +28,23 @@ def parse_duration(text: str) -> float:
     return float(int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60 + int(match["s"] or 0))
 
 
-class ProgressView:
-    """Each resource's latest state: a live table on a terminal, one line per change otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.rows: dict[tuple[str, str], str] = {}
-        self.lock = threading.Lock()
-        self.live = None
-
-    def update(self, kind: str, name: str, text: str) -> None:
-        if not self.enabled:
-            return
-        with self.lock:
-            self.rows[(kind, name)] = text
-            if self.live is not None:
-                self.live.update(self.table())
-            else:
-                err_console.print(f"  {kind} {name}: {text}")
-
-    def table(self):  # noqa: ANN201  rich Table
-        from rich.table import Table
-
-        table = Table(show_header=True, header_style="bold", box=None)
-        for column in ("resource", "name", "state"):
-            table.add_column(column)
-        for (kind, name), text in self.rows.items():
-            table.add_row(kind, name, text)
-        return table
-
-    @contextmanager
-    def shown(self) -> Iterator[ProgressView]:
-        if not (self.enabled and err_console.is_terminal):
-            yield self
-            return
-        from rich.live import Live
-
-        with Live(self.table(), console=err_console, refresh_per_second=8, transient=False) as live:
-            self.live = live
-            try:
-                yield self
-            finally:
-                self.live = None
-
-
 @app.command()
 def up(
-    spec: str = typer.Argument(..., help="The spec file."),
+    spec: str = SPEC_ARGUMENT,
     wait_for_capacity: str = typer.Option(
-        "0", "--wait-for-capacity", help="Keep retrying (and trying tpu.zones) this long when a zone has no capacity."
+        "0", "--wait-for-capacity", metavar="DURATION",
+        help="Keep retrying (and trying tpu.zones) this long when a zone has no capacity, e.g. 2h.",
     ),
     json_output: bool = JSON_OPTION,
     yes: bool = YES_OPTION,
     project: str = PROJECT_OPTION,
 ) -> None:
-    """Create or adopt everything the spec asks for (idempotent, resumable)."""
+    """Create or adopt everything the spec asks for (idempotent, resumable).
+
+    \b
+    Example:
+      tpuops up spec.yaml --wait-for-capacity 2h
+    """
     from tpuops.context import Context
     from tpuops.ops.up import up as run_up
 
@@ -105,16 +64,7 @@ def up(
         )
         os._exit(INTERRUPTED_EXIT)
     if json_output:
-        print_json(
-            {
-                "cluster": result.cluster,
-                "created": [asdict(a) for a in result.done],
-                "kept": [asdict(a) for a in result.plan.actions if a.verb == "keep"],
-                "workers": [w.model_dump() for w in result.workers],
-                "known_hosts": result.known_hosts,
-                "warnings": list(result.plan.warnings),
-            }
-        )
+        print_json(result)
         return
     for warning in result.plan.warnings:
         err_console.print(f"warning: {warning}")
@@ -132,11 +82,18 @@ def up(
 
 @app.command()
 def status(
-    name: str = typer.Argument(None, help="Cluster name; without it, every cluster with local state."),
+    name: str = typer.Argument(None, metavar="NAME", autocompletion=complete_cluster,
+                               help="Cluster name; without it, every cluster with local state."),
     json_output: bool = JSON_OPTION,
     project: str = PROJECT_OPTION,
 ) -> None:
-    """Resources and their live state, the TPU's state and health, workers and their IPs."""
+    """Resources and their live state, the TPU's state and health, workers and their IPs.
+
+    \b
+    Examples:
+      tpuops status            # every cluster with local state
+      tpuops status my-bert    # one cluster, asked live
+    """
     from tpuops.context import Context
     from tpuops.ops import status as ops_status
 
@@ -144,19 +101,15 @@ def status(
     if name is None:
         clusters = ops_status.list_clusters(ctx)
         if json_output:
-            print_json([asdict(c) for c in clusters])
+            print_json(clusters)
         elif not clusters:
             console.print("no clusters here (create one with `tpuops up SPEC`)")
-        for cluster in [] if json_output else clusters:
-            console.print(f"{cluster.name}  {cluster.provider}  {cluster.zone or '-'}  {cluster.workers} worker(s)")
-            for resource in cluster.resources:
-                console.print(f"  {resource}")
+        else:
+            print_cluster_list(clusters)
         return
     result = ops_status.cluster_status(ctx, name)
     if json_output:
-        data = asdict(result)
-        data["workers"] = [w.model_dump() for w in result.workers]
-        print_json(data)
+        print_json(result)
         return
     console.print(f"{result.name}  {result.provider}  project {result.project or '-'}  zone {result.zone or '-'}")
     for row in result.resources:
@@ -177,16 +130,34 @@ def status(
             console.print(f"    {worker}: {worker_state} ({when})")
 
 
+def print_cluster_list(clusters) -> None:  # noqa: ANN001  (list[ClusterSummary]; import kept lazy)
+    """One line per cluster under a header, also in a narrow pipe (the resources column is never wrapped)."""
+    rows = [("NAME", "PROVIDER", "ZONE", "WORKERS", "RESOURCES (as recorded)")]
+    rows += [(c.name, c.provider, c.zone or "-", str(c.workers), ", ".join(c.resources) or "-") for c in clusters]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cells = [cell.rjust(width) if i == 3 else cell.ljust(width)
+                 for i, (cell, width) in enumerate(zip(row[:4], widths, strict=True))]
+        console.print("  ".join([*cells, row[4]]), markup=False)
+    console.print("`tpuops status NAME` asks the cloud for one cluster's live state.", markup=False)
+
+
 @app.command()
 def down(
-    name: str = typer.Argument(..., help="Cluster name, or its spec file (to search by label when state is lost)."),
+    name: str = typer.Argument(..., metavar="NAME|SPEC", autocompletion=complete_cluster,
+                               help="Cluster name, or its spec file (to search by label when state is lost)."),
     yes: bool = YES_OPTION,
     delete_bucket: bool = typer.Option(False, "--delete-bucket", help="Also delete the bucket."),
     force: bool = typer.Option(False, "--force", help="With --delete-bucket: delete it even if it holds objects."),
     json_output: bool = JSON_OPTION,
     project: str = PROJECT_OPTION,
 ) -> None:
-    """Delete everything tpuops created for a cluster (the bucket only with --delete-bucket)."""
+    """Delete everything tpuops created for a cluster (the bucket only with --delete-bucket).
+
+    \b
+    Example:
+      tpuops down my-bert --yes
+    """
     from tpuops.context import Context
     from tpuops.ops import down as ops_down
 
@@ -202,7 +173,7 @@ def down(
     view = ProgressView(enabled=not json_output)
     result = ops_down.execute(ctx, plan, cloud, progress=view.update)
     if json_output:
-        print_json({**asdict(result), "nothing_left": result.nothing_left, "searched": plan.searched})
+        print_json(result)
         return
     if result.nothing_left:
         note = "" if plan.searched else " (no local state: pass the spec file to search by label)"

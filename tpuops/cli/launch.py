@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from tpuops.cli.app import JSON_OPTION, app
+from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app
+from tpuops.cli.progress import ProgressView
 from tpuops.cli.remote import LinePrinter, print_results_table
-from tpuops.cli.render import console, err_console, print_json
+from tpuops.cli.render import console, err_console, plural, print_json, size_text
 from tpuops.cli.watch import (
     MAX_RESTARTS_OPTION,
     RESTART_ON_FAILURE_OPTION,
@@ -18,31 +19,38 @@ from tpuops.cli.watch import (
 
 @app.command()
 def launch(
-    name: str = typer.Argument(None, help="Cluster name (default: the only cluster)."),
-    command: list[str] = typer.Argument(None, help="Run this instead of trainer.command (after `--`)."),
+    name: str = CLUSTER_ARGUMENT,
+    command: list[str] = typer.Argument(None, metavar="CMD", help="Run this instead of trainer.command (after `--`)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream the workers' output until the run ends."),
     setup: bool = typer.Option(False, "--setup", help="Run trainer.setup even if its text did not change."),
     replace: bool = typer.Option(False, "--replace", help="Stop a run that is still going, then start."),
     no_data: bool = typer.Option(False, "--no-data", help="Push code only, not the spec's data."),
     json_: bool = JSON_OPTION,
+    project: str | None = PROJECT_OPTION,
 ) -> None:
-    """Push, run setup once, free the TPU, and start the trainer detached on every worker."""
+    """Push, run setup once, free the TPU, and start the trainer detached on every worker.
+
+    \b
+    Example:
+      tpuops launch my-pod --follow -- python3 train.py --steps 100
+    """
     from tpuops.context import Context
     from tpuops.ops.launch import LaunchOptions, follow_and_wait, launch_run
 
-    ctx = Context.from_env()
+    ctx = Context.from_env(project=project)
     printer = None if json_ else LinePrinter()
     options = LaunchOptions(command=" ".join(command) if command else None, force_setup=setup, replace=replace,
                             push_data=not no_data)
     report = launch_run(ctx, name, options, on_line=printer,
                         on_step=None if json_ else lambda step: _show_step(step.name, step.results))
     if json_:
-        print_json(report.as_dict())
+        print_json(report)
     if not report.ok:
         raise typer.Exit(1)
     if not json_:
-        console.print(f"Run [bold]{report.run_id}[/] started on {len(report.steps[-1].results)} worker(s). "
-                      f"Follow: tpuops launch --follow, or tpuops logs {report.cluster} --workers")
+        console.print(f"Run [bold]{report.run_id}[/] started on {plural(len(report.steps[-1].results), 'worker')}. "
+                      f"Follow its output: tpuops logs {report.cluster} --workers -f; its scalars: "
+                      f"tpuops logs {report.cluster} -f")
     if follow:
         code = follow_and_wait(ctx, report.cluster, report.run_id, on_line=printer or LinePrinter())
         raise typer.Exit(code)
@@ -50,18 +58,22 @@ def launch(
 
 @app.command()
 def stop(
-    name: str = typer.Argument(None, help="Cluster name (default: the only cluster)."),
-    run: str | None = typer.Option(None, "--run", help="Run id (default: the current run)."),
+    name: str = CLUSTER_ARGUMENT,
+    run: str | None = typer.Option(None, "--run", metavar="RUN_ID", help="Run id (default: the current run)."),
     json_: bool = JSON_OPTION,
 ) -> None:
-    """Stop the run's process group on every worker (TERM, grace period, KILL) and free the TPU."""
+    """Stop the run's process group on every worker (TERM, grace period, KILL) and free the TPU.
+
+    \b
+    Example:
+      tpuops stop my-pod
+    """
     from tpuops.context import Context
     from tpuops.ops.launch import stop as stop_run
 
     report = stop_run(Context.from_env(), name, run)
     if json_:
-        print_json({"cluster": report.cluster, "run_id": report.run_id, "ok": report.ok,
-                    "workers": report.worker_states})
+        print_json(report)
     else:
         for step in report.steps:
             _show_step(step.name, step.results)
@@ -76,42 +88,76 @@ def _show_step(name: str, results) -> None:  # noqa: ANN001  (Sequence[RunResult
     if failed or name in ("setup",):
         err_console.print(f"[bold]{name}[/]")
         print_results_table(results)
+    elif name == "push":
+        err_console.print(push_line(results), markup=False)
     else:
-        err_console.print(f"{name}: ok on {len(results)} worker(s)")
+        err_console.print(f"{name}: ok on {plural(len(results), 'worker')}", markup=False)
+
+
+def push_line(results) -> str:  # noqa: ANN001  (Sequence[RunResult]: one per worker and tree, one per upload)
+    """`push: ok on 2 workers (w0 1.2 MiB, w1 1.2 MiB sent), 1 upload`: workers counted once, not per tree."""
+    sent: dict[str, int] = {}
+    uploads = 0
+    for result in results:
+        if result.worker.startswith("upload "):
+            uploads += 1
+        else:
+            sent[result.worker] = sent.get(result.worker, 0) + result.bytes_sent
+    detail = ", ".join(f"{worker} {size_text(count)}" for worker, count in sent.items() if count)
+    text = f"push: ok on {plural(len(sent), 'worker')}" + (f" ({detail} sent)" if detail else " (nothing changed)")
+    return text + (f", {plural(uploads, 'upload')}" if uploads else "")
 
 
 @app.command(name="run")
 def run_(
-    spec: str = typer.Argument(..., help="The spec file."),
+    spec: str = SPEC_ARGUMENT,
     down: bool = typer.Option(False, "--down", help="Tear everything down afterwards (also after a failure "
                               "or Ctrl-C); the bucket stays."),
     detach: bool = typer.Option(False, "--detach", help="Return once the run has started."),
-    wait_for_capacity: str = typer.Option("0", "--wait-for-capacity",
-                                          help="Keep retrying this long when the zone has no capacity."),
+    wait_for_capacity: str = typer.Option("0", "--wait-for-capacity", metavar="DURATION",
+                                          help="Keep retrying this long when the zone has no capacity, e.g. 2h."),
     watch: bool = typer.Option(False, "--watch", help="Instead of following the output, watch the run and "
                                "recover from preemption (see `tpuops watch`)."),
     max_restarts: int = MAX_RESTARTS_OPTION,
     restart_on_failure: bool = RESTART_ON_FAILURE_OPTION,
     json_: bool = JSON_OPTION,
+    yes: bool = YES_OPTION,
+    project: str | None = PROJECT_OPTION,
 ) -> None:
-    """`up`, `launch`, then follow the workers' output and the scalars until the run ends (like `sky launch`)."""
+    """`up`, `launch`, then follow the workers' output and the scalars until the run ends (like `sky launch`).
+
+    \b
+    Example:
+      tpuops run examples/quickstart.yaml --down
+    """
     from tpuops.cli.cluster import parse_duration
     from tpuops.context import Context
     from tpuops.ops.run import run_spec
 
-    ctx = Context.from_env()
+    ctx = Context.from_env(project=project, assume_yes=yes)
     printer = None if json_ else LinePrinter()
     watching = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, None, None) \
         if watch else None
-    summary = interruptible_if(watch and not down, lambda: run_spec(
-        ctx, spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
-        on_line=printer, on_points=None if json_ else _print_points,
-        on_phase=None if json_ else lambda phase: err_console.print(f"[bold]==> {phase}[/]"),
-        on_step=None if json_ else lambda step: _show_step(step.name, step.results),
-        watch=watching, on_event=print_event,
-    ))
+    view = ProgressView(enabled=not json_)  # what up creates or keeps (and down deletes), as it happens
+
+    def show_phase(phase: str) -> None:
+        view.stop()
+        err_console.print(f"[bold]==> {phase}[/]")
+        if phase in ("up", "down"):
+            view.start()
+
+    try:
+        summary = interruptible_if(watch and not down, lambda: run_spec(
+            ctx, spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
+            on_line=printer, on_points=None if json_ else _print_points,
+            on_phase=None if json_ else show_phase,
+            on_step=None if json_ else lambda step: _show_step(step.name, step.results),
+            watch=watching, on_event=print_event, on_progress=view.update,
+        ))
+    finally:
+        view.stop()
     if json_:
-        print_json(summary.as_dict())
+        print_json(summary)
     else:
         _print_summary(summary)
     raise typer.Exit(summary.exit_code)
@@ -122,16 +168,22 @@ def interruptible_if(condition: bool, call):  # noqa: ANN001, ANN201
     return interruptible(call) if condition else call()
 
 
+def _top_level(run: str) -> bool:
+    """Events right in the logdir (the run is called "."): the run is the cluster's own, no name to show."""
+    return run in ("", ".")
+
+
 def _print_points(points) -> None:  # noqa: ANN001  (list[ScalarPoint])
     """One line per run and poll: the newest value of each tag (the trainer's own output says the rest)."""
     from tpuops.logs.tail import latest_values
 
     by_run: dict[str, list] = {}
     for point in latest_values(points).values():
-        by_run.setdefault(point.run or ".", []).append(point)
+        by_run.setdefault(point.run, []).append(point)
     for run, latest in by_run.items():
         values = " ".join(f"{p.tag}={p.value:.4g}" for p in latest)
-        console.print(f"[scalars] {run} step {max(p.step for p in latest)}: {values}", markup=False)
+        where = "" if _top_level(run) else f"{run} "
+        console.print(f"[scalars] {where}step {max(p.step for p in latest)}: {values}", markup=False)
 
 
 def _print_summary(summary) -> None:  # noqa: ANN001  (RunSummary)
@@ -153,8 +205,10 @@ def _print_summary(summary) -> None:  # noqa: ANN001  (RunSummary)
     print_results_table(summary.workers)
     if summary.last_scalars:
         table = Table(box=None, pad_edge=False, header_style="bold", title="last scalars", title_justify="left")
-        for column in ("run", "tag", "step", "value"):
+        named_runs = not all(_top_level(point.run) for point in summary.last_scalars.values())
+        for column in ("run", "tag", "step", "value")[0 if named_runs else 1:]:
             table.add_column(column)
         for point in summary.last_scalars.values():
-            table.add_row(point.run or ".", point.tag, str(point.step), f"{point.value:.6g}")
+            cells = (point.run, point.tag, str(point.step), f"{point.value:.6g}")
+            table.add_row(*cells[0 if named_runs else 1:])
         console.print(table)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from tpuops.cli.app import JSON_OPTION, app
+from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, app, complete_cluster
 from tpuops.cli.render import console, print_json_line
 from tpuops.errors import TpuopsError, UsageError
 
@@ -20,22 +21,30 @@ if TYPE_CHECKING:  # the readers import protobuf: loaded only when the command r
 
 @app.command()
 def logs(
-    name: str | None = typer.Argument(None, help="Cluster whose spec names the logdir (default: the only one)."),
-    logdir: str | None = typer.Option(None, "--logdir", help="gs://BUCKET/PATH or a directory; no cluster needed."),
+    name: str | None = typer.Argument(None, metavar="NAME", autocompletion=complete_cluster,
+                                      help="Cluster whose spec names the logdir (default: the only one)."),
+    logdir: str | None = typer.Option(None, "--logdir", metavar="gs://BUCKET/PATH|DIR",
+                                      help="gs://BUCKET/PATH or a directory; no cluster needed."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep reading: print new points as they arrive."),
-    tag: str | None = typer.Option(None, "--tag", help="Only tags matching this regular expression."),
-    run: str | None = typer.Option(None, "--run", help="Only runs (subdirectories) matching this regular expression."),
-    since: int | None = typer.Option(None, "--since", help="Only points at this step or later."),
+    tag: str | None = typer.Option(None, "--tag", metavar="REGEX", help="Only tags matching this regular expression."),
+    run: str | None = typer.Option(None, "--run", metavar="REGEX",
+                                   help="Only runs (subdirectories) matching this regular expression."),
+    since: int | None = typer.Option(None, "--since", metavar="STEP", help="Only points at this step or later."),
     json_output: bool = JSON_OPTION,
     plot: bool = typer.Option(False, "--plot", help="A terminal chart per tag against step (redrawn with -f)."),
-    png: Path | None = typer.Option(None, "--png", help="Also write the chart to this PNG (needs tpuops[png])."),
+    png: Path | None = typer.Option(None, "--png", metavar="FILE",
+                                    help="Also write the chart to this PNG (needs tpuops[png])."),
     download: Path | None = typer.Option(
-        None, "--download", help="Mirror the event files into DIR, incrementally (for a local TensorBoard)."),
-    interval: float = typer.Option(2.0, "--interval", min=0.01, help="Seconds between polls while data arrives."),
-    max_interval: float = typer.Option(30.0, "--max-interval", min=0.01, help="Longest wait between idle polls."),
+        None, "--download", metavar="DIR",
+        help="Mirror the event files into DIR, incrementally (for a local TensorBoard)."),
+    interval: float = typer.Option(2.0, "--interval", min=0.01, metavar="SECONDS",
+                                   help="Seconds between polls while data arrives."),
+    max_interval: float = typer.Option(30.0, "--max-interval", min=0.01, metavar="SECONDS",
+                                       help="Longest wait between idle polls."),
     until_idle: float | None = typer.Option(
-        None, "--until-idle", min=0.0,
+        None, "--until-idle", min=0.0, metavar="SECONDS",
         help="With -f: stop once nothing new arrived for this many seconds (e.g. after training ends)."),
+    project: str | None = PROJECT_OPTION,
     workers: bool = typer.Option(
         False, "--workers", help="The trainer's own output on every worker instead, prefixed [wN] (-f: follow "
                                  "it to the end of the run)."),
@@ -46,6 +55,11 @@ def logs(
     (or every point from --since STEP) and then new points as `run tag step value` until Ctrl-C or
     --until-idle. --json prints one JSON object per point instead. --workers shows the current run's output
     on every worker rather than scalars.
+
+    \b
+    Examples:
+      tpuops logs my-bert -f --plot
+      tpuops logs --logdir gs://my-bucket/runs/exp1 --tag loss --json
     """
     from tpuops.context import Context
     from tpuops.logs.plot import SeriesBook, png_available
@@ -66,7 +80,7 @@ def logs(
         return
     if png is not None and not png_available():
         raise TpuopsError("--png needs matplotlib", "pip install 'tpuops[png]'")
-    ctx = Context.from_env()
+    ctx = Context.from_env(project=project)
     location = resolve_logdir(ctx, name, logdir)
     request = LogsRequest(logdir=location, tag=tag, run=run, since=since, download=download,
                           provider=logs_provider(ctx, name, logdir))
@@ -117,7 +131,9 @@ class _Output:
 
         self._chart(points)
         if self.plot:
-            print(terminal_chart(self.book, color=sys.stdout.isatty()))  # type: ignore[arg-type]
+            screen = Screen.of_stdout()
+            print(terminal_chart(self.book, screen.columns, None, color=screen.color,  # type: ignore[arg-type]
+                                 ascii_only=screen.dumb))
         elif self.json_output:
             for point in points:
                 print_json_line(point.to_json())
@@ -130,9 +146,10 @@ class _Output:
 
         self._chart(batch)
         if self.plot:
-            tty = sys.stdout.isatty()
-            prefix = "\x1b[H\x1b[2J" if tty else ""  # redraw in place on a terminal
-            print(prefix + terminal_chart(self.book, color=tty), flush=True)  # type: ignore[arg-type]
+            screen = Screen.of_stdout()
+            prefix = "\x1b[H\x1b[2J" if screen.redraw else ""  # redraw in place on a terminal
+            print(prefix + terminal_chart(self.book, screen.columns, screen.lines,  # type: ignore[arg-type]
+                                          color=screen.color, ascii_only=screen.dumb), flush=True)
             return
         for point in shown:
             if self.json_output:
@@ -149,6 +166,31 @@ class _Output:
         self.book.add(points)
         if self.png is not None:
             write_png(self.book, self.png)
+
+
+@dataclass(frozen=True)
+class Screen:
+    """What stdout can show: its size (None in a pipe), colours (not with NO_COLOR or TERM=dumb), redraws."""
+
+    columns: int | None
+    lines: int | None
+    color: bool
+    dumb: bool
+
+    @property
+    def redraw(self) -> bool:
+        return self.lines is not None and not self.dumb
+
+    @classmethod
+    def of_stdout(cls) -> Screen:
+        import os
+        import shutil
+
+        dumb = os.environ.get("TERM") == "dumb"
+        if not sys.stdout.isatty():
+            return cls(None, None, color=False, dumb=dumb)
+        size = shutil.get_terminal_size()
+        return cls(size.columns, size.lines, color=not dumb and not os.environ.get("NO_COLOR"), dumb=dumb)
 
 
 def _table(points: list[ScalarPoint]) -> None:

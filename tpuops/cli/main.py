@@ -8,7 +8,7 @@ import sys
 import typer
 
 from tpuops.cli.app import app
-from tpuops.cli.errors import render_error
+from tpuops.cli.errors import USAGE_ERROR, render_error, render_usage_error
 
 # Each module registers its commands on `app` when imported (one decorated function per command).
 from tpuops.cli import spec_cmds  # noqa: F401,E402  isort: skip
@@ -23,17 +23,23 @@ from tpuops.cli import catalog  # noqa: F401,E402  isort: skip
 def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     try:
-        # standalone mode: click renders usage errors itself (exit 2) and ends with SystemExit.
-        command.main(args=argv, prog_name="tpuops", standalone_mode=True)
+        # Not standalone: click's usage errors come here and become our one line instead of its 4-line block.
+        code = command.main(args=argv, prog_name="tpuops", standalone_mode=False)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except USAGE_ERROR as err:
+        print(render_usage_error(err), file=sys.stderr)
+        return 2
+    except typer.Abort:
+        print("tpuops: aborted", file=sys.stderr)
+        return 1
     except Exception as err:  # noqa: BLE001  every error becomes one line, traceback on request
         if os.environ.get("TPUOPS_DEBUG") == "1":
             raise
         line, code = render_error(err)
         print(line, file=sys.stderr)
         return code
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -6,12 +6,12 @@ import threading
 
 import typer
 
-from tpuops.cli.app import JSON_OPTION, app
-from tpuops.cli.render import console, err_console, print_json
+from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, app, complete_cluster
+from tpuops.cli.render import console, err_console, plural, print_json, size_text
 
 WORKER_COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 CONNECT_TIMEOUT_OPTION = typer.Option(
-    60.0, "--connect-timeout", help="Seconds to keep retrying a worker whose sshd is not up yet."
+    60.0, "--connect-timeout", metavar="SECONDS", help="Seconds to keep retrying a worker whose sshd is not up yet."
 )
 
 
@@ -38,16 +38,24 @@ def note_new_host_key(worker: str, fingerprint: str) -> None:
 
 @app.command(name="exec")
 def exec_(
-    name: str = typer.Argument(..., help="Cluster name."),
-    command: list[str] = typer.Argument(..., help="The command, after `--`. One argument is a shell line "
+    name: str = typer.Argument(..., metavar="NAME", autocompletion=complete_cluster, help="Cluster name."),
+    command: list[str] = typer.Argument(..., metavar="CMD",
+                                        help="The command, after `--`. One argument is a shell line "
                                         "(pipes, &&, $VARS work); several are an argv, each quoted."),
-    worker: str = typer.Option("all", "--worker", "-w", help="`all` or indexes like 0,2,5-7."),
-    timeout: float | None = typer.Option(None, "--timeout", help="Stop the command after S seconds."),
+    worker: str = typer.Option("all", "--worker", "-w", metavar="WORKERS", help="`all` or indexes like 0,2,5-7."),
+    timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS",
+                                         help="Stop the command after S seconds."),
     connect_timeout: float = CONNECT_TIMEOUT_OPTION,
-    parallel: int = typer.Option(32, "--parallel", help="Workers worked on at once."),
+    parallel: int = typer.Option(32, "--parallel", metavar="N", help="Workers worked on at once."),
     json_: bool = JSON_OPTION,
 ) -> None:
-    """Run a command on all (or chosen) workers at once; output prefixed per worker, then an exit-code table."""
+    """Run a command on all (or chosen) workers at once; output prefixed per worker, then an exit-code table.
+
+    \b
+    Examples:
+      tpuops exec my-pod -- 'pgrep -af python'      # one argument: a shell line
+      tpuops exec my-pod --worker 0,2 -- ls /dev    # several: an argv, each quoted
+    """
     from tpuops.context import Context
     from tpuops.ops.remote import exec_command
 
@@ -58,11 +66,7 @@ def exec_(
         connect_timeout=connect_timeout, max_parallel=parallel, capture=json_,
     )
     if json_:
-        data = report.as_dict()
-        for entry, result in zip(data["workers"], report.results, strict=True):  # type: ignore[arg-type]
-            entry["stdout"] = result.stdout.decode("utf-8", "replace")
-            entry["stderr"] = result.stderr.decode("utf-8", "replace")
-        print_json(data)
+        print_json(report)
     else:
         print_results_table(report.results)
     if not report.ok:
@@ -96,14 +100,20 @@ def _escape(text: str) -> str:
 
 @app.command()
 def push(
-    name: str | None = typer.Argument(None, help="Cluster name (default: the only cluster)."),
+    name: str | None = CLUSTER_ARGUMENT,
     code_only: bool = typer.Option(False, "--code-only", help="Push the code, not the data."),
     data_only: bool = typer.Option(False, "--data-only", help="Push the data, not the code."),
     connect_timeout: float = CONNECT_TIMEOUT_OPTION,
-    parallel: int = typer.Option(32, "--parallel", help="Workers worked on at once."),
+    parallel: int = typer.Option(32, "--parallel", metavar="N", help="Workers worked on at once."),
     json_: bool = JSON_OPTION,
+    project: str | None = PROJECT_OPTION,
 ) -> None:
-    """Sync the code (incrementally, by content hash) and the data to every worker or to the bucket."""
+    """Sync the code (incrementally, by content hash) and the data to every worker or to the bucket.
+
+    \b
+    Example:
+      tpuops push my-pod --code-only
+    """
     from tpuops.context import Context
     from tpuops.errors import UsageError
     from tpuops.ops.remote import push as push_cluster
@@ -111,11 +121,11 @@ def push(
     if code_only and data_only:
         raise UsageError("--code-only and --data-only exclude each other", "give at most one")
     with UploadBar(enabled=not json_) as bar:
-        report = push_cluster(Context.from_env(), name, code=not data_only, data=not code_only,
+        report = push_cluster(Context.from_env(project=project), name, code=not data_only, data=not code_only,
                               connect_timeout=connect_timeout, max_parallel=parallel, on_upload=bar.update,
                               on_new_host_key=note_new_host_key)
     if json_:
-        print_json(report.as_dict())
+        print_json(report)
     else:
         print_push_report(report)
     if not report.ok:
@@ -123,7 +133,7 @@ def push(
 
 
 class UploadBar:
-    """A progress bar (bytes and rate) per gs:// upload, on a terminal only."""
+    """On a terminal only: a pulse while the push runs, and a progress bar (bytes and rate) per gs:// upload."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled and err_console.is_terminal
@@ -136,6 +146,7 @@ class UploadBar:
 
             self._progress = Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(),
                                       console=err_console, transient=True)
+            self._progress.add_task("push: scanning, sending what changed", total=None)  # a pulse until done
             self._progress.start()
         return self
 
@@ -152,44 +163,45 @@ class UploadBar:
 
 
 def print_push_report(report) -> None:  # noqa: ANN001  (PushReport; import kept lazy)
+    """Per tree: files, size, what changed; then each worker's part (sent from here, relayed, unchanged)."""
     for tree in report.trees:
         statuses: dict[str, list[str]] = {}
         for worker in tree.workers:
             statuses.setdefault(worker.status, []).append(worker.worker)
         summary = "; ".join(f"{status}: {', '.join(names)}" for status, names in statuses.items())
-        console.print(
-            f"{tree.dest}: {tree.files} files ({_size(tree.total_bytes)}), {tree.changed_files} changed, "
-            f"{_size(tree.bytes_sent)} sent from here ({summary})", markup=False,
-        )
+        console.print(f"{tree.dest}: {plural(tree.files, 'file')} ({size_text(tree.total_bytes)}), "
+                      f"{tree.changed_files} changed, {size_text(tree.bytes_sent)} sent from here ({summary})",
+                      markup=False)
         for worker in tree.workers:
+            if worker.bytes_sent:
+                console.print(f"  {worker.worker}: {size_text(worker.bytes_sent)} sent in {worker.duration:.1f} s",
+                              markup=False)
             if worker.error:
                 err_console.print(f"[red]error:[/] {_escape(worker.error)}")
     for upload in report.uploads:
-        console.print(f"{upload.url}: {upload.files} files, {upload.uploaded} uploaded "
-                      f"({_size(upload.bytes_uploaded)}), {upload.skipped} already there", markup=False)
+        console.print(f"{upload.url}: {plural(upload.files, 'file')}, {upload.uploaded} uploaded "
+                      f"({size_text(upload.bytes_uploaded)}), {upload.skipped} already there", markup=False)
         if upload.error:
             err_console.print(f"[red]error:[/] {_escape(upload.error)}")
 
 
-def _size(count: int) -> str:
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{count} B"
-
-
 @app.command()
 def ssh(
-    name: str | None = typer.Argument(None, help="Cluster name (needed when a command follows)."),
-    command: list[str] | None = typer.Argument(None, help="A command to run instead of a shell (after `--`)."),
-    worker: int = typer.Option(0, "--worker", "-w", help="Worker index."),
-    forward: list[str] | None = typer.Option(None, "--local-forward", "-L",
+    name: str | None = typer.Argument(None, metavar="NAME", autocompletion=complete_cluster,
+                                      help="Cluster name (needed when a command follows)."),
+    command: list[str] | None = typer.Argument(None, metavar="CMD",
+                                               help="A command to run instead of a shell (after `--`)."),
+    worker: int = typer.Option(0, "--worker", "-w", metavar="N", help="Worker index."),
+    forward: list[str] | None = typer.Option(None, "--local-forward", "-L", metavar="PORT:HOST:PORT",
                                              help="Forward a local port, e.g. 6006:localhost:6006."),
     print_only: bool = typer.Option(False, "--print", help="Print the ssh command instead of running it."),
 ) -> None:
-    """Open a shell (or run a command) on one worker with the system OpenSSH client and the cluster's key."""
+    """Open a shell (or run a command) on one worker with the system OpenSSH client and the cluster's key.
+
+    \b
+    Example:
+      tpuops ssh my-pod --worker 3 -L 6006:localhost:6006
+    """
     import os
     import shlex
 

@@ -1,10 +1,10 @@
-"""Output helpers shared by the commands: one console, JSON, tables."""
+"""Output helpers shared by the commands: one console, JSON, sizes."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from rich.console import Console
 
@@ -12,10 +12,42 @@ console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+@runtime_checkable
+class Reportable(Protocol):
+    """A result of an ops workflow: it says what it is as plain data."""
+
+    def as_dict(self) -> dict[str, object]: ...
+
+
+def plain(data: Any) -> Any:
+    """Results (and lists of them) as plain data; plain data as it is."""
+    if isinstance(data, Reportable):
+        return data.as_dict()
+    if isinstance(data, (list, tuple)):
+        return [plain(item) for item in data]
+    return data
+
+
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Every --json document: one indented JSON value on stdout, results rendered by their `as_dict()`."""
+    sys.stdout.write(json.dumps(plain(data), indent=2, default=str) + "\n")
 
 
 def print_json_line(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, default=str) + "\n")
+    """One JSON value per line (streams: `logs -f --json`)."""
+    sys.stdout.write(json.dumps(plain(data), default=str) + "\n")
     sys.stdout.flush()
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """'1 file', '2 files'."""
+    return f"{count} {noun if count == 1 else plural_form or noun + 's'}"
+
+
+def size_text(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{count} B"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, app
+from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, app
 from tpuops.cli.render import console, print_json
 
 VERB_STYLE = {"create": "[green]+ create  [/]", "keep": "[dim]= keep    [/]", "recreate": "[yellow]~ recreate[/]"}
@@ -14,19 +14,26 @@ VERB_STYLE = {"create": "[green]+ create  [/]", "keep": "[dim]= keep    [/]", "r
 
 @app.command()
 def plan(
-    spec: Path = typer.Argument(..., help="The spec file."),
+    spec: Path = SPEC_ARGUMENT,
     project: str | None = PROJECT_OPTION,
     live: bool = typer.Option(False, "--live", help="Also ask each zone's TPU API whether it offers the type and "
                               "runtime (needs the account), as `up` does."),
     json_: bool = JSON_OPTION,
 ) -> None:
-    """Validate SPEC and show what `up` would create, the region check and the cost per hour."""
+    """Validate SPEC and show what `up` would create, the region check and the cost per hour.
+
+    Creates nothing and needs no Google account.
+
+    \b
+    Example:
+      tpuops plan spec.yaml
+    """
     from tpuops.context import Context
     from tpuops.ops.specs import plan_file
 
     result = plan_file(Context.from_env(project=project), spec, live=live)
     if json_:
-        print_json(result.to_dict())
+        print_json(result)
         return
     where = f"zone {result.zone}, region {result.region}" if result.zone else "local"
     console.print(f"Plan for cluster [bold]{result.cluster}[/] (project {result.project or '(not set)'}, {where})")
@@ -42,7 +49,12 @@ def plan(
 
 @app.command()
 def schema() -> None:
-    """Print the spec's JSON Schema (for editors)."""
+    """Print the spec's JSON Schema (for editors).
+
+    \b
+    Example:
+      tpuops schema > tpuops.schema.json   # then point your editor's YAML schema at it
+    """
     from tpuops.spec import Spec
 
     print_json(Spec.model_json_schema(by_alias=True))
@@ -50,13 +62,18 @@ def schema() -> None:
 
 @app.command()
 def init(
-    path: Path = typer.Argument(Path("tpuops.yaml"), help="Where to write the spec."),
-    template: str = typer.Option("trc-v3-tf", "--template", "-t", help="trc-v3-tf, pytorch-xla, jax-pod, "
-                                 "legacy-node or local."),
+    path: Path = typer.Argument(Path("tpuops.yaml"), metavar="PATH", help="Where to write the spec."),
+    template: str = typer.Option("trc-v3-tf", "--template", "-t", metavar="NAME",
+                                 help="trc-v3-tf, pytorch-xla, jax-pod, legacy-node or local."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
     list_: bool = typer.Option(False, "--list", help="List the templates."),
 ) -> None:
-    """Write a commented spec to start from."""
+    """Write a commented spec to start from.
+
+    \b
+    Example:
+      tpuops init --template trc-v3-tf spec.yaml
+    """
     from tpuops.ops.specs import INIT_TEMPLATES, init_spec
 
     if list_:

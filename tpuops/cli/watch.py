@@ -7,43 +7,51 @@ import sys
 
 import typer
 
-from tpuops.cli.app import JSON_OPTION, app
+from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, YES_OPTION, app
 from tpuops.cli.render import err_console, print_json
 
 INTERRUPTED_EXIT = 130
 
-MAX_RESTARTS_OPTION = typer.Option(10, "--max-restarts", help="Give up after this many recoveries.")
+MAX_RESTARTS_OPTION = typer.Option(10, "--max-restarts", metavar="N", help="Give up after this many recoveries.")
 RESTART_ON_FAILURE_OPTION = typer.Option(
     False, "--restart-on-failure", help="Also relaunch a trainer that failed by itself (non-zero exit, TPU fine).")
-INTERVAL_OPTION = typer.Option(None, "--interval", help="Poll this often (default 30s, or TPUOPS_WATCH_INTERVAL).")
-GRACE_OPTION = typer.Option(None, "--unhealthy-grace",
+INTERVAL_OPTION = typer.Option(None, "--interval", metavar="DURATION",
+                               help="Poll this often (default 30s, or TPUOPS_WATCH_INTERVAL).")
+GRACE_OPTION = typer.Option(None, "--unhealthy-grace", metavar="DURATION",
                             help="Recover when the TPU stays UNHEALTHY (or workers unreachable) this long "
                                  "(default 10m).")
 
 
 @app.command()
 def watch(
-    name: str = typer.Argument(None, help="Cluster name (default: the only cluster)."),
+    name: str = CLUSTER_ARGUMENT,
     max_restarts: int = MAX_RESTARTS_OPTION,
     restart_on_failure: bool = RESTART_ON_FAILURE_OPTION,
-    wait_for_capacity: str = typer.Option("0", "--wait-for-capacity",
+    wait_for_capacity: str = typer.Option("0", "--wait-for-capacity", metavar="DURATION",
                                           help="When recreating, keep retrying this long if there is no capacity."),
     interval: str = INTERVAL_OPTION,
     unhealthy_grace: str = GRACE_OPTION,
     down: bool = typer.Option(False, "--down", help="Tear down when the run has ended (not after Ctrl-C); "
                               "the bucket stays."),
     json_: bool = JSON_OPTION,
+    yes: bool = YES_OPTION,
+    project: str | None = PROJECT_OPTION,
 ) -> None:
-    """Stay attached to the run: on preemption delete and recreate the TPU, push, and relaunch (resume)."""
+    """Stay attached to the run: on preemption delete and recreate the TPU, push, and relaunch (resume).
+
+    \b
+    Example:
+      tpuops watch my-bert --max-restarts 20
+    """
     from tpuops.context import Context
     from tpuops.ops.watch import watch as run_watch
 
-    ctx = Context.from_env()
+    ctx = Context.from_env(project=project, assume_yes=yes)
     options = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, interval,
                             unhealthy_grace, down)
     result = interruptible(lambda: run_watch(ctx, name, options, on_event=print_event))
     if json_:
-        print_json(result.as_dict())
+        print_json(result)
     raise typer.Exit(result.exit_code)
 
 

@@ -42,13 +42,38 @@ class SeriesBook:
         return tags[:MAX_CHARTS], max(0, len(tags) - MAX_CHARTS)
 
 
-def terminal_chart(book: SeriesBook, width: int = 100, height: int | None = None, color: bool = False) -> str:
-    """The charts as text (plotext 6), stacked; a note names how many tags were left out."""
+CHART_FRAME_ROWS = 5  # title, top and bottom border, tick labels, axis label
+MIN_PLOT_ROWS = 6  # fewer rows than this draw a flat smear, not a curve
+PIPE_SIZE = (80, 14 + CHART_FRAME_ROWS)  # width and rows per chart when nobody's terminal sets them
+
+
+def chart_layout(tags: int, columns: int | None, lines: int | None) -> tuple[int, int, int]:
+    """(width, rows per chart, charts shown) for a screen of `columns` x `lines`; lines None: as many rows as
+    the charts need (a pipe, or a one-off print the user scrolls through).
+
+    On a screen every chart gets at least MIN_PLOT_ROWS rows of curve: when all the tags do not fit, fewer
+    charts are drawn (the note names the rest) rather than all of them squashed flat.
+    """
+    if lines is None:
+        return max(40, columns or PIPE_SIZE[0]), PIPE_SIZE[1], tags
+    smallest = MIN_PLOT_ROWS + CHART_FRAME_ROWS
+    usable = max(smallest, lines - 2)  # the prompt line and the note
+    shown = max(1, min(tags, usable // smallest))
+    return max(40, columns), min(PIPE_SIZE[1], usable // shown), shown
+
+
+def terminal_chart(book: SeriesBook, columns: int | None = None, lines: int | None = None,
+                   color: bool = False, ascii_only: bool = False) -> str:
+    """The charts as text (plotext 6), stacked, sized for a `columns` x `lines` screen or a pipe (None);
+    a note names the tags left out. `ascii_only` (TERM=dumb) draws with plain characters."""
     import plotext
 
-    tags, left_out = book.shown_tags()
-    if not tags:
+    all_tags, left_out = book.shown_tags()
+    if not all_tags:
         return "no scalars to plot"
+    width, rows, shown = chart_layout(len(all_tags), columns, lines)
+    tags, left_out = all_tags[:shown], left_out + len(all_tags) - shown
+    plotext.terminal.limit(False, False)  # our size, not the size plotext guesses for its own terminal
     figure = plotext.figure
     figure.clear()
     if len(tags) > 1:
@@ -56,15 +81,23 @@ def terminal_chart(book: SeriesBook, width: int = 100, height: int | None = None
     for row, tag in enumerate(tags, start=1):
         chart = figure.subplot(row, 1) if len(tags) > 1 else figure
         chart.title(tag)
-        for run, (steps, values) in sorted(book.series[tag].items()):
-            chart.draw(chart.signal(steps, values).lines().label(run))
+        runs = sorted(book.series[tag].items())
+        for run, (steps, values) in runs:
+            signal = chart.signal(steps, values, marker="*" if ascii_only else None).lines()
+            chart.draw(signal.label(run or ".") if len(runs) > 1 else signal)  # one run: no legend box
         chart.label("step")
-    figure.plot_size(width, height or 14 * len(tags))
-    text = figure.build().string(colorless=not color)
+    figure.plot_size(width, rows * len(tags))
+    text = figure.build().string(colorless=not color).rstrip("\n")
     figure.clear()
+    if ascii_only:
+        text = text.translate(ASCII_FRAME)
     if left_out:
-        text += f"\n({left_out} more tags not drawn: narrow the choice with --tag REGEX)"
+        text += f"\n({left_out} more tags not drawn: narrow the choice with --tag REGEX or a taller screen)"
     return text
+
+
+ASCII_FRAME = str.maketrans({"─": "-", "│": "|", "┌": "+", "┐": "+", "└": "+", "┘": "+", "┬": "+", "┴": "+",
+                             "┤": "+", "├": "+", "┼": "+"})
 
 
 def write_png(book: SeriesBook, path: str | Path) -> None:

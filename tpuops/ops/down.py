@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tpuops import keys
@@ -42,10 +42,14 @@ class DownResult:
     deleted: tuple[Doomed, ...]
     left_alone: tuple[str, ...]
     kept_bucket: str | None
+    searched: bool = True  # False: no state and no spec, so nothing could be looked for
 
     @property
     def nothing_left(self) -> bool:
         return not self.deleted
+
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self), "nothing_left": self.nothing_left}
 
 
 def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = False) -> tuple[DownPlan, Cloud | None]:
@@ -93,7 +97,7 @@ def execute(ctx: Context, plan: DownPlan, cloud: Cloud | None, progress: Progres
         for doomed in (d for d in plan.doomed if not handler(d.kind).zonal):
             delete_one(cloud, plan.mode, doomed, report)
     forget_cluster(ctx, plan)
-    return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket)
+    return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket, searched=plan.searched)
 
 
 def delete_one(cloud: Cloud, mode: TpuMode, doomed: Doomed, report: Progress) -> None:

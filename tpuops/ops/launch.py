@@ -132,7 +132,7 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
 
 def _push(ctx: Context, access: ClusterAccess, options: LaunchOptions) -> Step:
     report = push(ctx, access.state.name, data=options.push_data, max_parallel=options.max_parallel)
-    results = [RunResult(w.worker, 0 if w.ok else None, w.duration, w.error)
+    results = [RunResult(w.worker, 0 if w.ok else None, w.duration, w.error, bytes_sent=w.bytes_sent)
                for tree in report.trees for w in tree.workers]
     results += [RunResult(f"upload {u.url}", 0 if u.ok else None, 0.0, u.error) for u in report.uploads]
     return Step("push", tuple(results))
@@ -249,6 +249,9 @@ class StopReport:
     @property
     def ok(self) -> bool:
         return all(s.ok for s in self.steps) and all(v != "running" for v in self.worker_states.values())
+
+    def as_dict(self) -> dict[str, object]:
+        return {"cluster": self.cluster, "run_id": self.run_id, "ok": self.ok, "workers": dict(self.worker_states)}
 
 
 def stop(ctx: Context, name: str | None, run_id: str | None = None, max_parallel: int = 32) -> StopReport:

@@ -69,6 +69,9 @@ def open_source(ctx: Context, request: LogsRequest, warn: Warn | None = None) ->
         store = request.provider.blob_store(request.logdir)
     else:
         store = open_blob_store(request.logdir, env=ctx.env)
+    if isinstance(store, DirBlobStore) and store.root.exists() and not store.root.is_dir():
+        raise TpuopsError(f"logdir {store.root} is a file, not a directory",
+                          "give the directory the trainer writes its event files into")
     if isinstance(store, DirBlobStore) and not store.root.is_dir():
         raise TpuopsError(f"logdir {store.root} does not exist",
                           "check --logdir (or logs.tensorboard in the spec); the trainer creates it when it starts")

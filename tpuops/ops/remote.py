@@ -106,7 +106,9 @@ def select_workers(workers: Sequence[WorkerRecord], selection: str | None) -> li
         part = part.strip().removeprefix("w")
         try:
             if "-" in part:
-                low, high = (int(p) for p in part.split("-", 1))
+                low, high = (int(p.strip().removeprefix("w")) for p in part.split("-", 1))
+                if low > high:
+                    raise UsageError(f"--worker {part}: the range is reversed", f"write it low to high: {high}-{low}")
                 chosen.extend(range(low, high + 1))
             else:
                 chosen.append(int(part))
@@ -138,13 +140,19 @@ def worker_targets(workers: Sequence[WorkerRecord]) -> list[WorkerTarget]:
 class ExecReport:
     cluster: str
     results: tuple[RunResult, ...]
+    captured: bool = False  # the output was kept (exec --json) rather than streamed
 
     @property
     def ok(self) -> bool:
         return bool(self.results) and all(r.ok for r in self.results)
 
     def as_dict(self) -> dict[str, object]:
-        return {"cluster": self.cluster, "ok": self.ok, "workers": [r.as_dict() for r in self.results]}
+        workers = [r.as_dict() for r in self.results]
+        if self.captured:
+            for entry, result in zip(workers, self.results, strict=True):
+                entry["stdout"] = result.stdout.decode("utf-8", "replace")
+                entry["stderr"] = result.stderr.decode("utf-8", "replace")
+        return {"cluster": self.cluster, "ok": self.ok, "workers": workers}
 
 
 def exec_command(
@@ -166,7 +174,7 @@ def exec_command(
     runners = make_runners(access, chosen, connect_timeout=connect_timeout, on_new_host_key=on_new_host_key)
     results = exec_all(runners, command, timeout=timeout, on_line=on_line, capture=capture,
                        max_parallel=max_parallel)
-    return ExecReport(access.state.name, tuple(results))
+    return ExecReport(access.state.name, tuple(results), captured=capture)
 
 
 # ------------------------------------------------------------------------------------------------ push

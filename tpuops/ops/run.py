@@ -61,13 +61,14 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
              on_points: Callable[[list[ScalarPoint]], None] | None = None,
              on_phase: Phase | None = None, on_step: launch_ops.StepHandler | None = None,
              watch: watch_ops.WatchOptions | None = None,
-             on_event: watch_ops.EventHandler | None = None) -> RunSummary:
+             on_event: watch_ops.EventHandler | None = None,
+             on_progress: up_ops.Progress | None = None) -> RunSummary:
     phase = on_phase or (lambda text: None)
     started = time.monotonic()
     cluster: str | None = None
     try:
         phase("up")
-        result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity)
+        result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress)
         cluster = result.cluster
         phase("launch")
         report = launch_ops.launch_run(ctx, cluster, launch_ops.LaunchOptions(), on_line=on_line, on_step=on_step)
@@ -88,7 +89,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
         if down and cluster is not None:
             phase("down")
             plan, cloud = down_ops.find(ctx, cluster, delete_bucket=False)
-            down_ops.execute(ctx, plan, cloud)
+            down_ops.execute(ctx, plan, cloud, progress=on_progress)
 
 
 def _follow_run(ctx: Context, cluster: str, run_id: str | None, on_line: LineHandler | None,

@@ -65,6 +65,9 @@ def init_spec(template: str, destination: Path, force: bool = False) -> Path:
         destination = destination / "tpuops.yaml"
     if destination.exists() and not force:
         raise UsageError(f"{destination} already exists", "pass --force to overwrite or give another path")
+    if not destination.parent.is_dir():
+        raise UsageError(f"cannot write {destination}: the directory {destination.parent} does not exist",
+                         f"create it first (mkdir -p {destination.parent}) or give another path")
     text = resources.files("tpuops.data.init").joinpath(f"{template}.yaml").read_text()
     destination.write_text(text)
     return destination

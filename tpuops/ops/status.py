@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tpuops.cloud.base import TpuMode
@@ -26,6 +26,9 @@ class ClusterStatus:
     tpu_health: str | None
     restarts: tuple[RestartEvent, ...] = ()  # recoveries by `tpuops watch`, oldest first
     run: RunStatus | None = None  # the current run, each worker's state of it
+
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self), "workers": [w.model_dump() for w in self.workers]}
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,9 @@ class ClusterSummary:
     resources: tuple[str, ...]  # "kind name (recorded status)"
     workers: int
     updated_at: str
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
 
 
 def list_clusters(ctx: Context) -> list[ClusterSummary]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from graphlib import TopologicalSorter
 from pathlib import Path
 
@@ -37,6 +37,16 @@ class UpResult:
     @property
     def created_nothing(self) -> bool:
         return not self.done
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "cluster": self.cluster,
+            "created": [asdict(a) for a in self.done],
+            "kept": [asdict(a) for a in self.plan.actions if a.verb == "keep"],
+            "workers": [w.model_dump() for w in self.workers],
+            "known_hosts": self.known_hosts,
+            "warnings": list(self.plan.warnings),
+        }
 
 
 def up(
