@@ -63,7 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--logdir", default=os.environ.get("TPUOPS_LOGDIR", "logs"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu", action="store_true", help="ignore torch_xla even where it is installed")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if os.environ.get("TPUOPS_MAX_STEPS"):  # `tpuops check` runs a few steps (its preflight sets this)
+        args.steps = min(args.steps, int(os.environ["TPUOPS_MAX_STEPS"]))
+    return args
 
 
 # ---------------------------------------------------------------------------------------------- files
@@ -148,7 +151,9 @@ class GPT(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         length = tokens.shape[1]
         x = self.tokens(tokens) + self.positions(torch.arange(length, device=tokens.device))
-        x = self.blocks(x, mask=self.causal[:length, :length])
+        # is_causal=True: without it torch compares the mask with a causal one on the host every step, which
+        # under XLA cuts the graph and waits for the device (`tpuops check` reports it as XLA103).
+        x = self.blocks(x, mask=self.causal[:length, :length], is_causal=True)
         return self.norm(x) @ self.tokens.weight.T
 
 

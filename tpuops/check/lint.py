@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,7 @@ class LintResult:
     findings: tuple[Finding, ...]
     files: int
     ignored: int
-    function_names: frozenset[str]  # every function defined in the code: whose compilations are the trainer's
+    functions: Mapping[str, tuple[str, int]]  # every function the code defines -> (file, line) of its def
 
 
 def python_files(root: Path, exclude: Sequence[str]) -> list[str]:
@@ -36,7 +36,7 @@ def lint_tree(root: Path, exclude: Sequence[str] = (), legacy_node: bool = False
     base = root.parent if root.is_file() else root
     findings: list[Finding] = []
     ignored = 0
-    names: set[str] = set()
+    functions: dict[str, tuple[str, int]] = {}
     files = python_files(root, exclude)
     for rel in files:
         source = (base / rel).read_text(errors="replace")
@@ -46,11 +46,13 @@ def lint_tree(root: Path, exclude: Sequence[str] = (), legacy_node: bool = False
             findings.append(Finding("XLA000", "syntax", f"cannot parse: {err.msg}", "fix the syntax error",
                                     rel, err.lineno))
             continue
-        names |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                functions.setdefault(node.name, (rel, node.lineno))
         file_findings, file_ignored = lint_module(tree, source, rel, legacy_node)
         findings += file_findings
         ignored += file_ignored
-    return LintResult(tuple(findings), len(files), ignored, frozenset(names))
+    return LintResult(tuple(findings), len(files), ignored, functions)
 
 
 def lint_module(tree: ast.Module, source: str, rel: str, legacy_node: bool = False) -> tuple[list[Finding], int]:
