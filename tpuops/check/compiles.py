@@ -197,14 +197,13 @@ def _changes(distinct: list[Compilation]) -> list[str]:
     """The argument shapes that differ from one compilation to the next."""
     lines: list[str] = []
     for before, after in zip(distinct, distinct[1:], strict=False):
-        changed = [f"arg {i}: {a} -> {b}" for i, (a, b) in enumerate(zip(before.shapes, after.shapes, strict=False))
-                   if a != b]
+        pairs = enumerate(zip(before.shapes, after.shapes, strict=False))
+        changed = [_change(i, a, b) for i, (a, b) in pairs if a != b]
         if len(before.shapes) != len(after.shapes):
             changed.append(f"{len(before.shapes)} -> {len(after.shapes)} arguments")
-        lines.append("; ".join(changed[:4]) or f"graph {before.signature[:12]} -> {after.signature[:12]}")
-        if len(lines) == MAX_SHAPE_LINES:
-            lines.append(f"... and {len(distinct) - 1 - MAX_SHAPE_LINES} more")
-            break
+        lines.append("; ".join(changed[:4]) or "a different graph, same input count (PyTorch/XLA reports no shapes)")
+    if len(lines) > MAX_SHAPE_LINES:
+        lines[MAX_SHAPE_LINES:] = [f"... and {len(lines) - MAX_SHAPE_LINES} more"]
     return lines
 
 
@@ -223,3 +222,7 @@ def _host_reads(log: CompileLog) -> list[Finding]:
             "keep the value on the device (torch.where, masks), or pass what the library would compute "
             "(e.g. is_causal=True)", compilation.file, compilation.line))
     return list(found.values())
+
+
+def _change(index: int, before: str, after: str) -> str:
+    return f"arg {index}: {before} -> {after}" if before[:1].isalpha() else f"{before} -> {after}"

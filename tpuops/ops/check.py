@@ -13,7 +13,7 @@ from tpuops.check.compiles import CompileLog, compile_findings, trainer_compilat
 from tpuops.check.findings import CheckReport, Finding, RunRecord
 from tpuops.check.lint import lint_tree
 from tpuops.check.run import Outcome, prepare_workspace, run_trainer, trainer_environment
-from tpuops.errors import UsageError
+from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops.specs import load_checked
 from tpuops.spec import Spec
 
@@ -85,3 +85,24 @@ def _outcome_findings(outcome: Outcome, options: CheckOptions) -> list[Finding]:
                         "run trainer.command yourself in the code directory to see the whole error",
                         details=outcome.tail)]
     return []
+
+
+class PreflightFailed(TpuopsError):
+    """`launch --preflight` / `run --preflight` found problems: nothing in the cloud was touched."""
+
+    def __init__(self, spec_path: str | Path, report: CheckReport) -> None:
+        first = report.findings[0]
+        where = f"{first.where}: " if first.where else ""
+        more = f" (and {len(report.findings) - 1} more)" if len(report.findings) > 1 else ""
+        super().__init__(f"preflight: {where}{first.rule} {first.name}: {first.message}{more}",
+                         f"`tpuops check {spec_path}` shows them all; fix them, silence one with "
+                         "`# tpuops: ignore[RULE]`, or go without --preflight")
+        self.report = report
+
+
+def require_clean(spec_path: str | Path, on_output: Callable[[str], None] | None = None) -> CheckReport:
+    """The preflight of launch/run: `check` with the defaults; raises PreflightFailed on any finding."""
+    report = check_spec(spec_path, CheckOptions(), on_output)
+    if report.findings:
+        raise PreflightFailed(spec_path, report)
+    return report

@@ -61,10 +61,15 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
              on_points: Callable[[list[ScalarPoint]], None] | None = None,
              on_phase: Phase | None = None, on_step: launch_ops.StepHandler | None = None,
              watch: watch_ops.WatchOptions | None = None,
-             on_event: watch_ops.EventHandler | None = None) -> RunSummary:
+             on_event: watch_ops.EventHandler | None = None, preflight: bool = False) -> RunSummary:
     phase = on_phase or (lambda text: None)
     started = time.monotonic()
     cluster: str | None = None
+    if preflight:  # before `up`: a finding costs no TPU time
+        from tpuops.ops.check import require_clean
+
+        phase("preflight")
+        require_clean(spec_path)
     try:
         phase("up")
         result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity)
