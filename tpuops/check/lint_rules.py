@@ -165,7 +165,7 @@ FILE_RULES: dict[str, Callable[[ast.Module], Iterator[Hit]]] = {
 def module_hits(tree: ast.Module, legacy_node: bool) -> Iterator[tuple[Rule, ast.AST, str]]:
     scopes = ModuleScopes.of(tree)
     for step in scopes.steps():
-        values = TensorValues(step.node, scopes.aliases)
+        values = TensorValues(step, scopes.aliases)
         for rule_id, check in STEP_RULES.items():
             for node, message in check(step, values):
                 yield RULES_BY_ID[rule_id], node, message

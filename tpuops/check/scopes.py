@@ -31,6 +31,7 @@ class Step:
     node: ast.AST
     name: str
     kind: str  # "jax" | "tf" | "torch"
+    static: frozenset[str] | None = None  # a jitted function's static arguments; None: arguments not traced
 
 
 def dotted(expr: ast.AST) -> str:
@@ -95,7 +96,7 @@ class ModuleScopes:
                 for decorator in node.decorator_list:
                     kind = _compiling(decorator)
                     if kind:
-                        yield Step(node, node.name, kind)
+                        yield Step(node, node.name, kind, _static_arguments(decorator, node))
                 if _ends_xla_step(node.body):
                     yield Step(node, node.name, "torch")
             elif isinstance(node, ast.For | ast.While) and _ends_xla_step(node.body, direct=True):
@@ -112,11 +113,28 @@ class ModuleScopes:
             return
         target = call.args[0]
         if isinstance(target, ast.Name):
-            yield from (Step(d, d.name, kind) for d in self.defs.get(target.id, ()))
+            yield from (Step(d, d.name, kind, _static_arguments(call, d)) for d in self.defs.get(target.id, ()))
         elif isinstance(target, ast.Call) and isinstance(target.func, ast.Name):
             for factory in self.defs.get(target.func.id, ()):
                 for returned in _returned_names(factory):
-                    yield from (Step(d, d.name, kind) for d in self.defs.get(returned, ()))
+                    yield from (Step(d, d.name, kind, _static_arguments(call, d)) for d in self.defs.get(returned, ()))
+
+
+def _static_arguments(wrapper: ast.AST, function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str] | None:
+    """Under jax.jit every argument is traced but those named by static_argnums/static_argnames."""
+    if _compiling(wrapper) != "jax":
+        return None
+    params = [a.arg for a in function.args.posonlyargs + function.args.args]
+    static: set[str] = {"self", "cls"}
+    for call in (n for n in ast.walk(wrapper) if isinstance(n, ast.Call)):
+        for keyword in call.keywords:
+            values = keyword.value.elts if isinstance(keyword.value, ast.Tuple | ast.List) else [keyword.value]
+            for value in (v.value for v in values if isinstance(v, ast.Constant)):
+                if keyword.arg == "static_argnames" and isinstance(value, str):
+                    static.add(value)
+                elif keyword.arg == "static_argnums" and isinstance(value, int) and value < len(params):
+                    static.add(params[value])
+    return frozenset(static)
 
 
 def _compiling(expr: ast.AST) -> str | None:
@@ -166,11 +184,14 @@ def _returned_names(factory: ast.AST) -> set[str]:
 class TensorValues:
     """Decides whether an expression in a step is a tensor (as opposed to a Python value)."""
 
-    def __init__(self, step: ast.AST, aliases: set[str]) -> None:
+    def __init__(self, step: Step, aliases: set[str]) -> None:
         self.aliases = aliases
         self.names: set[str] = set()
         self.bool_names: set[str] = set()
-        assigns = [n for n in ast.walk(step) if isinstance(n, ast.Assign | ast.AnnAssign | ast.AugAssign)]
+        if step.static is not None and isinstance(step.node, ast.FunctionDef | ast.AsyncFunctionDef):
+            arguments = step.node.args
+            self.names = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs} - step.static
+        assigns = [n for n in ast.walk(step.node) if isinstance(n, ast.Assign | ast.AnnAssign | ast.AugAssign)]
         for _ in range(2):  # twice: names computed from names assigned later in a loop body
             for node in assigns:
                 if node.value is not None and self.is_tensor(node.value):
