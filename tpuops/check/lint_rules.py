@@ -90,7 +90,8 @@ def host_sync(step: Step, values: TensorValues) -> Iterator[Hit]:
             yield node, f"`{node.func.id}()` of a tensor in compiled step `{step.name}` waits for the device"
         elif isinstance(node.func, ast.Name) and node.func.id == "print" and any(
                 values.is_tensor(part) for arg in node.args for part in _printed(arg)):
-            yield node, f"`print` of a tensor in compiled step `{step.name}` waits for the device"
+            yield node, f"`print` of a tensor in compiled step `{step.name}` prints a trace-time placeholder " \
+                "(JAX, tf.function) or waits for the device (PyTorch/XLA)"
 
 
 def _printed(arg: ast.AST) -> list[ast.AST]:
