@@ -35,6 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# Read before importing torch_xla, which sets PJRT_DEVICE=CPU when it is unset.
+PJRT_DEVICE = os.environ.get("PJRT_DEVICE")
+
 try:  # torch_xla is there on TPU VM images (and `pip install torch_xla[tpu]`), not on a laptop
     import torch_xla.core.xla_model as xm
     import torch_xla.distributed.parallel_loader as pl
@@ -316,9 +319,16 @@ def cpu_main(args: argparse.Namespace) -> None:
             torch.distributed.destroy_process_group()
 
 
+def use_xla(args: argparse.Namespace) -> bool:
+    if xmp is None or args.cpu or not PJRT_DEVICE:
+        return False
+    # Several CPU workers (the local simulator) average over gloo: PJRT on the CPU does not join hosts.
+    return PJRT_DEVICE != "CPU" or int(os.environ.get("TPUOPS_NUM_WORKERS", "1")) <= 1
+
+
 def main() -> int:
     args = parse_args()
-    if xmp is not None and not args.cpu and os.environ.get("PJRT_DEVICE"):
+    if use_xla(args):
         xmp.spawn(xla_worker, args=(args,))  # one process per local TPU device
     else:
         cpu_main(args)
