@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,6 @@ class CheckReport:
     findings: tuple[Finding, ...] = ()
     run: RunRecord | None = None  # None with --no-run
     ignored: int = 0  # findings silenced by `# tpuops: ignore[...]`
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def exit_code(self) -> int:
@@ -67,4 +66,4 @@ class CheckReport:
     def as_dict(self) -> dict[str, object]:
         return {"spec": self.spec, "ok": not self.findings, "files_linted": self.files_linted,
                 "ignored": self.ignored, "findings": [f.as_dict() for f in self.findings],
-                "run": None if self.run is None else self.run.as_dict(), "notes": list(self.notes)}
+                "run": None if self.run is None else self.run.as_dict()}
