@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
+
+import pytest
 
 
 def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
@@ -24,3 +27,10 @@ def write_spec(directory: Path, text: str, name: str = "spec.yaml") -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(text).lstrip())
     return path
+
+
+def require_module(name: str) -> None:
+    """Skip unless `name` is installed, without importing it: the heavy frameworks run in subprocesses, and two
+    of them (torch_xla after TensorFlow or JAX) in one process can abort the whole test session."""
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed")

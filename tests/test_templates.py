@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import require_module
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates"
 CORPUS = ROOT / "examples" / "data" / "quickstart.txt"
@@ -317,13 +319,13 @@ def check_train_then_resume(
 
 @pytest.mark.heavy
 def test_tensorflow_template_trains_with_xla_and_resumes(tmp_path: Path) -> None:
-    pytest.importorskip("tensorflow")
+    require_module("tensorflow")
     check_train_then_resume(TEMPLATES / "tensorflow" / "train.py", tmp_path, ("--check-xla",))
 
 
 @pytest.mark.heavy
 def test_tensorflow_template_pads_batches_to_multiples_of_64(tmp_path: Path) -> None:
-    pytest.importorskip("tensorflow")
+    require_module("tensorflow")
     code = f"""
 import sys; sys.path.insert(0, {str(TEMPLATES / "tensorflow")!r})
 import train
@@ -343,7 +345,7 @@ print(sorted(shapes))
 
 @pytest.mark.heavy
 def test_tensorflow_template_idles_on_workers_other_than_0(tmp_path: Path) -> None:
-    pytest.importorskip("tensorflow")
+    require_module("tensorflow")
     env = trainer_env(tmp_path / "logs", 1, 4)
     proc = run([str(TEMPLATES / "tensorflow" / "train.py"), "--data", str(CORPUS)], env, cwd=tmp_path)
     assert "nothing to do here" in proc.stdout
@@ -352,13 +354,13 @@ def test_tensorflow_template_idles_on_workers_other_than_0(tmp_path: Path) -> No
 
 @pytest.mark.heavy
 def test_pytorch_template_trains_on_cpu_and_resumes(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    require_module("torch")
     check_train_then_resume(TEMPLATES / "pytorch_xla" / "train.py", tmp_path)
 
 
 @pytest.mark.heavy
 def test_jax_template_trains_on_two_devices_and_resumes(tmp_path: Path) -> None:
-    pytest.importorskip("jax")
+    require_module("jax")
     # Two CPU devices: the batch is really sharded and the gradients all-reduced, as over TPU cores.
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     output = check_train_then_resume(TEMPLATES / "jax" / "train.py", tmp_path, env=env)
@@ -394,7 +396,7 @@ def final_loss(output: str) -> str:
 
 @pytest.mark.heavy
 def test_jax_template_two_processes_join_with_jax_distributed(tmp_path: Path) -> None:
-    pytest.importorskip("jax")
+    require_module("jax")
     args = [str(TEMPLATES / "jax" / "train.py"), "--data", str(CORPUS), "--steps", "10", *SMALL]
     outputs = run_workers(args, tmp_path)
     assert "process 0/2" in outputs[0] and "process 1/2" in outputs[1]
@@ -404,7 +406,7 @@ def test_jax_template_two_processes_join_with_jax_distributed(tmp_path: Path) ->
 
 @pytest.mark.heavy
 def test_pytorch_template_two_workers_average_gradients_over_gloo(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    require_module("torch")
     args = [str(TEMPLATES / "pytorch_xla" / "train.py"), "--data", str(CORPUS), "--steps", "10", *SMALL]
     outputs = run_workers(args, tmp_path)
     assert "2 process(es)" in outputs[0]

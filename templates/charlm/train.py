@@ -77,7 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # For rehearsing failures (tpuops run/watch tests): worker --fail-worker exits with 1 at --fail-at-step.
     parser.add_argument("--fail-at-step", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--fail-worker", type=int, default=0, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if os.environ.get("TPUOPS_MAX_STEPS"):  # `tpuops check` runs a few steps (its preflight sets this)
+        args.steps = min(args.steps, int(os.environ["TPUOPS_MAX_STEPS"]))
+    return args
 
 
 # ---------------------------------------------------------------------------------------------- data

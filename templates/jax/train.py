@@ -49,7 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-dir", default=None, help="default: $TPUOPS_LOGDIR/../checkpoints")
     parser.add_argument("--logdir", default=os.environ.get("TPUOPS_LOGDIR", "logs"))
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if os.environ.get("TPUOPS_MAX_STEPS"):  # `tpuops check` runs a few steps (its preflight sets this)
+        args.steps = min(args.steps, int(os.environ["TPUOPS_MAX_STEPS"]))
+    return args
 
 
 # ---------------------------------------------------------------------------------------------- distributed

@@ -35,6 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# Read before importing torch_xla, which sets PJRT_DEVICE=CPU when it is unset.
+PJRT_DEVICE = os.environ.get("PJRT_DEVICE")
+
 try:  # torch_xla is there on TPU VM images (and `pip install torch_xla[tpu]`), not on a laptop
     import torch_xla.core.xla_model as xm
     import torch_xla.distributed.parallel_loader as pl
@@ -63,7 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--logdir", default=os.environ.get("TPUOPS_LOGDIR", "logs"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu", action="store_true", help="ignore torch_xla even where it is installed")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if os.environ.get("TPUOPS_MAX_STEPS"):  # `tpuops check` runs a few steps (its preflight sets this)
+        args.steps = min(args.steps, int(os.environ["TPUOPS_MAX_STEPS"]))
+    return args
 
 
 # ---------------------------------------------------------------------------------------------- files
@@ -148,7 +154,9 @@ class GPT(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         length = tokens.shape[1]
         x = self.tokens(tokens) + self.positions(torch.arange(length, device=tokens.device))
-        x = self.blocks(x, mask=self.causal[:length, :length])
+        # is_causal=True: without it torch compares the mask with a causal one on the host every step, which
+        # under XLA cuts the graph and waits for the device (`tpuops check` reports it as XLA103).
+        x = self.blocks(x, mask=self.causal[:length, :length], is_causal=True)
         return self.norm(x) @ self.tokens.weight.T
 
 
@@ -311,9 +319,16 @@ def cpu_main(args: argparse.Namespace) -> None:
             torch.distributed.destroy_process_group()
 
 
+def use_xla(args: argparse.Namespace) -> bool:
+    if xmp is None or args.cpu or not PJRT_DEVICE:
+        return False
+    # Several CPU workers (the local simulator) average over gloo: PJRT on the CPU does not join hosts.
+    return PJRT_DEVICE != "CPU" or int(os.environ.get("TPUOPS_NUM_WORKERS", "1")) <= 1
+
+
 def main() -> int:
     args = parse_args()
-    if xmp is not None and not args.cpu and os.environ.get("PJRT_DEVICE"):
+    if use_xla(args):
         xmp.spawn(xla_worker, args=(args,))  # one process per local TPU device
     else:
         cpu_main(args)

@@ -70,11 +70,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-dir", default=None, help="default: $TPUOPS_LOGDIR/../checkpoints")
     parser.add_argument("--logdir", default=os.environ.get("TPUOPS_LOGDIR", "logs"))
     parser.add_argument("--tpu", default=os.environ.get("TPU_NAME"), help="default: $TPU_NAME; none: CPU/GPU")
-    parser.add_argument("--check-xla", action="store_true", help="jit_compile the step on CPU/GPU")
+    parser.add_argument("--check-xla", action="store_true", default=os.environ.get("TPUOPS_PREFLIGHT") == "1",
+                        help="jit_compile the step on CPU/GPU (on by default under `tpuops check`)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.max_len % PAD_MULTIPLE:
         parser.error(f"--max-len must be a multiple of {PAD_MULTIPLE}")
+    if os.environ.get("TPUOPS_MAX_STEPS"):  # `tpuops check` runs a few steps (its preflight sets this)
+        args.steps = min(args.steps, int(os.environ["TPUOPS_MAX_STEPS"]))
     return args
 
 

@@ -16,6 +16,9 @@ from tpuops.cli.watch import (
     watch_options,
 )
 
+PREFLIGHT_OPTION = typer.Option(False, "--preflight", help="Run `tpuops check` on the spec first (lint, and a "
+                                "few steps under XLA on this machine) and stop on any finding.")
+
 
 @app.command()
 def launch(
@@ -25,6 +28,7 @@ def launch(
     setup: bool = typer.Option(False, "--setup", help="Run trainer.setup even if its text did not change."),
     replace: bool = typer.Option(False, "--replace", help="Stop a run that is still going, then start."),
     no_data: bool = typer.Option(False, "--no-data", help="Push code only, not the spec's data."),
+    preflight: bool = PREFLIGHT_OPTION,
     json_: bool = JSON_OPTION,
     project: str | None = PROJECT_OPTION,
 ) -> None:
@@ -40,7 +44,7 @@ def launch(
     ctx = Context.from_env(project=project)
     printer = None if json_ else LinePrinter()
     options = LaunchOptions(command=" ".join(command) if command else None, force_setup=setup, replace=replace,
-                            push_data=not no_data)
+                            push_data=not no_data, preflight=preflight)
     report = launch_run(ctx, name, options, on_line=printer,
                         on_step=None if json_ else lambda step: _show_step(step.name, step.results))
     if json_:
@@ -120,6 +124,7 @@ def run_(
                                "recover from preemption (see `tpuops watch`)."),
     max_restarts: int = MAX_RESTARTS_OPTION,
     restart_on_failure: bool = RESTART_ON_FAILURE_OPTION,
+    preflight: bool = PREFLIGHT_OPTION,
     json_: bool = JSON_OPTION,
     yes: bool = YES_OPTION,
     project: str | None = PROJECT_OPTION,
@@ -152,7 +157,7 @@ def run_(
             on_line=printer, on_points=None if json_ else _print_points,
             on_phase=None if json_ else show_phase,
             on_step=None if json_ else lambda step: _show_step(step.name, step.results),
-            watch=watching, on_event=print_event, on_progress=view.update,
+            watch=watching, on_event=print_event, on_progress=view.update, preflight=preflight,
         ))
     finally:
         view.stop()

@@ -38,6 +38,7 @@ class LaunchOptions:
     force_setup: bool = False
     replace: bool = False
     push_data: bool = True
+    preflight: bool = False  # `tpuops check` the spec first; stop before any cloud work on a finding
     restart: int = 0  # `watch` relaunches with TPUOPS_RESTART=n and TPUOPS_RESUME=1
     max_parallel: int = 32
 
@@ -84,6 +85,10 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
     access = cluster_access(ctx, name, need_spec=True)
     spec = access.spec
     assert spec is not None
+    if options.preflight:
+        from tpuops.ops.check import require_clean
+
+        require_clean(access.state.spec_path)
     if spec.trainer is None and options.command is None:
         raise UsageError(f"the spec of '{access.state.name}' has no trainer", "add trainer: {framework, command}")
     steps: list[Step] = []

@@ -62,10 +62,15 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
              on_phase: Phase | None = None, on_step: launch_ops.StepHandler | None = None,
              watch: watch_ops.WatchOptions | None = None,
              on_event: watch_ops.EventHandler | None = None,
-             on_progress: up_ops.Progress | None = None) -> RunSummary:
+             on_progress: up_ops.Progress | None = None, preflight: bool = False) -> RunSummary:
     phase = on_phase or (lambda text: None)
     started = time.monotonic()
     cluster: str | None = None
+    if preflight:  # before `up`: a finding costs no TPU time
+        from tpuops.ops.check import require_clean
+
+        phase("preflight")
+        require_clean(spec_path)
     try:
         phase("up")
         result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress)

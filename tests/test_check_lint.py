@@ -1,0 +1,231 @@
+"""`tpuops check` lint half: each rule fires on its pattern and stays quiet on the near miss next to it.
+
+The sources are parsed, never imported: none of these tests needs a framework installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tpuops.check.lint import lint_module, lint_tree
+
+ROOT = Path(__file__).resolve().parent.parent
+
+JAX_HEAD = "import jax\nimport jax.numpy as jnp\n\n"
+TORCH_HEAD = "import torch\nimport torch_xla.core.xla_model as xm\n\n"
+
+
+def module(source: str) -> str:
+    """A case's source: an optional unindented import head, then an indented body."""
+    for head in (JAX_HEAD, TORCH_HEAD):
+        if source.startswith(head):
+            return head + textwrap.dedent(source[len(head):])
+    return textwrap.dedent(source)
+
+
+def rules_in(source: str, legacy_node: bool = False) -> list[tuple[str, int]]:
+    source = module(source)
+    findings, _ = lint_module(ast.parse(source), source, "train.py", legacy_node)
+    return [(f.rule, f.line) for f in findings]
+
+
+# (rule, true positive, near miss): each source is a whole module.
+CASES = [
+    ("XLA001", JAX_HEAD + """
+        @jax.jit
+        def step(x):
+            loss = jnp.mean(x)
+            if loss > 0:
+                return x
+            return -x
+        """, JAX_HEAD + """
+        @jax.jit
+        def step(x):
+            if x.shape[0] > 1:  # shapes are static under jit
+                return jnp.mean(x)
+            return x
+        """),
+    ("XLA001", TORCH_HEAD + """
+        def train_step(model, batch, target):
+            loss = torch.nn.functional.mse_loss(model(batch), target)
+            while loss.abs() > 1:
+                loss = loss / 2
+            xm.mark_step()
+        """, TORCH_HEAD + """
+        def train_step(model, batch, target, clip):
+            loss = torch.nn.functional.mse_loss(model(batch), target)
+            if clip:
+                loss = loss.clamp(0, 1)
+            xm.mark_step()
+        """),
+    ("XLA001", JAX_HEAD + """
+        @jax.jit
+        def step(x, training):
+            return x * 2 if training else x  # `training` is traced: jit cannot branch on it
+        """, JAX_HEAD + """
+        from functools import partial
+
+        @partial(jax.jit, static_argnames="training")
+        def step(x, training):
+            return x * 2 if training else x
+        """),
+    ("XLA002", JAX_HEAD + """
+        def loss_fn(x):
+            keep = x > 0
+            return x[keep].sum()
+
+        step = jax.jit(loss_fn)
+        """, JAX_HEAD + """
+        def loss_fn(x):
+            keep = x > 0
+            return jnp.where(keep, x, 0).sum()
+
+        step = jax.jit(loss_fn)
+        """),
+    ("XLA002", TORCH_HEAD + """
+        def train_step(x):
+            idx = torch.nonzero(x)
+            xm.mark_step()
+            return idx
+        """, TORCH_HEAD + """
+        def train_step(x):
+            y = torch.where(x > 0, x, 0)
+            xm.mark_step()
+            return y
+        """),
+    ("XLA003", TORCH_HEAD + """
+        def train_step(model, batch):
+            loss = model(batch).mean()
+            print(f"loss {loss.item()}")  # .item(): XLA003 whatever `loss` is
+            xm.mark_step()
+        """, TORCH_HEAD + """
+        def train_step(model, batch, lr):
+            loss = model(batch).mean()
+            print(f"lr {float(lr)}")
+            xm.mark_step()
+            return loss.detach()
+        """),
+    ("XLA003", JAX_HEAD + """
+        @jax.jit
+        def step(x):
+            total = jnp.sum(x)
+            print(float(total))
+            return total
+        """, JAX_HEAD + """
+        @jax.jit
+        def step(x):
+            total = jnp.sum(x)
+            jax.debug.print("{}", total)
+            return total
+
+        def loop(x):
+            return float(step(x))  # outside the compiled step: once per call, by choice
+        """),
+    ("XLA004", """
+        def encode(tokenizer, texts):
+            return tokenizer(texts, padding="longest", truncation=True)
+        """, """
+        def encode(tokenizer, texts):
+            return tokenizer(texts, padding="max_length", max_length=128, truncation=True)
+        """),
+    ("XLA004", """
+        from transformers import DataCollatorWithPadding
+        collate = DataCollatorWithPadding(tokenizer)
+        """, """
+        from transformers import DataCollatorWithPadding
+        collate = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=64)
+        """),
+    ("XLA005", """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        """, """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")  # says float16 in a comment only
+        """),
+    ("XLA005", """
+        import torch
+        with torch.autocast("cuda", dtype=torch.float16):
+            pass
+        """, """
+        import torch
+        with torch.autocast("xla", dtype=torch.bfloat16):
+            pass
+        """),
+]
+
+
+@pytest.mark.parametrize(("rule", "positive", "near_miss"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_rule_fires_on_its_pattern_and_not_on_the_near_miss(rule: str, positive: str, near_miss: str) -> None:
+    assert rule in [r for r, _ in rules_in(positive)]
+    assert rules_in(near_miss) == []
+
+
+def test_node_rules_fire_only_for_a_legacy_node_spec() -> None:
+    source = """
+        import tensorflow as tf
+        data = tf.data.Dataset.from_generator(gen, output_signature=sig)
+        lines = tf.data.TextLineDataset("data/train.txt")
+        """
+    assert [r for r, _ in rules_in(source, legacy_node=True)] == ["XLA006", "XLA007"]
+    assert rules_in(source, legacy_node=False) == []
+    near_miss = """
+        import tensorflow as tf
+        lines = tf.data.TextLineDataset("gs://bucket/train.txt")
+        records = tf.data.TFRecordDataset(files)
+        """
+    assert rules_in(near_miss, legacy_node=True) == []
+
+
+def test_findings_name_file_line_and_the_step() -> None:
+    source = JAX_HEAD + textwrap.dedent("""
+        def make_step():
+            def step_fn(state, batch):
+                return state, batch.sum().item()
+            return step_fn
+
+        step = jax.jit(make_step())
+        """)
+    findings, _ = lint_module(ast.parse(source), source, "pkg/train.py")
+    assert [(f.rule, f.file, f.line) for f in findings] == [("XLA003", "pkg/train.py", 7)]
+    assert "step_fn" in findings[0].message and findings[0].hint
+
+
+def test_ignore_comment_silences_that_rule_on_that_line_only() -> None:
+    source = JAX_HEAD + textwrap.dedent("""
+        @jax.jit
+        def step(x):
+            a = x.sum().item()  # tpuops: ignore[XLA003]
+            b = x.sum().item()  # tpuops: ignore[XLA001]
+            return a + b
+        """)
+    findings, ignored = lint_module(ast.parse(source), source, "train.py")
+    assert [(f.rule, f.line) for f in findings] == [("XLA003", 8)]
+    assert ignored == 1
+
+
+def test_the_templates_lint_clean() -> None:
+    for template in ("jax", "pytorch_xla", "tensorflow", "charlm"):
+        result = lint_tree(ROOT / "templates" / template)
+        assert result.files >= 1
+        assert result.findings == (), template
+
+
+def test_lint_honours_code_exclude_and_tpuopsignore(tmp_path: Path) -> None:
+    bad = "import torch\nx = torch.zeros(2, dtype=torch.float16)\n"
+    for name in ("train.py", "scratch/old.py", "vendor/lib.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(bad)
+    (tmp_path / ".tpuopsignore").write_text("vendor/\n")
+    result = lint_tree(tmp_path, exclude=["scratch/"])
+    assert result.files == 1
+    assert [(f.file, f.rule) for f in result.findings] == [("train.py", "XLA005")]
+
+
+def test_a_file_that_does_not_parse_is_a_finding_not_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("def broken(:\n")
+    result = lint_tree(tmp_path)
+    assert [(f.rule, f.file, f.line) for f in result.findings] == [("XLA000", "train.py", 1)]

@@ -1,0 +1,134 @@
+"""`tpuops check` as users run it, with small trainers that need no framework: the workspace and environment
+the trainer gets, the timeout ending its whole process group, failures as one finding, exit codes, --json, and
+`run --preflight` stopping before anything is created.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+from pathlib import Path
+
+from tests.helpers import run_cli, write_spec
+
+
+def spec_for(tmp_path: Path, command: str, framework: str = "jax", extra: str = "") -> Path:
+    return write_spec(tmp_path, f"""
+        name: check-test
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        bucket: {{name: check-test-data}}
+        code: {{path: code, exclude: ["notes/"]}}
+        data:
+          - {{from: corpus.txt, to: gs://check-test-data/corpus/train.txt}}
+          - {{from: corpus.txt, to: data/corpus.txt}}
+        trainer:
+          framework: {framework}
+          command: {command}
+        {extra}
+        """)
+
+
+def code_dir(tmp_path: Path, train_py: str) -> Path:
+    code = tmp_path / "code"
+    (code / "notes").mkdir(parents=True)
+    (code / "train.py").write_text(textwrap.dedent(train_py))
+    (code / "notes" / "draft.py").write_text("import torch\nx = torch.zeros(1).half()\n")
+    (tmp_path / "corpus.txt").write_text("hello tpu\n")
+    return code
+
+
+def test_the_trainer_runs_in_a_copy_with_the_preflight_environment_and_the_data(tmp_path: Path) -> None:
+    code = code_dir(tmp_path, """
+        import json, os, sys
+        env = {k: os.environ.get(k) for k in ("TPUOPS_PREFLIGHT", "TPUOPS_MAX_STEPS", "TPUOPS_NUM_WORKERS",
+                                              "JAX_PLATFORMS", "JAX_LOG_COMPILES", "CUDA_VISIBLE_DEVICES")}
+        texts = [open(path).read() for path in sys.argv[1:]]
+        open("written-by-trainer.txt", "w").write("x")
+        print(json.dumps({"env": env, "texts": texts, "notes": os.path.exists("notes"),
+                          "logdir": os.path.isdir(os.environ["TPUOPS_LOGDIR"])}))
+        """)
+    spec = spec_for(tmp_path, "python3 train.py gs://check-test-data/corpus/train.txt ~/data/corpus.txt")
+    result = run_cli("check", str(spec), "--steps", "7")
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = json.loads(next(line[2:] for line in result.stderr.splitlines() if line.startswith("| {")))
+    assert seen["env"] == {"TPUOPS_PREFLIGHT": "1", "TPUOPS_MAX_STEPS": "7", "TPUOPS_NUM_WORKERS": "1",
+                           "JAX_PLATFORMS": "cpu", "JAX_LOG_COMPILES": "1", "CUDA_VISIBLE_DEVICES": ""}
+    assert seen["texts"] == ["hello tpu\n", "hello tpu\n"]
+    assert seen["notes"] is False and seen["logdir"] is True  # the copy holds what push sends, nothing else
+    assert not (code / "written-by-trainer.txt").exists()
+    assert "check: clean" in result.stdout
+
+
+def test_timeout_ends_the_trainers_whole_process_group(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    code_dir(tmp_path, f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        print("training forever", flush=True)
+        time.sleep(600)
+        """)
+    spec = spec_for(tmp_path, "python3 train.py")
+    result = run_cli("check", str(spec), "--timeout", "4s", "--json", timeout=60)
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert [f["rule"] for f in report["findings"]] == ["XLA105"]
+    assert report["findings"][0]["details"] == ["training forever"]
+    assert report["run"]["timed_out"] is True
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the trainer's child outlived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def test_a_trainer_that_cannot_start_is_one_finding_with_its_error(tmp_path: Path) -> None:
+    code_dir(tmp_path, "import not_a_module_tpuops_knows\n")
+    result = run_cli("check", str(spec_for(tmp_path, "python3 train.py")), "-q")
+    assert result.returncode == 1
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("XLA104 trainer-failed: the trainer exited with code 1: ModuleNotFoundError: "
+                            "No module named 'not_a_module_tpuops_knows'"), result.stdout
+    assert "tpuops: error" not in result.stderr
+
+
+def test_no_run_lints_only_and_lint_findings_exit_1(tmp_path: Path) -> None:
+    code_dir(tmp_path, "import torch\nmodel = torch.nn.Linear(2, 2).half()\n")
+    result = run_cli("check", str(spec_for(tmp_path, "python3 -c 'raise SystemExit(3)'")), "--no-run")
+    assert result.returncode == 1
+    assert result.stdout.startswith("train.py:2: XLA005 fp16: `.half()`")
+    assert "ran" not in result.stdout  # --no-run: the failing command was never started
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    code_dir(tmp_path, "print('ok')\n")
+    spec = spec_for(tmp_path, "python3 train.py")
+    for args, text in [(["missing.yaml"], "spec file missing.yaml not found"),
+                       ([str(spec), "--timeout", "soon"], "cannot read duration 'soon'"),
+                       ([str(spec), "--steps", "0"], "--steps must be at least 1")]:
+        result = run_cli("check", *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith(f"tpuops: error: {text}") or text in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_run_preflight_stops_before_anything_is_created(tmp_path: Path, tpuops_home: Path) -> None:
+    code_dir(tmp_path, "import torch\nx = torch.ones(2, dtype=torch.float16)\n")
+    spec = spec_for(tmp_path, "python3 train.py")
+    result = run_cli("run", str(spec), "--preflight")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "tpuops: error: preflight: train.py:2: XLA005 fp16: `torch.float16`")
+    assert not (tpuops_home / "clusters").exists() or not any((tpuops_home / "clusters").iterdir())

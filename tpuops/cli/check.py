@@ -1,0 +1,64 @@
+"""`tpuops check SPEC`: the XLA preflight. Parse, call tpuops.ops.check.check_spec, render."""
+
+from __future__ import annotations
+
+import typer
+
+from tpuops.cli.app import JSON_OPTION, app
+from tpuops.cli.render import console, err_console, print_json
+
+RULES_HELP = (
+    "Lint rules (silence one line with `# tpuops: ignore[XLA003]`): "
+    "XLA001 tensor-branch: Python if/while on a tensor in a compiled step. "
+    "XLA002 dynamic-shape: boolean masks, nonzero(), masked_select in a step. "
+    "XLA003 host-sync: .numpy(), .item(), .cpu(), float(t), print(t) in a step. "
+    "XLA004 pad-longest: padding to the longest example, collators without pad_to_multiple_of. "
+    "XLA005 fp16: float16 where TPUs use bfloat16. "
+    "XLA006/XLA007 (legacy TPU Node): Python input pipelines and local paths in tf.data. "
+    "Run findings: XLA101 recompile, XLA102 compile-failed, XLA103 host-read, XLA104 trainer-failed, XLA105 timeout."
+)
+
+
+@app.command(epilog=RULES_HELP)
+def check(
+    spec: str = typer.Argument(..., help="The spec file."),
+    steps: int = typer.Option(20, "--steps", help="Steps to run (TPUOPS_MAX_STEPS for the trainer)."),
+    timeout: str = typer.Option("5m", "--timeout", help="End the trainer (its whole process group) after this."),
+    no_run: bool = typer.Option(False, "--no-run", help="Only lint the source; do not run the trainer."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not show the trainer's output while it runs."),
+    json_: bool = JSON_OPTION,
+) -> None:
+    """Preflight SPEC's trainer before paying for a TPU: lint it for XLA breakers, then run it for a few steps
+    under XLA on this machine's CPU and report recompilations, compile failures and host round trips.
+    Exit 0 clean, 1 findings, 2 usage or spec errors."""
+    from tpuops.cli.cluster import parse_duration
+    from tpuops.ops.check import CheckOptions, check_spec
+
+    options = CheckOptions(steps=steps, timeout=parse_duration(timeout), run=not no_run)
+    show = None if json_ or quiet else (lambda line: err_console.out(f"| {line}", highlight=False))
+    report = check_spec(spec, options, on_output=show)
+    if json_:
+        print_json(report.as_dict())
+    else:
+        print_report(report)
+    raise typer.Exit(report.exit_code)
+
+
+def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
+    for finding in report.findings:
+        where = f"{finding.where}: " if finding.where else ""
+        console.print(f"{where}{finding.rule} {finding.name}: {finding.message}", markup=False)
+        for detail in finding.details:
+            console.print(f"    {detail}", markup=False)
+        console.print(f"    fix: {finding.hint}", markup=False)
+    summary = f"{report.files_linted} file(s) linted"
+    if report.ignored:
+        summary += f", {report.ignored} finding(s) ignored by comment"
+    if report.run is not None:
+        run = report.run
+        rate = f", {run.steps_per_second} steps/s incl. start-up" if run.steps_per_second else ""
+        state = "timed out" if run.timed_out else f"exit {run.exit_code}"
+        summary += (f"; ran {run.framework} trainer for {run.steps} steps on CPU under XLA: {state}, "
+                    f"{run.duration:.1f} s, {run.compilations} compilation(s) of its functions{rate}")
+    verdict = f"{len(report.findings)} finding(s)" if report.findings else "clean"
+    console.print(f"check: {verdict} ({summary})", markup=False)

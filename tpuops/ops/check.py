@@ -1,0 +1,108 @@
+"""`tpuops check SPEC`: lint the trainer's source, then run it for a few steps under XLA on this machine's CPU
+and read the frameworks' compilation reports. Nothing in the cloud is touched; no credentials are needed.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpuops.check.compiles import CompileLog, compile_findings, trainer_compilations
+from tpuops.check.findings import CheckReport, Finding, RunRecord
+from tpuops.check.lint import lint_tree
+from tpuops.check.run import Outcome, prepare_workspace, run_trainer, trainer_environment
+from tpuops.errors import TpuopsError, UsageError
+from tpuops.ops.specs import load_checked
+from tpuops.spec import Spec
+
+DEFAULT_STEPS = 20
+DEFAULT_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    steps: int = DEFAULT_STEPS
+    timeout: float = DEFAULT_TIMEOUT
+    run: bool = True
+
+
+def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
+               on_output: Callable[[str], None] | None = None) -> CheckReport:
+    """Lint and (unless options.run is False) run; the report's exit_code is 0 clean, 1 with findings."""
+    if options.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {options.steps}", "for example --steps 20")
+    if options.timeout <= 0:
+        raise UsageError("--timeout must be positive", "for example --timeout 5m")
+    spec = load_checked(spec_path)
+    spec_dir = Path(spec_path).resolve().parent
+    code_root = (spec_dir / spec.code.path).resolve()
+    lint = lint_tree(code_root, spec.code.exclude, legacy_node=spec.tpu.mode == "node")
+    findings = list(lint.findings)
+    record = None
+    if options.run:
+        if spec.trainer is None:
+            raise UsageError(f"{spec_path} has no trainer to run", "add trainer: {framework, command}, or pass "
+                             "--no-run to only lint")
+        run_findings, record = _run(spec, spec_dir, options, lint.functions, on_output)
+        findings += run_findings
+    return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored)
+
+
+def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[str, tuple[str, int]],
+         on_output: Callable[[str], None] | None) -> tuple[list[Finding], RunRecord]:
+    assert spec.trainer is not None
+    framework = spec.trainer.framework
+    with tempfile.TemporaryDirectory(prefix="tpuops-check-") as temp:
+        workspace = prepare_workspace(spec, spec_dir, Path(temp))
+        log = CompileLog(framework, workspace.code)
+
+        def on_line(line: str) -> bool:
+            report = log.feed(line)
+            if on_output is not None and not report:
+                on_output(line)
+            return report
+
+        command = workspace.localize(spec.trainer.command)
+        env = trainer_environment(spec, workspace, options.steps)
+        outcome = run_trainer(command, workspace.code, env, options.timeout, on_line)
+    findings = compile_findings(log, functions, options.steps) + _outcome_findings(outcome, options)
+    record = RunRecord(spec.trainer.command, framework, options.steps, outcome.exit_code, outcome.duration,
+                       trainer_compilations(log, functions), outcome.timed_out)
+    return findings, record
+
+
+def _outcome_findings(outcome: Outcome, options: CheckOptions) -> list[Finding]:
+    if outcome.timed_out:
+        return [Finding("XLA105", "timeout", f"the trainer did not finish {options.steps} steps in "
+                        f"{options.timeout:g} s", "stop after TPUOPS_MAX_STEPS steps when TPUOPS_PREFLIGHT=1 (the "
+                        "templates do), use a smaller model for the check, or pass a longer --timeout",
+                        details=outcome.tail)]
+    if outcome.exit_code != 0:
+        last = outcome.tail[-1] if outcome.tail else "(no output)"
+        return [Finding("XLA104", "trainer-failed", f"the trainer exited with code {outcome.exit_code}: {last}",
+                        "run trainer.command yourself in the code directory to see the whole error",
+                        details=outcome.tail)]
+    return []
+
+
+class PreflightFailed(TpuopsError):
+    """`launch --preflight` / `run --preflight` found problems: nothing in the cloud was touched."""
+
+    def __init__(self, spec_path: str | Path, report: CheckReport) -> None:
+        first = report.findings[0]
+        where = f"{first.where}: " if first.where else ""
+        more = f" (and {len(report.findings) - 1} more)" if len(report.findings) > 1 else ""
+        super().__init__(f"preflight: {where}{first.rule} {first.name}: {first.message}{more}",
+                         f"`tpuops check {spec_path}` shows them all; fix them, silence one with "
+                         "`# tpuops: ignore[RULE]`, or go without --preflight")
+        self.report = report
+
+
+def require_clean(spec_path: str | Path, on_output: Callable[[str], None] | None = None) -> CheckReport:
+    """The preflight of launch/run: `check` with the defaults; raises PreflightFailed on any finding."""
+    report = check_spec(spec_path, CheckOptions(), on_output)
+    if report.findings:
+        raise PreflightFailed(spec_path, report)
+    return report
