@@ -17,8 +17,8 @@
 # created, and it deletes the TPU (the queued resource with force when there is one) with the VM's own
 # token, after a warning `warn_seconds` before. It never deletes a node without the cluster's label and
 # never touches the bucket beyond writing its record there.
-from __future__ import print_function
 
+import contextlib
 import errno
 import fcntl
 import fnmatch
@@ -31,6 +31,7 @@ import sys
 import time
 
 try:
+    from http.client import HTTPException
     from urllib.error import HTTPError, URLError
     from urllib.parse import quote
     from urllib.request import Request, urlopen
@@ -65,7 +66,7 @@ class Gone(Exception):
 # ----------------------------------------------------------------------------------------------- files
 
 
-class Paths(object):
+class Paths:
     def __init__(self, base):
         self.base = os.path.abspath(os.path.expanduser(base))
         self.dir = os.path.join(self.base, "autostop")
@@ -81,7 +82,7 @@ class Paths(object):
 
 
 def write_json(path, data):
-    tmp = "%s.tmp.%d" % (path, os.getpid())
+    tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as handle:
         json.dump(data, handle, indent=1, sort_keys=True)
     os.rename(tmp, path)
@@ -91,7 +92,7 @@ def read_json(path, default=None):
     try:
         with open(path) as handle:
             return json.load(handle)
-    except (OSError, IOError, ValueError):
+    except (OSError, ValueError):
         return default
 
 
@@ -121,7 +122,7 @@ def live_runs(paths):
         try:
             with open(os.path.join(run_dir, "pid")) as handle:
                 pgid = int(handle.read().strip())
-        except (OSError, IOError, ValueError):
+        except (OSError, ValueError):
             continue
         if group_exists(pgid):
             alive.append(run)
@@ -189,11 +190,11 @@ def error_message(answer):
     return str(answer)[:300]
 
 
-class Metadata(object):
+class Metadata:
     """The VM's metadata server: its default service account's token (cached until shortly before expiry)."""
 
     def __init__(self, host):
-        self.base = "http://%s/computeMetadata/v1/instance/service-accounts/default" % host
+        self.base = f"http://{host}/computeMetadata/v1/instance/service-accounts/default"
         self.token = None
         self.expires = 0.0
 
@@ -201,7 +202,7 @@ class Metadata(object):
         if self.token is None or time.time() >= self.expires:
             status, answer = http("GET", self.base + "/token", {"Metadata-Flavor": "Google"})
             if status != 200 or not isinstance(answer, dict) or "access_token" not in answer:
-                raise DeleteFailed(status, "metadata server gave no token: %s" % error_message(answer))
+                raise DeleteFailed(status, f"metadata server gave no token: {error_message(answer)}")
             self.token = answer["access_token"]
             self.expires = time.time() + max(0.0, float(answer.get("expires_in", 300)) - 60)
         return {"Authorization": "Bearer " + self.token}
@@ -217,7 +218,7 @@ class Metadata(object):
 # ------------------------------------------------------------------------------------------- backends
 
 
-class GcpTpu(object):
+class GcpTpu:
     """Deletes the TPU through the TPU v2 REST API and writes the record through the GCS JSON API."""
 
     def __init__(self, config):
@@ -225,29 +226,29 @@ class GcpTpu(object):
         self.metadata = Metadata(config.get("metadata_host") or os.environ.get("GCE_METADATA_HOST")
                                  or "metadata.google.internal")
         endpoint = (config.get("tpu_endpoint") or "https://tpu.googleapis.com").rstrip("/")
-        self.location = "%s/v2/projects/%s/locations/%s" % (endpoint, config["project"], config["zone"])
+        self.location = "{}/v2/projects/{}/locations/{}".format(endpoint, config["project"], config["zone"])
         self.storage = (config.get("storage_endpoint") or "https://storage.googleapis.com").rstrip("/")
 
     def labels(self):
-        status, answer = http("GET", "%s/nodes/%s" % (self.location, self.config["node"]), self.metadata.bearer())
+        status, answer = http("GET", "{}/nodes/{}".format(self.location, self.config["node"]), self.metadata.bearer())
         if status == 404:
-            raise Gone("node %s no longer exists" % self.config["node"])
+            raise Gone("node {} no longer exists".format(self.config["node"]))
         if status != 200:
-            raise DeleteFailed(status, "reading node %s failed: %s" % (self.config["node"], error_message(answer)),
+            raise DeleteFailed(status, "reading node {} failed: {}".format(self.config["node"], error_message(answer)),
                                self._hint(status))
         return answer.get("labels") or {}
 
     def delete(self):
         queued = self.config.get("queued")
         if queued:
-            url = "%s/queuedResources/%s?force=true" % (self.location, queued)
+            url = f"{self.location}/queuedResources/{queued}?force=true"
         else:
-            url = "%s/nodes/%s" % (self.location, self.config["node"])
+            url = "{}/nodes/{}".format(self.location, self.config["node"])
         status, answer = http("DELETE", url, self.metadata.bearer())
         if status == 404:
             raise Gone("%s no longer exists" % (queued or self.config["node"]))
         if status != 200:
-            raise DeleteFailed(status, "delete failed: HTTP %s: %s" % (status, error_message(answer)),
+            raise DeleteFailed(status, f"delete failed: HTTP {status}: {error_message(answer)}",
                                self._hint(status))
         return answer.get("name", "") if isinstance(answer, dict) else ""
 
@@ -255,22 +256,28 @@ class GcpTpu(object):
         bucket = self.config.get("bucket")
         if not bucket:
             return None
-        name = ".tpuops/%s/autostop.json" % self.config["cluster"]
-        url = "%s/upload/storage/v1/b/%s/o?uploadType=media&name=%s" % (self.storage, quote(bucket, safe=""),
+        name = ".tpuops/{}/autostop.json".format(self.config["cluster"])
+        url = "{}/upload/storage/v1/b/{}/o?uploadType=media&name={}".format(self.storage, quote(bucket, safe=""),
                                                                      quote(name, safe=""))
-        status, answer = http("POST", url, self.metadata.bearer(), json.dumps(record, indent=1).encode())
+        # text/plain: a JSON content type on a media upload makes gcp-storage-emulator parse the body as
+        # upload metadata; GCS itself serves the object the same either way.
+        try:
+            status, answer = http("POST", url, dict(self.metadata.bearer(), **{"Content-Type": "text/plain"}),
+                                  json.dumps(record, indent=1).encode())
+        except (DeleteFailed, URLError, OSError, HTTPException) as err:
+            status, answer = getattr(err, "status", None), str(err)
         if status != 200:
-            return "record upload to gs://%s/%s failed: HTTP %s: %s" % (bucket, name, status, error_message(answer))
+            return f"record upload to gs://{bucket}/{name} failed: HTTP {status}: {error_message(answer)}"
         return None
 
     def _hint(self, status):
         if status in (401, 403):
-            return "grant %s to %s on project %s (and give the TPU the cloud-platform scope)" % (
+            return "grant {} to {} on project {} (and give the TPU the cloud-platform scope)".format(
                 DELETE_ROLE, self.metadata.email(), self.config["project"])
         return ""
 
 
-class LocalTpu(object):
+class LocalTpu:
     """The local simulator: the node is a JSON record, its workers directories, its bucket a directory."""
 
     def __init__(self, config):
@@ -280,7 +287,7 @@ class LocalTpu(object):
     def labels(self):
         record = read_json(self.local["node_record"])
         if record is None:
-            raise Gone("node %s no longer exists" % self.config["node"])
+            raise Gone("node {} no longer exists".format(self.config["node"]))
         return record.get("labels") or {}
 
     def delete(self):
@@ -300,7 +307,7 @@ class LocalTpu(object):
                 os.makedirs(directory)
             write_json(os.path.join(directory, "autostop.json"), record)
         except OSError as err:
-            return "record write to %s failed: %s" % (directory, err)
+            return f"record write to {directory} failed: {err}"
         return None
 
 
@@ -314,16 +321,14 @@ def stop_processes_with_home_under(home):
         try:
             with open(os.path.join("/proc", pid, "environ"), "rb") as handle:
                 env = handle.read().split(b"\0")
-        except (OSError, IOError):
+        except OSError:
             continue
         if any(v == prefix or v.startswith(prefix + b"/") for v in env):
             victims.append(int(pid))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in victims:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, sig)
-            except OSError:
-                pass
         deadline = time.time() + 5
         while time.time() < deadline and any(pid_running(pid) for pid in victims):
             time.sleep(0.05)
@@ -331,16 +336,16 @@ def stop_processes_with_home_under(home):
 
 def pid_running(pid):
     try:
-        with open("/proc/%d/stat" % pid) as handle:
+        with open(f"/proc/{pid}/stat") as handle:
             return handle.read().rsplit(") ", 1)[1][:1] != "Z"
-    except (OSError, IOError, IndexError):
+    except (OSError, IndexError):
         return False
 
 
 # ------------------------------------------------------------------------------------------- the loop
 
 
-class Agent(object):
+class Agent:
     def __init__(self, paths, config, backend):
         self.paths = paths
         self.config = config
@@ -364,7 +369,7 @@ class Agent(object):
         """Returns False when the agent's work is over (TPU deleted or gone, or deletion refused)."""
         if os.path.exists(self.paths.keep_alive):
             self.idle_since = self.warned_at = None
-            self.decide(now, "keep-alive", "keep-alive file %s present: countdown stopped" % self.paths.keep_alive)
+            self.decide(now, "keep-alive", f"keep-alive file {self.paths.keep_alive} present: countdown stopped")
             return True
         deadline, reason, text = self.look(now)
         if deadline is None or now < deadline - self.warn:
@@ -376,7 +381,7 @@ class Agent(object):
         fire_at = max(deadline, self.warned_at + self.warn, self.retry_at)
         if now < fire_at:
             action = "retry-wait" if self.retry_at > now else "warn"
-            self.decide(now, action, "%s; deleting the TPU in %gs" % (text, round(fire_at - now, 1)), fire_at)
+            self.decide(now, action, f"{text}; deleting the TPU in {round(fire_at - now, 1):g}s", fire_at)
             return True
         return self.delete(now, reason, text)
 
@@ -386,14 +391,14 @@ class Agent(object):
         holders = [] if runs else device_holders(self.config.get("device_glob") or "/dev/accel*")
         self.busy = bool(runs or holders)
         hard = self.created_at + float(self.max_hours) * 3600 if self.max_hours else None
-        hard_text = "max_hours %s since the TPU was created at %s" % (self.max_hours, iso(self.created_at))
+        hard_text = f"max_hours {self.max_hours} since the TPU was created at {iso(self.created_at)}"
         if self.busy:
             self.idle_since = None
-            text = ("run %s alive" % ", ".join(runs)) if runs else "pid %d holds %s" % holders[0]
+            text = "run {} alive".format(", ".join(runs)) if runs else "pid {} holds {}".format(*holders[0])
             return hard, "max_hours", text + ("; " + hard_text if hard is not None else "")
         if self.idle_since is None:
             self.idle_since = now
-        text = "idle for %ds (no run alive, no TPU device held)" % (now - self.idle_since)
+        text = f"idle for {now - self.idle_since:.0f}s (no run alive, no TPU device held)"
         if self.idle_limit is not None and (hard is None or self.idle_since + float(self.idle_limit) < hard):
             return self.idle_since + float(self.idle_limit), "idle", text
         if hard is not None:
@@ -404,14 +409,14 @@ class Agent(object):
         try:
             labels = self.backend.labels()
             if labels.get(CLUSTER_LABEL) != self.config["cluster"]:
-                self.decide(now, "refused", "node %s does not carry the label %s=%s (labels: %s): not deleting" % (
+                self.decide(now, "refused", "node {} does not carry the label {}={} (labels: {}): not deleting".format(
                     self.config["node"], CLUSTER_LABEL, self.config["cluster"], json.dumps(labels)), final="refused")
                 return False
             operation = self.backend.delete()
         except Gone as gone:
             self.decide(now, "gone", str(gone), final="gone")
             return False
-        except (DeleteFailed, URLError, OSError, ValueError) as err:
+        except (DeleteFailed, URLError, OSError, ValueError, HTTPException) as err:
             self.failed(now, err)
             return True
         record = {"cluster": self.config["cluster"], "time": iso(now), "reason": reason, "detail": text,
@@ -420,7 +425,7 @@ class Agent(object):
                   "uptime_seconds": round(now - self.created_at, 1), "operation": operation,
                   "idle_seconds": self.idle_seconds(now)}
         problem = self.backend.write_record(record)
-        self.decide(now, "deleted", "%s: deleted %s%s" % (reason, self.config.get("queued") or self.config["node"],
+        self.decide(now, "deleted", "{}: deleted {}{}".format(reason, self.config.get("queued") or self.config["node"],
                                                          ("; " + problem) if problem else ""), final="deleted")
         return False
 
@@ -433,8 +438,8 @@ class Agent(object):
         self.retry_at = now + backoff
         self.last_failure = {"time": iso(now), "status": status, "message": message, "hint": hint,
                              "attempts": self.failures, "retry_at": iso(self.retry_at)}
-        self.decide(now, "delete-failed", "%s%s; retrying in %ds" % (message, (" (hint: %s)" % hint) if hint else "",
-                                                                      backoff), self.retry_at)
+        hint_text = f" (hint: {hint})" if hint else ""
+        self.decide(now, "delete-failed", f"{message}{hint_text}; retrying in {backoff:.0f}s", self.retry_at)
 
     def idle_seconds(self, now):
         return round(now - self.idle_since, 1) if self.idle_since is not None else 0.0
@@ -468,14 +473,14 @@ def make_backend(config):
 
 
 def run(paths):
-    lock = open(paths.lock, "a")
+    lock = open(paths.lock, "a")  # noqa: SIM115  held (locked) for the agent's life
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except (OSError, IOError):
-        sys.stderr.write("tpuops autostop: already running for %s (pid %s)\n" % (paths.base, read_pid(paths)))
+    except OSError:
+        sys.stderr.write(f"tpuops autostop: already running for {paths.base} (pid {read_pid(paths)})\n")
         return 3
     with open(paths.pid, "w") as handle:
-        handle.write("%d\n" % os.getpid())
+        handle.write(f"{os.getpid()}\n")
 
     def on_signal(signum, frame):
         raise Stopped()
@@ -485,14 +490,14 @@ def run(paths):
     config = read_json(paths.config)
     agent = Agent(paths, config, make_backend(config))
     try:
-        agent.decide(time.time(), "start", "agent started: idle %s, max_hours %s, tick %ss" % (
+        agent.decide(time.time(), "start", "agent started: idle {}, max_hours {}, tick {}s".format(
             config.get("idle_seconds"), config.get("max_hours"), agent.tick))
         while agent.step(time.time()):
             time.sleep(agent.tick)
     except Stopped:
         agent.decide(time.time(), "stop", "agent stopped", final="stopped")
     except Exception as err:  # noqa: BLE001  the reason must reach the log before the agent goes
-        agent.decide(time.time(), "crash", "agent crashed: %r" % (err,), final="crashed")
+        agent.decide(time.time(), "crash", f"agent crashed: {err!r}", final="crashed")
         raise
     finally:
         if read_pid(paths) == os.getpid():
@@ -507,7 +512,7 @@ def read_pid(paths):
     try:
         with open(paths.pid) as handle:
             pid = int(handle.read().strip())
-    except (OSError, IOError, ValueError):
+    except (OSError, ValueError):
         return None
     return pid if is_agent(pid) else None
 
@@ -515,9 +520,9 @@ def read_pid(paths):
 def is_agent(pid):
     """The pid is a live autostop agent (pids are reused: check its command line too)."""
     try:
-        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
             argv = handle.read().split(b"\0")
-    except (OSError, IOError):
+    except OSError:
         return False
     return pid_running(pid) and any(arg.endswith(b"agent.py") for arg in argv) and b"run" in argv
 
@@ -542,14 +547,14 @@ def install(paths, request):
     config = request["config"]
     for key in ("cluster", "node", "provider"):
         if not config.get(key):
-            raise ValueError("config has no %s" % key)
+            raise ValueError(f"config has no {key}")
     stop(paths)
     write_json(paths.config, config)
     if request.get("clear_keep_alive") and os.path.exists(paths.keep_alive):
         os.unlink(paths.keep_alive)
     if os.path.exists(paths.status):
         os.unlink(paths.status)
-    out = open(paths.output, "ab")
+    out = open(paths.output, "ab")  # noqa: SIM115  handed to the child, closed here after
     process = subprocess.Popen([sys.executable, paths.agent, "run", paths.base], stdin=subprocess.DEVNULL,
                                stdout=out, stderr=subprocess.STDOUT, close_fds=True, start_new_session=True,
                                cwd=paths.base)
@@ -562,14 +567,14 @@ def install(paths, request):
         if process.poll() is not None:
             break
         time.sleep(0.05)
-    return {"started": False, "pid": process.pid, "error": "agent did not start: %s" % tail_text(paths.output)}
+    return {"started": False, "pid": process.pid, "error": f"agent did not start: {tail_text(paths.output)}"}
 
 
 def tail_text(path, limit=400):
     try:
         with open(path, "rb") as handle:
             return handle.read()[-limit:].decode("utf-8", "replace").strip() or "(no output)"
-    except (OSError, IOError):
+    except OSError:
         return "(no output)"
 
 
@@ -577,7 +582,7 @@ def log_tail(paths, lines):
     try:
         with open(paths.log) as handle:
             text = handle.readlines()[-lines:]
-    except (OSError, IOError):
+    except OSError:
         return []
     entries = []
     for line in text:
@@ -611,7 +616,7 @@ def main(argv):
     elif action == "status":
         result = status(paths, int(arg or 20))
     else:
-        sys.stderr.write("unknown action %r\n" % action)
+        sys.stderr.write(f"unknown action {action!r}\n")
         return 2
     print(json.dumps(result, sort_keys=True))
     return 0 if result.get("started", True) else 1
