@@ -31,6 +31,7 @@ class Request:
     path: str
     query: dict[str, str]
     body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)  # names lower-cased
 
 
 class HttpError(Exception):
@@ -157,7 +158,8 @@ class JsonServer:
                 raw = self.rfile.read(length) if length else b""
                 body = json.loads(raw) if raw.strip() else {}
                 query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-                request = Request(self.command, parts.path, query, body)
+                headers = {key.lower(): value for key, value in self.headers.items()}
+                request = Request(self.command, parts.path, query, body, headers)
                 fake._record(request)
                 status, payload = fake._answer(request)
                 data = json.dumps(payload).encode()

@@ -31,7 +31,7 @@ def check(
     """Preflight SPEC's trainer before paying for a TPU: lint it for XLA breakers, then run it for a few steps
     under XLA on this machine's CPU and report recompilations, compile failures and host round trips.
     Exit 0 clean, 1 findings, 2 usage or spec errors."""
-    from tpuops.cli.cluster import parse_duration
+    from tpuops.durations import parse_duration
     from tpuops.ops.check import CheckOptions, check_spec
 
     options = CheckOptions(steps=steps, timeout=parse_duration(timeout), run=not no_run)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 import typer
@@ -11,21 +10,12 @@ import typer
 from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app, complete_cluster
 from tpuops.cli.progress import ProgressView
 from tpuops.cli.render import console, err_console, print_json
+from tpuops.durations import parse_duration
 from tpuops.errors import UsageError
 
-DURATION_RE = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
 INTERRUPTED_EXIT = 130
 
 
-def parse_duration(text: str) -> float:
-    """'90s', '30m', '2h', '1h30m', or a number of seconds."""
-    text = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    match = DURATION_RE.match(text)
-    if not text or not match:
-        raise UsageError(f"cannot read duration {text!r}", "write it like 90s, 30m, 2h or 1h30m")
-    return float(int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60 + int(match["s"] or 0))
 
 
 @app.command()

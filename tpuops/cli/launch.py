@@ -135,7 +135,7 @@ def run_(
     Example:
       tpuops run examples/quickstart.yaml --down
     """
-    from tpuops.cli.cluster import parse_duration
+    from tpuops.durations import parse_duration
     from tpuops.context import Context
     from tpuops.ops.run import run_spec
 

@@ -58,7 +58,7 @@ def watch(
 def watch_options(env, max_restarts: int, restart_on_failure: bool, wait_for_capacity: str,  # noqa: ANN001
                   interval: str | None, unhealthy_grace: str | None, down: bool = False):  # noqa: ANN201
     """WatchOptions from the command line (durations like 30s, 10m), the environment filling the gaps."""
-    from tpuops.cli.cluster import parse_duration
+    from tpuops.durations import parse_duration
     from tpuops.ops.watch import WatchOptions
 
     return WatchOptions.from_env(

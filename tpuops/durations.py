@@ -1,0 +1,49 @@
+"""Durations as users write them on the command line and in specs: 90s, 30m, 2h, 1h30m (or plain seconds)."""
+
+from __future__ import annotations
+
+import re
+
+from tpuops.errors import UsageError
+
+DURATION_RE = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+OFF = "off"
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '2h', '1h30m', or a number of seconds."""
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    match = DURATION_RE.match(text)
+    if not text or not match:
+        raise UsageError(f"cannot read duration {text!r}", "write it like 90s, 30m, 2h or 1h30m")
+    return float(int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60 + int(match["s"] or 0))
+
+
+def parse_autostop(text: str) -> float | None:
+    """An autostop idle time: a positive duration, or 'off' (None)."""
+    if text.strip().lower() == OFF:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except UsageError:
+        raise UsageError(f"cannot read autostop time {text.strip()!r}",
+                         "write it like 30m, 2h, 90s or 1h30m, or off to disable it") from None
+    if seconds <= 0:
+        raise UsageError(f"autostop time must be more than zero, got {text.strip()!r}",
+                         "write it like 30m, 2h or 90s, or off to disable it")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """30m, 1h30m, 45s, 2d3h: the largest two units, as users write them."""
+    total = int(round(seconds))
+    if total < 60:
+        return f"{total}s"
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    first = next(i for i, (value, _) in enumerate(parts) if value)
+    return "".join(f"{value}{unit}" for value, unit in parts[first:first + 2] if value)
