@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tpuops.context import Context
@@ -29,6 +30,10 @@ from tpuops.state import ClusterState, WorkerRecord
 KEY_FILE = "id_ed25519"
 KNOWN_HOSTS_FILE = "known_hosts"
 DEFAULT_CONNECT_TIMEOUT = 60.0
+# A worker whose VM has been up this long has had time to start sshd: if it refuses connections, say so
+# after REFUSED_TIMEOUT instead of retrying for the whole connect timeout (meant for workers just booted).
+SETTLED_AFTER_SECONDS = 300.0
+REFUSED_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -113,18 +118,45 @@ def select_workers(workers: Sequence[WorkerRecord], selection: str | None) -> li
 
 
 def make_runners(access: ClusterAccess, workers: Sequence[WorkerRecord], *,
-                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 connect_timeout: float | None = None,
                  on_new_host_key: Callable[[str, str], None] | None = None) -> list[Runner]:
-    """One runner per worker: local directories for the local provider, SSH for everything else."""
+    """One runner per worker: local directories for the local provider, SSH for everything else.
+
+    connect_timeout None: up to a minute for workers that may still be booting, and a few seconds for a
+    refusing worker of a cluster that has been up a while; a number: that long, whatever the refusal.
+    """
     if access.state.provider == "local":
         return [LocalRunner(worker_name(w), Path(w.home or ".")) for w in workers]
-    settings = SshSettings(access.key_path, access.known_hosts_path, connect_timeout=connect_timeout)
+    refused_timeout = None
+    if connect_timeout is None:
+        connect_timeout = DEFAULT_CONNECT_TIMEOUT
+        up_for = seconds_up(access.state)
+        if up_for is not None and up_for >= SETTLED_AFTER_SECONDS:
+            refused_timeout = REFUSED_TIMEOUT
+    settings = SshSettings(access.key_path, access.known_hosts_path, connect_timeout=connect_timeout,
+                           refused_timeout=refused_timeout)
     known_hosts = KnownHosts(access.known_hosts_path, trust_on_first_use=True, on_new_key=on_new_host_key)
     key = load_private_key(access.key_path)  # once, and a bad key is one error, not one per worker
     return [
         SshRunner(SshTarget(worker_name(w), w.ssh_host, w.ssh_port, access.user), settings, known_hosts, key)
         for w in workers
     ]
+
+
+def seconds_up(state: ClusterState) -> float | None:
+    """How long ago `up` last saw the SSH targets' machine ready (the TPU, or a legacy Node's client VM);
+    None when it never recorded that."""
+    kinds = ("client_vm",) if any(w.role == "client_vm" for w in state.workers) else ("tpu", "queued_resource")
+    times = [r.updated_at for r in state.resources if r.kind in kinds and r.status == "created"]
+    if not times:
+        return None
+    try:
+        ready = max(datetime.fromisoformat(t) for t in times)
+    except ValueError:
+        return None
+    if ready.tzinfo is None:
+        ready = ready.replace(tzinfo=timezone.utc)
+    return (datetime.now(timezone.utc) - ready).total_seconds()
 
 
 # ------------------------------------------------------------------------------------------------ exec
@@ -139,8 +171,23 @@ class ExecReport:
     def ok(self) -> bool:
         return bool(self.results) and all(r.ok for r in self.results)
 
+    @property
+    def exit_code(self) -> int:
+        """As `ssh` would exit: 0 when every worker succeeded; when the failing workers all failed alike, the
+        command's own code (255 if none could run it, as ssh says for a connection failure); else 1."""
+        if self.ok:
+            return 0
+        codes = {r.exit_code for r in self.results if not r.ok}
+        if len(codes) != 1:
+            return 1
+        code = codes.pop()
+        if code is None:
+            return 255
+        return code if code != 0 else 1  # exit 0 with an error (e.g. input not sent): still a failure
+
     def as_dict(self) -> dict[str, object]:
-        return {"cluster": self.cluster, "ok": self.ok, "workers": [r.as_dict() for r in self.results]}
+        return {"cluster": self.cluster, "ok": self.ok, "exit_code": self.exit_code,
+                "workers": [r.as_dict() for r in self.results]}
 
 
 def exec_command(
@@ -152,7 +199,7 @@ def exec_command(
     timeout: float | None = None,
     on_line: LineHandler | None = None,
     on_new_host_key: Callable[[str, str], None] | None = None,
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    connect_timeout: float | None = None,
     max_parallel: int = DEFAULT_MAX_PARALLEL,
     capture: bool = False,
 ) -> ExecReport:
@@ -217,7 +264,7 @@ def push(
     *,
     code: bool = True,
     data: bool = True,
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    connect_timeout: float | None = None,
     max_parallel: int = DEFAULT_MAX_PARALLEL,
     on_upload: UploadProgress | None = None,
     on_new_host_key: Callable[[str, str], None] | None = None,

@@ -26,12 +26,21 @@ Command = Union[str, Sequence[str]]  # noqa: UP007  (keeps the alias usable at r
 # may block between chunks; stdin is closed when it ends (the push relay uses this to keep a server up).
 Stdin = Union[bytes, Iterable[bytes], None]  # noqa: UP007
 
-# Called once per complete output line: (worker name, "stdout" | "stderr", line without newline).
+# Called once per complete output line: (worker name, "stdout" | "stderr", line without newline). A handler
+# with a `flush()` method has it called after each chunk of lines, so it may buffer within a chunk (100k
+# lines cost one write per network chunk, not one per line) and still show every line as it arrives.
 LineHandler = Callable[[str, str, str], None]
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TIMEOUT_EXIT_CODE = 124  # what coreutils `timeout` returns when it had to stop the command
 KILL_GRACE_SECONDS = 5  # SIGTERM first, SIGKILL this long after
+
+
+class OutputClosed(Exception):  # noqa: N818  (not an error: the reader of our output has gone)
+    """Raised by a LineHandler whose output was closed (`tpuops exec ... | head -1`): everything stops, quietly.
+
+    Not a TpuopsError on purpose: fan-out turns those into one worker's failure, this one stops every worker.
+    """
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,11 @@ class Runner(Protocol):
     ) -> RunResult: ...
 
     def close(self) -> None: ...
+
+    def cancel(self) -> None:
+        """From another thread: stop now. The command in flight is signalled on the worker (as `ssh` does
+        when its session closes), `run` returns promptly with an error, and the runner takes no more work."""
+        ...
 
 
 # ------------------------------------------------------------------------------------------ command lines
@@ -158,11 +172,17 @@ class LineSplitter:
         *lines, self._pending = self._pending.split(b"\n")
         for line in lines:
             self.on_line(self.worker, self.stream, line.decode("utf-8", "replace"))
+        flush = getattr(self.on_line, "flush", None)
+        if lines and flush is not None:
+            flush()
 
     def finish(self) -> bytes:
         if self.on_line is not None and self._pending:
             self.on_line(self.worker, self.stream, self._pending.decode("utf-8", "replace"))
             self._pending = b""
+            flush = getattr(self.on_line, "flush", None)
+            if flush is not None:
+                flush()
         return b"".join(self._captured)
 
 
@@ -171,3 +191,7 @@ def timeout_error(worker: str, timeout: float | None, exit_code: int | None, dur
     if timeout is not None and exit_code == TIMEOUT_EXIT_CODE and duration >= timeout * 0.9:
         return f"{worker}: command timed out after {timeout:g} s and was stopped"
     return None
+
+
+def interrupted_error(worker: str) -> str:
+    return f"{worker}: interrupted; the command was signalled to stop"
