@@ -9,7 +9,7 @@ import typer
 from tpuops.cli.app import JSON_OPTION, app
 from tpuops.cli.interrupts import ends_cleanly
 from tpuops.cli.render import console, err_console, print_json
-from tpuops.remote.base import OutputClosed
+from tpuops.remote.base import LineSink, OutputClosed
 
 CONNECT_TIMEOUT_OPTION = typer.Option(
     None, "--connect-timeout", help="Seconds to keep retrying a worker that cannot be reached (default 60; a "
@@ -19,8 +19,8 @@ CONNECT_TIMEOUT_OPTION = typer.Option(
 ANSI_COLOURS = ["36", "35", "32", "33", "34", "31", "96", "95"]  # cyan magenta green yellow blue red, bright ×2
 
 
-class LinePrinter:
-    """Prints `[w3] line` as lines arrive from many workers: plain writes, flushed once per network chunk
+class LinePrinter(LineSink):
+    """Prints `[w3] line` as lines arrive from many workers: one plain write per network chunk, flushed
     (100k lines cost a fraction of a second), one lock so lines never interleave. A closed stdout raises
     OutputClosed, which stops every worker."""
 
@@ -32,13 +32,14 @@ class LinePrinter:
         self._colour = {name: _wants_colour(stream) for name, stream in self._streams.items()}
         self._prefixes: dict[tuple[str, str], str] = {}
 
-    def __call__(self, worker: str, stream: str, line: str) -> None:
+    def lines(self, worker: str, stream: str, lines: list[str]) -> None:
         prefix = self._prefixes.get((worker, stream))
         if prefix is None:
             prefix = self._prefixes.setdefault((worker, stream), self._prefix(worker, stream))
+        text = prefix + ("\n" + prefix).join(lines) + "\n"
         with self._lock:
             try:
-                self._streams[stream].write(f"{prefix}{line}\n")
+                self._streams[stream].write(text)
             except BrokenPipeError:
                 raise OutputClosed(stream) from None
 

@@ -26,10 +26,22 @@ Command = Union[str, Sequence[str]]  # noqa: UP007  (keeps the alias usable at r
 # may block between chunks; stdin is closed when it ends (the push relay uses this to keep a server up).
 Stdin = Union[bytes, Iterable[bytes], None]  # noqa: UP007
 
-# Called once per complete output line: (worker name, "stdout" | "stderr", line without newline). A handler
-# with a `flush()` method has it called after each chunk of lines, so it may buffer within a chunk (100k
-# lines cost one write per network chunk, not one per line) and still show every line as it arrives.
+# Called once per complete output line: (worker name, "stdout" | "stderr", line without newline).
 LineHandler = Callable[[str, str, str], None]
+
+
+class LineSink:
+    """A LineHandler that also takes a chunk's lines at once and is flushed after each chunk: 100k lines
+    then cost a few writes per network chunk instead of 100k calls, and still appear as they arrive."""
+
+    def __call__(self, worker: str, stream: str, line: str) -> None:
+        self.lines(worker, stream, [line])
+
+    def lines(self, worker: str, stream: str, lines: list[str]) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Called after each chunk of lines."""
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TIMEOUT_EXIT_CODE = 124  # what coreutils `timeout` returns when it had to stop the command
@@ -160,6 +172,7 @@ class LineSplitter:
 
     def __init__(self, worker: str, stream: str, on_line: LineHandler | None, capture: bool) -> None:
         self.worker, self.stream, self.on_line, self.capture = worker, stream, on_line, capture
+        self._sink = on_line if isinstance(on_line, LineSink) else None
         self._pending = b""
         self._captured: list[bytes] = []
 
@@ -169,21 +182,27 @@ class LineSplitter:
         if self.on_line is None:
             return
         self._pending += chunk
-        *lines, self._pending = self._pending.split(b"\n")
-        for line in lines:
-            self.on_line(self.worker, self.stream, line.decode("utf-8", "replace"))
-        flush = getattr(self.on_line, "flush", None)
-        if lines and flush is not None:
-            flush()
+        end = self._pending.rfind(b"\n")
+        if end < 0:
+            return
+        # A newline byte never occurs inside a UTF-8 character: the complete lines decode as one block.
+        complete, self._pending = self._pending[:end], self._pending[end + 1:]
+        self._emit(complete.decode("utf-8", "replace").split("\n"))
 
     def finish(self) -> bytes:
         if self.on_line is not None and self._pending:
-            self.on_line(self.worker, self.stream, self._pending.decode("utf-8", "replace"))
+            self._emit([self._pending.decode("utf-8", "replace")])
             self._pending = b""
-            flush = getattr(self.on_line, "flush", None)
-            if flush is not None:
-                flush()
         return b"".join(self._captured)
+
+    def _emit(self, lines: list[str]) -> None:
+        if self._sink is not None:
+            self._sink.lines(self.worker, self.stream, lines)
+            self._sink.flush()
+            return
+        assert self.on_line is not None
+        for line in lines:
+            self.on_line(self.worker, self.stream, line)
 
 
 def timeout_error(worker: str, timeout: float | None, exit_code: int | None, duration: float) -> str | None:
