@@ -15,6 +15,7 @@ from tpuops import keys
 from tpuops.cloud.base import Cloud, TpuMode
 from tpuops.context import Context
 from tpuops.errors import CloudError
+from tpuops.ops.run_records import end_runs_with_the_tpu
 from tpuops.ops.status import cloud_for_state, labelled, spec_of, tpu_mode
 from tpuops.plan import client_vm_name, queued_resource_name, tpu_name
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
@@ -122,6 +123,7 @@ def forget_cluster(ctx: Context, plan: DownPlan) -> None:
     if plan.kept_bucket:
         state.resources = [r for r in state.resources if r.kind in ("bucket", "iam")]
         state.workers = []
+        end_runs_with_the_tpu(state)
         state.log("down", "deleted the TPU and VM; kept the bucket")
         ctx.store.save(state)
     else:
