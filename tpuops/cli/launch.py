@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from tpuops.cli.app import JSON_OPTION, app
+from tpuops.cli.interrupts import ends_cleanly
 from tpuops.cli.remote import LinePrinter, print_results_table
 from tpuops.cli.render import console, err_console, print_json
 from tpuops.cli.watch import (
@@ -44,8 +45,38 @@ def launch(
         console.print(f"Run [bold]{report.run_id}[/] started on {len(report.steps[-1].results)} worker(s). "
                       f"Follow: tpuops launch --follow, or tpuops logs {report.cluster} --workers")
     if follow:
-        code = follow_and_wait(ctx, report.cluster, report.run_id, on_line=printer or LinePrinter())
+        with ends_cleanly(follow_interrupted):
+            code = follow_and_wait(ctx, report.cluster, report.run_id, on_line=printer or LinePrinter())
         raise typer.Exit(code)
+
+
+def follow_interrupted(interrupt: KeyboardInterrupt) -> str:
+    """What Ctrl-C while following leaves behind: the run goes on, detached."""
+    cluster, run_id = getattr(interrupt, "cluster", None), getattr(interrupt, "run_id", None)
+    if not cluster:
+        return "stopped following"
+    return (f"stopped following; run {run_id} goes on on the workers of {cluster} (it runs detached): "
+            f"`tpuops logs {cluster} --workers -f` follows it again, `tpuops stop {cluster}` stops it")
+
+
+def run_interrupted(interrupt: KeyboardInterrupt) -> str:
+    """What Ctrl-C during `run` leaves behind (ops.run.RunInterrupted / TeardownInterrupted)."""
+    cluster = getattr(interrupt, "cluster", None)
+    run_id = getattr(interrupt, "run_id", None)
+    if not hasattr(interrupt, "torn_down"):  # TeardownInterrupted, or Ctrl-C outside run_spec
+        if cluster:
+            return f"teardown interrupted; `tpuops down {cluster}` deletes what is left"
+        return "interrupted"
+    if cluster is None:
+        return ("interrupted while `up` was creating resources; they are recorded: `tpuops up SPEC` resumes, "
+                "`tpuops down SPEC` deletes them")
+    if interrupt.torn_down:  # type: ignore[attr-defined]
+        stopped = f"stopped run {run_id} and " if run_id else ""
+        return f"interrupted: {stopped}deleted the cluster {cluster} (the bucket stays)"
+    if run_id:
+        return follow_interrupted(interrupt)
+    return (f"interrupted before the trainer started; the cluster {cluster} stays: `tpuops launch {cluster}` "
+            f"starts it, `tpuops down {cluster}` deletes the cluster")
 
 
 @app.command()
@@ -103,13 +134,14 @@ def run_(
     printer = None if json_ else LinePrinter()
     watching = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, None, None) \
         if watch else None
-    summary = interruptible_if(watch and not down, lambda: run_spec(
-        ctx, spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
-        on_line=printer, on_points=None if json_ else _print_points,
-        on_phase=None if json_ else lambda phase: err_console.print(f"[bold]==> {phase}[/]"),
-        on_step=None if json_ else lambda step: _show_step(step.name, step.results),
-        watch=watching, on_event=print_event,
-    ))
+    with ends_cleanly(run_interrupted):
+        summary = interruptible_if(watch and not down, lambda: run_spec(
+            ctx, spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
+            on_line=printer, on_points=None if json_ else _print_points,
+            on_phase=None if json_ else lambda phase: err_console.print(f"[bold]==> {phase}[/]"),
+            on_step=None if json_ else lambda step: _show_step(step.name, step.results),
+            watch=watching, on_event=print_event,
+        ))
     if json_:
         print_json(summary.as_dict())
     else:
