@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.sshd import SshdCluster  # noqa: E402
 
-SPEC = "name: bench\nzone: europe-west4-a\ntpu:\n  type: v3-16\n"
+SPEC = "name: bench\nzone: europe-west4-a\ntpu:\n  type: v3-32\n"
 
 
 def children_cpu() -> float:

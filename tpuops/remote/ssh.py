@@ -16,6 +16,7 @@ Choices, each measured or learned the hard way on pod slices:
 from __future__ import annotations
 
 import errno
+import logging
 import select
 import socket
 import stat
@@ -41,6 +42,10 @@ from tpuops.remote.base import (
 )
 from tpuops.remote.scripts import script_command
 from tpuops.retry import bounded_by
+
+# paramiko logs "Socket exception: Bad file descriptor" when a connection is closed under its reader thread
+# (Ctrl-C, a closed pipe); Python's last-resort handler would print that. Our results say what went wrong.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 CLEAR_TO_SEND_TIMEOUT = 180.0
 KEEPALIVE_SECONDS = 30
