@@ -22,7 +22,7 @@ from tests.sshd import SshdCluster, sshd_available
 from tests.test_autostop_agent import ZONE, wait_for
 from tpuops.agents import agent_source
 from tpuops.cloud.base import TpuRequest
-from tpuops.cloud.local.provider import LocalProvider
+from tpuops.cloud.local.apis import LocalCloud
 from tpuops.durations import format_duration, parse_autostop
 from tpuops.errors import UsageError
 from tpuops.ops.autostop import (
@@ -136,7 +136,7 @@ def test_the_status_view_says_setting_time_left_and_the_role_to_grant() -> None:
 
 
 def test_the_local_providers_agent_deletes_the_simulated_tpu_and_leaves_its_record(tmp_path: Path) -> None:
-    provider = LocalProvider(tmp_path / "cloud")
+    provider = LocalCloud(tmp_path / "cloud")
     cluster, node = "quick", "quick-tpu"
     provider.create_bucket("quick-data", "local", {})
     provider.create_node(TpuRequest(node, "local", "v3-8", "local", labels={"tpuops-cluster": cluster}, workers=2))
@@ -158,7 +158,7 @@ def test_the_local_providers_agent_deletes_the_simulated_tpu_and_leaves_its_reco
 
 
 def test_autostop_off_then_a_new_setting_through_the_ops_helpers(tmp_path: Path) -> None:
-    provider = LocalProvider(tmp_path / "cloud")
+    provider = LocalCloud(tmp_path / "cloud")
     provider.create_node(TpuRequest("t", "local", "v3-8", "local", labels={"tpuops-cluster": "c"}, workers=1))
     runner = LocalRunner("w0", provider.worker_home("t", 0), {"PATH": worker_path()})
 

@@ -9,9 +9,9 @@ import pytest
 from google.api_core import exceptions as gexc
 
 from tpuops import keys
-from tpuops.durations import parse_duration
 from tpuops.cloud.gcp.clients import Endpoints, base_url
 from tpuops.cloud.gcp.errors import translate
+from tpuops.durations import parse_duration
 from tpuops.errors import CapacityError, CloudError, TransientError, UsageError
 
 

@@ -100,8 +100,89 @@ def test_ctrl_c_during_run_down_cleans_up(tmp_path: Path, tpuops_home: Path) -> 
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
-    assert process.returncode != 0
+    assert process.returncode == 130
     workers = tpuops_home / "local" / "workers"
     assert not any(workers.iterdir())
     assert processes_under(workers) == []
     assert not (tpuops_home / "clusters" / "interrupted" / "state.json").exists()
+
+
+def long_quickstart(directory: Path, command: str | None = None, steps: int = 30000) -> Path:
+    """The quickstart spec with a long step count (or another command), its paths made absolute."""
+    root = QUICKSTART.parent
+    text = QUICKSTART.read_text().replace("../templates/charlm", str(root.parent / "templates" / "charlm"))
+    text = text.replace("{from: data,", f"{{from: {root / 'data'},").replace("--steps 1000", f"--steps {steps}")
+    if command is not None:
+        text = text.replace("  command: python3 train.py", f"  command: {command} #")
+    spec = directory / f"quickstart-{steps}-{'cmd' if command else 'train'}.yaml"
+    spec.write_text(text)
+    return spec
+
+
+def start_and_interrupt(*args: str) -> tuple[int, str, str]:
+    """`tpuops ARGS`, SIGINT once the trainer has reported its first step; (exit code, stdout, stderr)."""
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", *args], env=os.environ.copy(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()  # type: ignore[union-attr]
+            assert line, "the run ended before training started: " + "".join(seen)
+            seen.append(line)
+            if line.startswith("[w") and " step " in line:
+                break
+        else:
+            raise AssertionError("training did not start: " + "".join(seen))
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    return process.returncode, "".join(seen) + out, err
+
+
+def assert_no_traceback(stderr: str) -> None:
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr and "Aborted" not in stderr, stderr
+
+
+def test_ctrl_c_during_run_stops_following_and_the_run_goes_on(tmp_path: Path, tpuops_home: Path) -> None:
+    code, out, err = start_and_interrupt("run", str(long_quickstart(tmp_path)))
+    try:
+        assert code == 130, err
+        assert_no_traceback(err)
+        assert "stopped following" in err and "`tpuops stop quickstart`" in err
+        assert "[charlm" not in out  # one prefix per line: tpuops's own [wN]
+        status = run_cli("status", "quickstart")
+        assert "w0: running (now)" in status.stdout and "w1: running (now)" in status.stdout, status.stdout
+    finally:
+        stopped = run_cli("stop", "quickstart")
+        gone = run_cli("down", "quickstart", "--yes", "--delete-bucket", "--force")
+    assert stopped.returncode == 0, stopped.stderr
+    assert gone.returncode == 0, gone.stderr
+    assert processes_under(tpuops_home / "local" / "workers") == []
+
+
+def test_ctrl_c_during_run_down_stops_the_run_and_status_says_so(tmp_path: Path, tpuops_home: Path) -> None:
+    code, _, err = start_and_interrupt("run", str(long_quickstart(tmp_path)), "--down")
+    assert code == 130, err
+    assert_no_traceback(err)
+    assert "stopped run" in err and "deleted the cluster quickstart (the bucket stays)" in err
+    assert processes_under(tpuops_home / "local" / "workers") == []
+    status = run_cli("status", "quickstart")  # the state stays with the bucket: it must tell the truth
+    assert status.returncode == 0, status.stderr
+    assert "running" not in status.stdout, status.stdout
+    assert "w0: killed" in status.stdout and "w1: killed" in status.stdout, status.stdout
+    assert run_cli("down", "quickstart", "--yes", "--delete-bucket", "--force").returncode == 0
+
+
+def test_a_run_shows_only_its_own_scalars(tmp_path: Path, tpuops_home: Path) -> None:
+    first = run_cli("run", str(long_quickstart(tmp_path, steps=60)), timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "[scalars]" in first.stdout and "last scalars" in first.stdout
+    # Same cluster, same logdir, a trainer that fails at once: the first run's scalars are not this run's.
+    failing = run_cli("run", str(long_quickstart(tmp_path, command="exit 3")), "--down", timeout=300)
+    assert failing.returncode == 3, failing.stderr[-3000:]
+    assert "[scalars]" not in failing.stdout and "last scalars" not in failing.stdout, failing.stdout
+    assert run_cli("down", "quickstart", "--yes", "--delete-bucket", "--force").returncode == 0

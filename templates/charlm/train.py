@@ -348,8 +348,10 @@ def param_digest(params: dict[str, np.ndarray]) -> str:
 
 
 def log(worker_id: int, message: str) -> None:
-    # Flush every line: the output goes to a log file that `tpuops logs` tails.
-    print(f"[charlm w{worker_id}] {message}", flush=True)
+    # Flush every line: the output goes to a log file that `tpuops logs` tails. tpuops prefixes every line
+    # with its worker ([w0]); only a run outside tpuops needs to say which worker speaks.
+    prefix = "" if os.environ.get("TPUOPS_RUN_ID") else f"[w{worker_id}] "
+    print(f"{prefix}{message}", flush=True)
 
 
 def train(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app
+from tpuops.cli.interrupts import ends_cleanly
 from tpuops.cli.progress import ProgressView
 from tpuops.cli.remote import LinePrinter, print_results_table
 from tpuops.cli.render import console, err_console, plural, print_json, size_text
@@ -56,8 +57,38 @@ def launch(
                       f"Follow its output: tpuops logs {report.cluster} --workers -f; its scalars: "
                       f"tpuops logs {report.cluster} -f")
     if follow:
-        code = follow_and_wait(ctx, report.cluster, report.run_id, on_line=printer or LinePrinter())
+        with ends_cleanly(follow_interrupted):
+            code = follow_and_wait(ctx, report.cluster, report.run_id, on_line=printer or LinePrinter())
         raise typer.Exit(code)
+
+
+def follow_interrupted(interrupt: KeyboardInterrupt) -> str:
+    """What Ctrl-C while following leaves behind: the run goes on, detached."""
+    cluster, run_id = getattr(interrupt, "cluster", None), getattr(interrupt, "run_id", None)
+    if not cluster:
+        return "stopped following"
+    return (f"stopped following; run {run_id} goes on on the workers of {cluster} (it runs detached): "
+            f"`tpuops logs {cluster} --workers -f` follows it again, `tpuops stop {cluster}` stops it")
+
+
+def run_interrupted(interrupt: KeyboardInterrupt) -> str:
+    """What Ctrl-C during `run` leaves behind (ops.run.RunInterrupted / TeardownInterrupted)."""
+    cluster = getattr(interrupt, "cluster", None)
+    run_id = getattr(interrupt, "run_id", None)
+    if not hasattr(interrupt, "torn_down"):  # TeardownInterrupted, or Ctrl-C outside run_spec
+        if cluster:
+            return f"teardown interrupted; `tpuops down {cluster}` deletes what is left"
+        return "interrupted"
+    if cluster is None:
+        return ("interrupted while `up` was creating resources; they are recorded: `tpuops up SPEC` resumes, "
+                "`tpuops down SPEC` deletes them")
+    if interrupt.torn_down:  # type: ignore[attr-defined]
+        stopped = f"stopped run {run_id} and " if run_id else ""
+        return f"interrupted: {stopped}deleted the cluster {cluster} (the bucket stays)"
+    if run_id:
+        return follow_interrupted(interrupt)
+    return (f"interrupted before the trainer started; the cluster {cluster} stays: `tpuops launch {cluster}` "
+            f"starts it, `tpuops down {cluster}` deletes the cluster")
 
 
 @app.command()
@@ -135,8 +166,8 @@ def run_(
     Example:
       tpuops run examples/quickstart.yaml --down
     """
-    from tpuops.durations import parse_duration
     from tpuops.context import Context
+    from tpuops.durations import parse_duration
     from tpuops.ops.run import run_spec
 
     ctx = Context.from_env(project=project, assume_yes=yes)
@@ -151,16 +182,17 @@ def run_(
         if phase in ("up", "down"):
             view.start()
 
-    try:
-        summary = interruptible_if(watch and not down, lambda: run_spec(
-            ctx, spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
-            on_line=printer, on_points=None if json_ else _print_points,
-            on_phase=None if json_ else show_phase,
-            on_step=None if json_ else lambda step: _show_step(step.name, step.results),
-            watch=watching, on_event=print_event, on_progress=view.update, preflight=preflight,
-        ))
-    finally:
-        view.stop()
+    with ends_cleanly(run_interrupted):
+        try:
+            summary = interruptible_if(watch and not down, lambda: run_spec(
+                ctx, spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
+                on_line=printer, on_points=None if json_ else _print_points,
+                on_phase=None if json_ else show_phase,
+                on_step=None if json_ else lambda step: _show_step(step.name, step.results),
+                watch=watching, on_event=print_event, on_progress=view.update, preflight=preflight,
+            ))
+        finally:
+            view.stop()
     if json_:
         print_json(summary)
     else:

@@ -108,11 +108,14 @@ def logs(
 
 
 def _worker_output(name: str | None, follow: bool) -> None:
+    from tpuops.cli.interrupts import ends_cleanly
+    from tpuops.cli.launch import follow_interrupted
     from tpuops.cli.remote import LinePrinter
     from tpuops.context import Context
     from tpuops.ops.logs import worker_output
 
-    code = worker_output(Context.from_env(), name, follow=follow, on_line=LinePrinter(), on_error=_warn)
+    with ends_cleanly(follow_interrupted):
+        code = worker_output(Context.from_env(), name, follow=follow, on_line=LinePrinter(), on_error=_warn)
     if code:
         raise typer.Exit(code)
 

@@ -64,6 +64,7 @@ class Provider(Protocol):
         ...
 
     def runners(self, targets: Sequence[WorkerTarget], login: Login, *, connect_timeout: float,
+                refused_timeout: float | None = None,
                 on_new_host_key: Callable[[str, str], None] | None = None) -> list[Runner]: ...
 
     def require_ssh(self, cluster: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tpuops import catalog
-from tpuops.cloud.local import local_path_for
+from tpuops.cloud.local.layout import bucket_path as local_path_for
 from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError
 from tpuops.remote.autostop import (

@@ -17,6 +17,7 @@ from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Doomed, owned_by
 from tpuops.context import Context
 from tpuops.errors import CloudError
+from tpuops.ops.run_records import end_runs_with_the_tpu
 from tpuops.ops.status import spec_of, tpu_mode
 from tpuops.plan import Kind, make_plan
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
@@ -115,6 +116,7 @@ def forget_cluster(ctx: Context, plan: DownPlan) -> None:
     if plan.kept_bucket:
         state.resources = [r for r in state.resources if not handler(r.kind).zonal]
         state.workers = []
+        end_runs_with_the_tpu(state)
         state.log("down", "deleted the TPU and VM; kept the bucket")
         ctx.store.save(state)
     else:

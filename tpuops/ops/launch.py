@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +31,14 @@ STOP_GRACE_SECONDS = 10
 
 class RunInProgress(TpuopsError):
     pass
+
+
+class FollowInterrupted(KeyboardInterrupt):
+    """Ctrl-C while following a run: following stopped (the remote `tail`s were signalled), the run goes on."""
+
+    def __init__(self, cluster: str, run_id: str) -> None:
+        super().__init__(cluster, run_id)
+        self.cluster, self.run_id = cluster, run_id
 
 
 @dataclass(frozen=True)
@@ -277,14 +286,21 @@ def stop(ctx: Context, name: str | None, run_id: str | None = None, max_parallel
 
 
 def follow(ctx: Context, name: str | None, run_id: str | None = None, *, on_line: LineHandler | None = None,
-           max_parallel: int = 32) -> Step:
-    """Stream every worker's output of the run until it ends there; each result carries that exit code."""
+           max_parallel: int = 32, cancel: threading.Event | None = None) -> Step:
+    """Stream every worker's output of the run until it ends there; each result carries that exit code.
+
+    Ctrl-C (or `cancel`, set from another thread) stops following at once and raises FollowInterrupted
+    (or fanout.Cancelled); the run itself goes on.
+    """
     access = cluster_access(ctx, name, need_spec=False)
     run = _recorded_run(access, run_id)
     runners = make_runners(access, access.workers)
     try:
         argv = script_command("follow", access.state.name, run.id, "1")
-        results = tuple(run_each(runners, lambda r: r.run(argv, on_line=on_line), max_parallel))
+        try:
+            results = tuple(run_each(runners, lambda r: r.run(argv, on_line=on_line), max_parallel, cancel))
+        except KeyboardInterrupt:
+            raise FollowInterrupted(access.state.name, run.id) from None
         states = _status_lines(runners, access.state.name, run.id, max_parallel)
     finally:
         for runner in runners:

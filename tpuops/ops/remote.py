@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tpuops import rules
@@ -30,6 +31,10 @@ from tpuops.state import ClusterState, WorkerRecord
 KEY_FILE = "id_ed25519"
 KNOWN_HOSTS_FILE = "known_hosts"
 DEFAULT_CONNECT_TIMEOUT = 60.0
+# A worker whose VM has been up this long has had time to start sshd: if it refuses connections, say so
+# after REFUSED_TIMEOUT instead of retrying for the whole connect timeout (meant for workers just booted).
+SETTLED_AFTER_SECONDS = 300.0
+REFUSED_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -122,15 +127,41 @@ def select_workers(workers: Sequence[WorkerRecord], selection: str | None) -> li
 
 
 def make_runners(access: ClusterAccess, workers: Sequence[WorkerRecord], *,
-                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 connect_timeout: float | None = None,
                  on_new_host_key: Callable[[str, str], None] | None = None) -> list[Runner]:
-    """One runner per worker, as the cluster's provider reaches them."""
+    """One runner per worker, as the cluster's provider reaches them.
+
+    connect_timeout None: up to a minute for workers that may still be booting, and a few seconds for a
+    refusing worker of a cluster that has been up a while; a number: that long, whatever the refusal.
+    """
+    refused_timeout = None
+    if connect_timeout is None:
+        connect_timeout = DEFAULT_CONNECT_TIMEOUT
+        up_for = seconds_up(access.state)
+        if up_for is not None and up_for >= SETTLED_AFTER_SECONDS:
+            refused_timeout = REFUSED_TIMEOUT
     return access.provider.runners(worker_targets(workers), access.login, connect_timeout=connect_timeout,
-                                   on_new_host_key=on_new_host_key)
+                                   refused_timeout=refused_timeout, on_new_host_key=on_new_host_key)
 
 
 def worker_targets(workers: Sequence[WorkerRecord]) -> list[WorkerTarget]:
     return [WorkerTarget(worker_name(w), w.ssh_host, w.ssh_port, w.internal_ip, w.home) for w in workers]
+
+
+def seconds_up(state: ClusterState) -> float | None:
+    """How long ago `up` last saw the SSH targets' machine ready (the TPU, or a legacy Node's client VM);
+    None when it never recorded that."""
+    kinds = ("client_vm",) if any(w.role == "client_vm" for w in state.workers) else ("tpu", "queued_resource")
+    times = [r.updated_at for r in state.resources if r.kind in kinds and r.status == "created"]
+    if not times:
+        return None
+    try:
+        ready = max(datetime.fromisoformat(t) for t in times)
+    except ValueError:
+        return None
+    if ready.tzinfo is None:
+        ready = ready.replace(tzinfo=timezone.utc)
+    return (datetime.now(timezone.utc) - ready).total_seconds()
 
 
 # ------------------------------------------------------------------------------------------------ exec
@@ -146,13 +177,27 @@ class ExecReport:
     def ok(self) -> bool:
         return bool(self.results) and all(r.ok for r in self.results)
 
+    @property
+    def exit_code(self) -> int:
+        """As `ssh` would exit: 0 when every worker succeeded; when the failing workers all failed alike, the
+        command's own code (255 if none could run it, as ssh says for a connection failure); else 1."""
+        if self.ok:
+            return 0
+        codes = {r.exit_code for r in self.results if not r.ok}
+        if len(codes) != 1:
+            return 1
+        code = codes.pop()
+        if code is None:
+            return 255
+        return code if code != 0 else 1  # exit 0 with an error (e.g. input not sent): still a failure
+
     def as_dict(self) -> dict[str, object]:
         workers = [r.as_dict() for r in self.results]
         if self.captured:
             for entry, result in zip(workers, self.results, strict=True):
                 entry["stdout"] = result.stdout.decode("utf-8", "replace")
                 entry["stderr"] = result.stderr.decode("utf-8", "replace")
-        return {"cluster": self.cluster, "ok": self.ok, "workers": workers}
+        return {"cluster": self.cluster, "ok": self.ok, "exit_code": self.exit_code, "workers": workers}
 
 
 def exec_command(
@@ -164,7 +209,7 @@ def exec_command(
     timeout: float | None = None,
     on_line: LineHandler | None = None,
     on_new_host_key: Callable[[str, str], None] | None = None,
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    connect_timeout: float | None = None,
     max_parallel: int = DEFAULT_MAX_PARALLEL,
     capture: bool = False,
 ) -> ExecReport:
@@ -229,7 +274,7 @@ def push(
     *,
     code: bool = True,
     data: bool = True,
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    connect_timeout: float | None = None,
     max_parallel: int = DEFAULT_MAX_PARALLEL,
     on_upload: UploadProgress | None = None,
     on_new_host_key: Callable[[str, str], None] | None = None,

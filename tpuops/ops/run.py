@@ -1,5 +1,6 @@
 """`tpuops run SPEC`: up, launch, follow the workers' output and the TensorBoard scalars until the run ends,
-then a summary; with `down=True` everything is torn down afterwards, also after a failure or Ctrl-C.
+then a summary; with `down=True` everything is torn down afterwards, also after a failure or Ctrl-C (an
+interrupted run is stopped first). Ctrl-C raises RunInterrupted, which says what still runs.
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from tpuops.ops.logs import LogsRequest, logs_provider, open_source, resolve_log
 from tpuops.remote.base import LineHandler, RunResult
 
 SCALAR_POLL_SECONDS = 2.0
+CANCEL_JOIN_SECONDS = 10.0  # a cancelled follow thread ends within seconds; a daemon, so never waited forever
 Phase = Callable[[str], None]
 
 
@@ -56,6 +59,26 @@ class RunSummary:
         }
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `run`: what was going on, so the CLI can say what still runs and how to stop it.
+
+    cluster None: interrupted while `up` was creating resources. run_id None: before the trainer started.
+    torn_down: `--down` stopped the run and deleted the cluster (the bucket stays).
+    """
+
+    def __init__(self, cluster: str | None, run_id: str | None, torn_down: bool) -> None:
+        super().__init__(cluster, run_id, torn_down)
+        self.cluster, self.run_id, self.torn_down = cluster, run_id, torn_down
+
+
+class TeardownInterrupted(KeyboardInterrupt):
+    """A second Ctrl-C while `run --down` was stopping the run or deleting the cluster."""
+
+    def __init__(self, cluster: str) -> None:
+        super().__init__(cluster)
+        self.cluster = cluster
+
+
 def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach: bool = False,
              wait_for_capacity: float = 0.0, on_line: LineHandler | None = None,
              on_points: Callable[[list[ScalarPoint]], None] | None = None,
@@ -71,12 +94,17 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
 
         phase("preflight")
         require_clean(spec_path)
+    run_id: str | None = None
+    interrupted = False
     try:
         phase("up")
         result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress)
         cluster = result.cluster
+        scalars = ScalarFollower(ctx, cluster, on_points)
+        scalars.skip_existing()  # what the logdir holds now belongs to earlier runs
         phase("launch")
         report = launch_ops.launch_run(ctx, cluster, launch_ops.LaunchOptions(), on_line=on_line, on_step=on_step)
+        run_id = report.run_id
         if not report.ok:
             failed = next(step for step in report.steps if not step.ok)
             return RunSummary(cluster, None, time.monotonic() - started, failed_step=failed, torn_down=down)
@@ -87,61 +115,99 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
             watched = watch_ops.watch(ctx, cluster, replace(watch, down=False), on_event)  # --down is ours
             return RunSummary(cluster, watched.run_id, time.monotonic() - started, torn_down=down, watched=watched)
         phase("follow")
-        workers, scalars = _follow_run(ctx, cluster, report.run_id, on_line, on_points)
-        return RunSummary(cluster, report.run_id, time.monotonic() - started, workers, latest_values(scalars),
-                          torn_down=down)
+        workers = _follow_run(ctx, cluster, report.run_id, on_line, scalars)
+        return RunSummary(cluster, report.run_id, time.monotonic() - started, workers,
+                          latest_values(scalars.points), torn_down=down)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         if down and cluster is not None:
-            phase("down")
-            plan, cloud = down_ops.find(ctx, cluster, delete_bucket=False)
-            down_ops.execute(ctx, plan, cloud, progress=on_progress)
+            _tear_down(ctx, cluster, run_id if interrupted else None, phase, on_progress)
+        if interrupted:  # raised from the `finally`, after the teardown: the CLI says what happened
+            raise RunInterrupted(cluster, run_id, torn_down=down and cluster is not None) from None
+
+
+def _tear_down(ctx: Context, cluster: str, stop_run: str | None, phase: Phase,
+               progress: up_ops.Progress | None) -> None:
+    """`--down`: stop the run first when it may still be going (it was interrupted), then delete the cluster."""
+    from tpuops.errors import TpuopsError
+
+    try:
+        if stop_run is not None:
+            phase("stop")
+            with suppress(TpuopsError):  # deleting the TPU below stops it as surely; `down` closes its record
+                launch_ops.stop(ctx, cluster, stop_run)
+        phase("down")
+        plan, cloud = down_ops.find(ctx, cluster, delete_bucket=False)
+        down_ops.execute(ctx, plan, cloud, progress=progress)
+    except KeyboardInterrupt:
+        raise TeardownInterrupted(cluster) from None
 
 
 def _follow_run(ctx: Context, cluster: str, run_id: str | None, on_line: LineHandler | None,
-                on_points: Callable[[list[ScalarPoint]], None] | None) -> tuple[tuple[RunResult, ...],
-                                                                              list[ScalarPoint]]:
-    """The workers' output (one thread) and the scalars (this thread) until every worker's trainer ended."""
+                scalars: ScalarFollower) -> tuple[RunResult, ...]:
+    """The workers' output (one thread) and the scalars (this thread) until every worker's trainer ended.
+
+    Ctrl-C lands in this thread: the follow thread is cancelled (the workers' `tail`s signalled), and
+    FollowInterrupted goes up; the run itself goes on."""
     outcome: list[launch_ops.Step] = []
     errors: list[BaseException] = []
+    cancel = threading.Event()
 
     def follow_workers() -> None:
         try:
-            outcome.append(launch_ops.follow(ctx, cluster, run_id, on_line=on_line))
+            outcome.append(launch_ops.follow(ctx, cluster, run_id, on_line=on_line, cancel=cancel))
         except BaseException as err:  # noqa: BLE001  re-raised in the caller's thread
             errors.append(err)
 
     thread = threading.Thread(target=follow_workers, name="tpuops-follow", daemon=True)
     thread.start()
-    scalars = ScalarFollower(ctx, cluster, on_points)
-    while thread.is_alive():
-        scalars.poll()
-        thread.join(timeout=SCALAR_POLL_SECONDS)
+    try:
+        while thread.is_alive():
+            scalars.poll()
+            thread.join(timeout=SCALAR_POLL_SECONDS)
+    except KeyboardInterrupt:
+        cancel.set()
+        thread.join(timeout=CANCEL_JOIN_SECONDS)
+        raise launch_ops.FollowInterrupted(cluster, run_id or "") from None
     scalars.poll()  # what the trainer wrote last
     if errors:
         raise errors[0]
-    return outcome[0].results, scalars.points
+    return outcome[0].results
 
 
 class ScalarFollower:
-    """Polls the cluster's TensorBoard logdir; silent until the trainer has created it."""
+    """Polls the cluster's TensorBoard logdir; silent until the trainer has created it.
+
+    A run shows only its own scalars: `skip_existing()` before the launch reads (and drops) what earlier
+    runs left in the same logdir, so only points written after that count. This needs no clock shared
+    with the workers, and an event file an earlier run left is never read twice (the tail is incremental).
+    """
 
     def __init__(self, ctx: Context, cluster: str, on_points: Callable[[list[ScalarPoint]], None] | None) -> None:
         self.ctx, self.cluster, self.on_points = ctx, cluster, on_points
         self.points: list[ScalarPoint] = []
         self._source = None
 
+    def skip_existing(self) -> None:
+        self._read()
+
     def poll(self) -> None:
+        new = self._read()
+        self.points.extend(new)
+        if new and self.on_points:
+            self.on_points(new)
+
+    def _read(self) -> list[ScalarPoint]:
         from tpuops.errors import TpuopsError
 
         try:
             if self._source is None:
                 self._source = open_source(self.ctx, logs_request(self.ctx, self.cluster), warn=lambda text: None)
-            new = self._source.poll()
+            return self._source.poll()
         except TpuopsError:
-            return  # no logdir yet, or a passing error: the next poll tries again
-        self.points.extend(new)
-        if new and self.on_points:
-            self.on_points(new)
+            return []  # no logdir yet (everything later is new), or a passing error: the next poll tries again
 
 
 def logs_request(ctx: Context, cluster: str) -> LogsRequest:

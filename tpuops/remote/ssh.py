@@ -15,6 +15,8 @@ Choices, each measured or learned the hard way on pod slices:
 
 from __future__ import annotations
 
+import errno
+import logging
 import select
 import socket
 import stat
@@ -33,11 +35,17 @@ from tpuops.remote.base import (
     LineSplitter,
     RunResult,
     Stdin,
+    interrupted_error,
     iter_stdin,
     shell_line,
     timeout_error,
 )
+from tpuops.remote.scripts import script_command
 from tpuops.retry import bounded_by
+
+# paramiko logs "Socket exception: Bad file descriptor" when a connection is closed under its reader thread
+# (Ctrl-C, a closed pipe); Python's last-resort handler would print that. Our results say what went wrong.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 CLEAR_TO_SEND_TIMEOUT = 180.0
 KEEPALIVE_SECONDS = 30
@@ -66,10 +74,18 @@ class SshSettings:
     connect_timeout: float = 60.0  # total wait for a worker whose sshd is not up yet
     attempt_timeout: float = 15.0  # one TCP connect + banner + key exchange
     trust_on_first_use: bool = True
+    # Total wait for a worker that actively refuses connections. None: as long as connect_timeout (a worker
+    # that just booted refuses until its sshd is up); a few seconds for workers that have been up a while,
+    # where a refusal means sshd is down or the port is wrong, and waiting a minute helps nobody.
+    refused_timeout: float | None = None
 
 
 class _Unreachable(RemoteError):
     """One failed connection attempt that is worth retrying (refused, reset, timed out, no banner)."""
+
+
+class _Interrupted(RemoteError):
+    """The runner was cancelled (Ctrl-C, a closed stdout): no more attempts."""
 
 
 def known_hosts_name(host: str, port: int) -> str:
@@ -153,6 +169,7 @@ class SshRunner:
         self._key = key
         self._transport: paramiko.Transport | None = None
         self._lock = threading.Lock()
+        self._cancelled = threading.Event()
 
     # ------------------------------------------------------------------------------------ connection
 
@@ -160,6 +177,9 @@ class SshRunner:
         with self._lock:
             if self._transport is None or not self._transport.is_active():
                 self._transport = self._connect_with_retries()
+            if self._cancelled.is_set():  # cancelled while connecting: cancel() may have missed this one
+                self._transport.close()
+                raise _Interrupted(interrupted_error(self.name))
             return self._transport
 
     def _connect_with_retries(self) -> paramiko.Transport:
@@ -167,21 +187,36 @@ class SshRunner:
         self._key = key
         policy = bounded_by(self.settings.connect_timeout, initial=0.3, maximum=5.0, retry_on=_Unreachable)
         target = self.target
+        started = time.monotonic()
         try:
-            return policy(self._connect_once, key)
+            return policy(self._connect_once, key, started)
         except _Unreachable as err:
+            waited = min(time.monotonic() - started, self.settings.connect_timeout)
             raise RemoteError(
-                f"{target.name}: cannot connect to {target.host}:{target.port} within "
-                f"{self.settings.connect_timeout:g} s: {err.message}",
-                "is the TPU READY (`tpuops status`)? does the firewall allow SSH from here?",
+                f"{target.name}: cannot connect to {target.host}:{target.port} (gave up after {waited:.0f} s): "
+                f"{err.message}",
+                "is the TPU READY (`tpuops status`)? is sshd running there, and does the firewall allow SSH "
+                "from here?",
             ) from None
 
-    def _connect_once(self, key: paramiko.PKey) -> paramiko.Transport:
+    def _connect_once(self, key: paramiko.PKey, started: float) -> paramiko.Transport:
         target, settings = self.target, self.settings
+        if self._cancelled.is_set():
+            raise _Interrupted(interrupted_error(target.name))
         try:
             sock = socket.create_connection((target.host, target.port), timeout=settings.attempt_timeout)
         except OSError as err:
-            raise _Unreachable(err.strerror or str(err) or type(err).__name__) from None
+            reason = err.strerror or str(err) or type(err).__name__
+            refused_for = time.monotonic() - started
+            if err.errno == errno.ECONNREFUSED and settings.refused_timeout is not None \
+                    and refused_for >= settings.refused_timeout:
+                raise RemoteError(
+                    f"{target.name}: {target.host}:{target.port} refused the connection "
+                    f"(for {refused_for:.0f} s): {reason}",
+                    "the worker has been up a while, so its sshd is down or the port is wrong: check `tpuops "
+                    "status`, or pass --connect-timeout to keep trying longer",
+                ) from None
+            raise _Unreachable(reason) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport = paramiko.Transport(sock, default_window_size=WINDOW_SIZE)
         transport.banner_timeout = settings.attempt_timeout
@@ -230,6 +265,14 @@ class SshRunner:
                 self._transport.close()
                 self._transport = None
 
+    def cancel(self) -> None:
+        """Close the connection from any thread without waiting for a connect in progress: sshd then closes
+        the session, and the command, run under `hangup.sh`, is signalled."""
+        self._cancelled.set()
+        transport = self._transport
+        if transport is not None:
+            transport.close()
+
     # ------------------------------------------------------------------------------------------- run
 
     def run(
@@ -244,12 +287,18 @@ class SshRunner:
         capture: bool = False,
     ) -> RunResult:
         line = shell_line(command, env=env, cwd=cwd, timeout=timeout)
+        if stdin is None:
+            # Ends with our session (Ctrl-C, closed pipe, lost connection): see scripts/hangup.sh. Its
+            # watcher reads stdin, which therefore stays open (no EOF) until the channel closes.
+            line = shell_line(script_command("hangup", line))
         started = time.monotonic()
         transport = self.connect()
         try:
             channel = transport.open_session(timeout=self.settings.attempt_timeout)
             channel.exec_command(line)
         except (paramiko.SSHException, EOFError, OSError) as err:
+            if self._cancelled.is_set():
+                raise _Interrupted(interrupted_error(self.name)) from None
             raise RemoteError(f"{self.name}: could not start the command: {err or type(err).__name__}",
                               "try again; if it persists, check the worker with `tpuops ssh`") from None
         # The worker stops the command at `timeout`; our own deadline only covers a connection gone silent.
@@ -257,12 +306,18 @@ class SshRunner:
         sender = _StdinSender(channel, stdin)
         out = LineSplitter(self.name, "stdout", on_line, capture)
         err = LineSplitter(self.name, "stderr", on_line, capture)
-        lost = _pump(channel, out, err, deadline)
+        try:
+            lost = _pump(channel, out, err, deadline)
+        finally:
+            if self._cancelled.is_set() or not channel.exit_status_ready():
+                channel.close()  # a handler raised (closed stdout) or we were cancelled: end the session
         sender.join()
         exit_code = None if lost else channel.recv_exit_status()
         channel.close()
         duration = time.monotonic() - started
-        if exit_code == -1:  # no exit-status: the command died from a signal
+        if self._cancelled.is_set() and lost:
+            exit_code, error = None, interrupted_error(self.name)
+        elif exit_code == -1:  # no exit-status: the command died from a signal
             exit_code, error = None, f"{self.name}: command was killed by a signal"
         elif lost:
             error = f"{self.name}: {lost}"
@@ -279,9 +334,7 @@ class _StdinSender:
         self.sent = 0
         self.error: str | None = None
         self._thread: threading.Thread | None = None
-        if stdin is None:
-            channel.shutdown_write()
-        else:
+        if stdin is not None:
             self._thread = threading.Thread(target=self._send, args=(stdin,), daemon=True)
             self._thread.start()
 

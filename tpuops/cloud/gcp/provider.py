@@ -33,10 +33,12 @@ class GcpProvider:
         return self._cloud
 
     def runners(self, targets: Sequence[WorkerTarget], login: Login, *, connect_timeout: float,
+                refused_timeout: float | None = None,
                 on_new_host_key: Callable[[str, str], None] | None = None) -> list[Runner]:
         from tpuops.remote.ssh import KnownHosts, SshRunner, SshSettings, SshTarget, load_private_key
 
-        settings = SshSettings(login.key_path, login.known_hosts_path, connect_timeout=connect_timeout)
+        settings = SshSettings(login.key_path, login.known_hosts_path, connect_timeout=connect_timeout,
+                               refused_timeout=refused_timeout)
         known_hosts = KnownHosts(login.known_hosts_path, trust_on_first_use=True, on_new_key=on_new_host_key)
         key = load_private_key(login.key_path)  # once, and a bad key is one error, not one per worker
         return [SshRunner(SshTarget(t.name, t.host, t.port, login.user), settings, known_hosts, key) for t in targets]

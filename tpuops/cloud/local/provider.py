@@ -37,6 +37,7 @@ class LocalProvider:
         return self._cloud
 
     def runners(self, targets: Sequence[WorkerTarget], login: Login, *, connect_timeout: float,
+                refused_timeout: float | None = None,
                 on_new_host_key: Callable[[str, str], None] | None = None) -> list[Runner]:
         from tpuops.remote.local import LocalRunner
 
