@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tests.fakes.operations import CAPACITY_MESSAGE, FakeOperation, OperationFailed, Operations
 
@@ -71,6 +71,24 @@ class FakeQueued:
     valid_until: float | None = None  # seconds, as the request's queueing_policy.valid_until_duration said
     created_at: float = 0.0  # wall-clock time it was queued (create_time)
     deadline: float | None = None  # monotonic time after which it is FAILED unless granted
+    node_count: int = 1  # Multislice: `node` is the spec of `node_count` nodes named `node_prefix-0..N-1`
+    node_prefix: str = ""
+
+    @property
+    def multislice(self) -> bool:
+        return self.node_count > 1
+
+    def node_names(self) -> list[str]:
+        if not self.multislice:
+            return [self.node.name]
+        return [f"{self.node_prefix}-{index}" for index in range(self.node_count)]
+
+    def new_nodes(self) -> list[FakeNode]:
+        """The nodes granted to it: the node itself, or one copy of the node spec per slice."""
+        if not self.multislice:
+            return [self.node]
+        return [replace(self.node, name=name, labels=dict(self.node.labels), metadata=dict(self.node.metadata),
+                        workers=[]) for name in self.node_names()]
 
 
 @dataclass
@@ -244,6 +262,9 @@ class TpuModel:
             return self.operations.start(location, queued.name, 0, lambda: queued)
 
     def _advance_queued(self, queued: FakeQueued) -> None:
+        if queued.state == "ACTIVE" and queued.multislice and self._a_slice_is_lost(queued):
+            queued.state = "SUSPENDED"  # as Google: Multislice cannot go on with a slice missing
+            return
         if queued.state != "ACCEPTED":
             return
         now = time.monotonic()
@@ -255,25 +276,30 @@ class TpuModel:
         if self._use_up(self.queued_failures, queued.zone):
             queued.state, queued.error = "FAILED", CAPACITY_MESSAGE.format(zone=queued.zone)
             return
-        node = queued.node
-        node.state = "CREATING"
-        self.nodes[(node.zone, node.name)] = node
-        self._provision(node)
+        for node in queued.new_nodes():
+            node.state = "CREATING"
+            self.nodes[(node.zone, node.name)] = node
+            self._provision(node)
         queued.state = "ACTIVE"
+
+    def _a_slice_is_lost(self, queued: FakeQueued) -> bool:
+        nodes = [self.nodes.get((queued.zone, name)) for name in queued.node_names()]
+        return any(node is None or node.state == "PREEMPTED" for node in nodes)
 
     def delete_queued(self, zone: str, name: str, force: bool) -> FakeOperation | None:
         with self.lock:
             queued = self.get_queued(zone, name)
             if queued is None:
                 return None
-            node = self.nodes.get((zone, queued.node.name))
-            if node is not None and not force:
-                raise OperationFailed(9, f"queued resource {name} still has node {node.name}: delete with force")
+            held = [node for node in queued.node_names() if (zone, node) in self.nodes]
+            if held and not force:
+                raise OperationFailed(9, f"queued resource {name} still has node {held[0]}: delete with force")
             queued.state = "DELETING"
             location = f"projects/{self.project}/locations/{zone}"
 
             def remove() -> None:
-                self.nodes.pop((zone, queued.node.name), None)
+                for node in queued.node_names():
+                    self.nodes.pop((zone, node), None)
                 self.queued.pop((zone, name), None)
 
             return self.operations.start(location, name, self.delete_seconds, remove, verb="delete")
@@ -283,7 +309,8 @@ class TpuModel:
             queued = self.get_queued(zone, name)
             assert queued is not None
             queued.state = "SUSPENDED"
-            self.nodes.pop((zone, queued.node.name), None)
+            for node in queued.node_names():
+                self.nodes.pop((zone, node), None)
 
     @staticmethod
     def _use_up(counters: dict[str, int], zone: str) -> bool:

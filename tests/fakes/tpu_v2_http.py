@@ -90,14 +90,21 @@ class TpuV2Fake:
 
         message = tpu_v2.QueuedResource.from_json(_json(request.body), ignore_unknown_fields=True)
         spec = message.tpu.node_spec[0]
-        node = node_from_message(spec.node, spec.node_id, zone)
+        name = request.query["queuedResourceId"]
+        count = spec.multislice_params.node_count
+        if count == 1 or (count > 1 and spec.node_id):  # Google: node_count must be > 1, and replaces node_id
+            raise HttpError(400, "multislice_params.node_count must be greater than 1, and node_id must be unset")
+        prefix = spec.multislice_params.node_id_prefix or name
+        node = node_from_message(spec.node, spec.node_id or prefix, zone)
         valid_until = message.queueing_policy.valid_until_duration if "queueingPolicy" in request.body else None
         queued = FakeQueued(
-            name=request.query["queuedResourceId"],
+            name=name,
             zone=zone,
             node=node,
             spot="spot" in request.body,
             valid_until=valid_until.total_seconds() if valid_until is not None else None,
+            node_count=max(count, 1),
+            node_prefix=prefix,
         )
         return self._operation(self.model.create_queued(queued))
 
@@ -204,6 +211,16 @@ class TpuV2Fake:
             network_endpoints=endpoints,
         )
 
+    @staticmethod
+    def node_spec_message(queued: FakeQueued, parent: str, node: Any) -> Any:
+        from google.cloud import tpu_v2
+
+        spec = tpu_v2.QueuedResource.Tpu.NodeSpec
+        if not queued.multislice:
+            return spec(parent=parent, node_id=queued.node.name, node=node)
+        params = spec.MultisliceParams(node_count=queued.node_count, node_id_prefix=queued.node_prefix)
+        return spec(parent=parent, node=node, multislice_params=params)
+
     def queued_message(self, queued: FakeQueued) -> Any:
         from google.cloud import tpu_v2
 
@@ -216,7 +233,7 @@ class TpuV2Fake:
         message = tpu_v2.QueuedResource(
             name=f"{parent}/queuedResources/{queued.name}",
             tpu=tpu_v2.QueuedResource.Tpu(
-                node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node_id=queued.node.name, node=node)]
+                node_spec=[self.node_spec_message(queued, parent, node)]
             ),
             state=state,
             create_time=datetime.fromtimestamp(queued.created_at, timezone.utc),

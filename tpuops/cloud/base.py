@@ -63,6 +63,7 @@ class TpuRequest:
     labels: Mapping[str, str] = field(default_factory=dict)
     ssh_keys: str | None = None  # value of the `ssh-keys` metadata (TPU VM only)
     workers: int | None = None  # provider local only: simulated hosts (default: the type's host count)
+    slices: int = 1  # Multislice (queued resources only): nodes NAME-0..NAME-(slices-1), one per slice
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,11 @@ class QueuedResource:
     name: str
     zone: str
     state: str  # ACCEPTED, PROVISIONING, ACTIVE, FAILED, SUSPENDED, WAITING_FOR_RESOURCES, ...
-    node_name: str | None = None
+    node_name: str | None = None  # the node it creates; the first slice's node for Multislice
     labels: Mapping[str, str] = field(default_factory=dict)  # the labels of the node it will create
     detail: str | None = None  # why it failed, when it did
     created_at: datetime | None = None  # when it was queued (UTC; status shows a waiting one's age)
+    node_names: tuple[str, ...] = ()  # every node it creates, in slice order (one unless Multislice)
 
 
 @dataclass(frozen=True)

@@ -131,13 +131,7 @@ class TpuVmApi(LazyClient):
         node = node_message(request)
         node.scheduling_config = None  # a queued resource carries spot itself
         queued = tpu_v2.QueuedResource(
-            tpu=tpu_v2.QueuedResource.Tpu(
-                node_spec=[
-                    tpu_v2.QueuedResource.Tpu.NodeSpec(
-                        parent=self._parent(request.zone), node_id=request.name, node=node
-                    )
-                ]
-            ),
+            tpu=tpu_v2.QueuedResource.Tpu(node_spec=[node_spec(self._parent(request.zone), request, node)]),
         )
         if request.spot or request.preemptible:
             queued.spot = tpu_v2.QueuedResource.Spot()
@@ -248,16 +242,39 @@ def to_tpu_node(node: Any, zone: str) -> TpuNode:
     )
 
 
+def node_spec(parent: str, request: TpuRequest, node: Any) -> Any:
+    """One slice: the node is named by node_id. Multislice: Google names the nodes `PREFIX-0..N-1` from
+    multislice_params, which replaces node_id (the request's name is the prefix)."""
+    from google.cloud import tpu_v2
+
+    spec = tpu_v2.QueuedResource.Tpu.NodeSpec
+    if request.slices <= 1:
+        return spec(parent=parent, node_id=request.name, node=node)
+    params = spec.MultisliceParams(node_count=request.slices, node_id_prefix=request.name)
+    return spec(parent=parent, node=node, multislice_params=params)
+
+
+def node_names_of(spec: Any, queued_name: str) -> tuple[str, ...]:
+    params = spec.multislice_params
+    if params.node_count > 1:
+        prefix = params.node_id_prefix or queued_name  # Google's default prefix is the queued resource's id
+        return tuple(f"{prefix}-{index}" for index in range(params.node_count))
+    return (spec.node_id,) if spec.node_id else ()
+
+
 def to_queued(queued: Any, zone: str) -> QueuedResource:
     specs = list(queued.tpu.node_spec)
     spec = specs[0] if specs else None
     failed = queued.state.failed_data.error.message if queued.state.failed_data else ""
+    name = queued.name.rsplit("/", 1)[-1]
+    names = node_names_of(spec, name) if spec else ()
     return QueuedResource(
-        name=queued.name.rsplit("/", 1)[-1],
+        name=name,
         zone=zone,
         state=queued.state.state.name,
-        node_name=spec.node_id if spec else None,
+        node_name=names[0] if names else None,
         labels=dict(spec.node.labels) if spec else {},
         detail=failed or None,
         created_at=queued.create_time or None,
+        node_names=names,
     )

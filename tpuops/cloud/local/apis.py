@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from tpuops import catalog
 from tpuops.cloud.base import Bucket, HostKey, QueuedResource, TpuNode, TpuRequest, Vm, VmRequest, Worker, ZoneOffer
@@ -101,15 +102,18 @@ class LocalCloud(LocalSearch):
     # ---------------------------------------------------------------- queued resources (granted at once)
     def get_queued(self, zone: str, name: str) -> QueuedResource | None:
         record = self._read("queued", name)
-        return QueuedResource(**record) if record else None
+        return queued_from(record) if record else None
 
     def list_queued(self, zone: str) -> list[QueuedResource]:
-        return [QueuedResource(**record) for record in self._all("queued")]
+        return [queued_from(record) for record in self._all("queued")]
 
     def create_queued(self, name: str, request: TpuRequest, wait_seconds: float,
                       valid_until: float | None = None) -> QueuedResource:
+        if request.slices > 1:
+            raise CloudError("the local provider simulates one slice", "use the GCP provider for Multislice")
         self.create_node(request)  # granted at once: `valid_until` can never pass
-        queued = QueuedResource(name, request.zone, "ACTIVE", request.name, dict(request.labels))
+        queued = QueuedResource(name, request.zone, "ACTIVE", request.name, dict(request.labels),
+                                node_names=(request.name,))
         self._write("queued", name, asdict(queued))
         return queued
 
@@ -205,3 +209,9 @@ def _alive(pid: int) -> bool:
         return (Path("/proc") / str(pid) / "stat").read_text().split(") ", 1)[1][0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def queued_from(record: dict[str, Any]) -> QueuedResource:
+    """A queued resource as written by create_queued (records from before Multislice have no node_names)."""
+    names = tuple(record.pop("node_names", None) or ([record["node_name"]] if record.get("node_name") else []))
+    return QueuedResource(**record, node_names=names)
