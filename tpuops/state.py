@@ -143,6 +143,9 @@ class ClusterState(StateModel):
     def set_resource(self, record: ResourceRecord) -> None:
         self.resources = [r for r in self.resources if r.kind != record.kind] + [record]
 
+    def drop_resource(self, kind: ResourceKind) -> None:
+        self.resources = [r for r in self.resources if r.kind != kind]
+
     @property
     def current_run(self) -> RunRecord | None:
         return self.runs[-1] if self.runs else None

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import typer
 
 from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app, complete_cluster
+from tpuops.cli.interrupts import ends_cleanly
 from tpuops.cli.progress import ProgressView
 from tpuops.cli.render import console, err_console, print_json
 from tpuops.durations import parse_duration
 from tpuops.errors import UsageError
 
-INTERRUPTED_EXIT = 130
 
-
+def up_interrupted(interrupt: KeyboardInterrupt) -> str:
+    """What Ctrl-C during `up` leaves behind (ops.up.UpInterrupted): state is saved before every create."""
+    resume = "what was started is recorded; run `tpuops up` again to resume, or `tpuops down` to delete it"
+    withdrawn = getattr(interrupt, "withdrawn", None)
+    left_behind = getattr(interrupt, "left_behind", None)
+    if left_behind:
+        return f"interrupted: {left_behind}; {resume}"
+    if withdrawn:
+        return f"interrupted: withdrew {withdrawn}, which was still waiting for capacity; {resume}"
+    return f"interrupted: {resume}"
 
 
 @app.command()
@@ -41,22 +49,12 @@ def up(
     ctx = Context.from_env(project=project, assume_yes=yes)
     seconds = parse_duration(wait_for_capacity)
     view = ProgressView(enabled=not json_output)
-    try:
-        with view.shown():
-            result = run_up(ctx, spec, wait_for_capacity=seconds, progress=view.update)
-    except KeyboardInterrupt:
-        # State is saved before every create; leave at once (worker threads would block a normal exit).
-        print(
-            "tpuops: interrupted: what was started is recorded; run `tpuops up` again to resume, "
-            "or `tpuops down` to delete it",
-            file=sys.stderr,
-            flush=True,
-        )
-        os._exit(INTERRUPTED_EXIT)
+    with ends_cleanly(up_interrupted), view.shown():
+        result = run_up(ctx, spec, wait_for_capacity=seconds, progress=view.update)
     if json_output:
         print_json(result)
         return
-    for warning in result.plan.warnings:
+    for warning in result.warnings:
         err_console.print(f"warning: {warning}")
     if result.created_nothing:
         console.print(f"{result.cluster}: nothing to do, all {len(result.plan.actions)} resources exist")

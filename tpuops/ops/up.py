@@ -18,9 +18,13 @@ from tpuops import keys
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, silent
 from tpuops.cloud.kinds.tpu import reachable_hosts
+from tpuops.cloud.queued import WAITING_STATES, withdraw_queued
 from tpuops.context import Context
+from tpuops.errors import TpuopsError
+from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.specs import load_checked
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
+from tpuops.spec import CLUSTER_LABEL
 from tpuops.state import ClusterState, WorkerRecord
 
 Progress = Callable[[str, str, str], None]  # (kind, name, what is happening)
@@ -33,6 +37,11 @@ class UpResult:
     done: tuple[Action, ...]  # the creates and recreates carried out
     workers: tuple[WorkerRecord, ...]
     known_hosts: str | None
+    offer_warnings: tuple[str, ...] = ()  # zones that could not be asked what they offer
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return (*self.plan.warnings, *self.offer_warnings)
 
     @property
     def created_nothing(self) -> bool:
@@ -45,7 +54,7 @@ class UpResult:
             "kept": [asdict(a) for a in self.plan.actions if a.verb == "keep"],
             "workers": [w.model_dump() for w in self.workers],
             "known_hosts": self.known_hosts,
-            "warnings": list(self.plan.warnings),
+            "warnings": list(self.warnings),
         }
 
 
@@ -68,11 +77,53 @@ def up(
     user = keys.ssh_user(spec.ssh.user)
     job = replace(job, ssh_keys=keys.ssh_keys_metadata(user, key))
     job.ledger.update(lambda state: setattr(state, "ssh_user", user))
+    offer_warnings = ask_the_zones(job, plan)
     for action in plan.actions:
         job.progress(action.kind, action.name, "planned: " + action.verb)
-    known = ensure_all(job, plan, known)
+    try:
+        known = ensure_all(job, plan, known)
+    except KeyboardInterrupt:
+        raise interrupted(job) from None
     workers, known_hosts = record_workers(ctx, job, known[tpu_kind(spec)])
-    return UpResult(spec.name, plan, plan.changes, workers, known_hosts)
+    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings)
+
+
+def ask_the_zones(job: Job, plan: Plan) -> tuple[str, ...]:
+    """Before anything is created: when the TPU must be created, each zone it may be created in is asked
+    whether it offers the spec's type and runtime (SpecError if not: nothing is created). The catalog only
+    advised; warnings when a zone could not be asked."""
+    creates_tpu = any(a.kind == tpu_kind(job.spec) and a.verb in ("create", "recreate") for a in plan.actions)
+    return tuple(verify_spec_zones(job.cloud, job.spec)) if creates_tpu else ()
+
+
+class UpInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `up`: the queued resource that was withdrawn (it was still waiting for capacity), or
+    what could not be withdrawn. Everything else stays recorded, for `up` to resume or `down` to delete."""
+
+    def __init__(self, cluster: str, withdrawn: str | None = None, left_behind: str | None = None) -> None:
+        super().__init__(cluster, withdrawn, left_behind)
+        self.cluster = cluster
+        self.withdrawn = withdrawn
+        self.left_behind = left_behind
+
+
+def interrupted(job: Job) -> UpInterrupted:
+    """A queued resource still waiting when Ctrl-C came would be granted later to nobody: withdraw it."""
+    name = job.spec.name
+    record = job.ledger.recorded("queued_resource")
+    if record is None or record.status != "creating" or not record.zone:
+        return UpInterrupted(name)
+    try:
+        queued = job.cloud.queued.get_queued(record.zone, record.name)
+        if queued is None or queued.state not in WAITING_STATES:
+            return UpInterrupted(name)
+        withdraw_queued(job.cloud.queued, record.zone, record.name, cluster=name, owned_if={CLUSTER_LABEL: name})
+    except (TpuopsError, KeyboardInterrupt) as err:
+        why = err.message if isinstance(err, TpuopsError) else "interrupted again"
+        return UpInterrupted(name, left_behind=f"queued resource {record.name} in {record.zone} may still be "
+                                                f"queued ({why}): `tpuops down {name}` removes it")
+    job.ledger.update(lambda state: state.drop_resource("queued_resource"))
+    return UpInterrupted(name, withdrawn=f"queued resource {record.name} in {record.zone}")
 
 
 def observe(job: Job, kinds: list[Kind]) -> dict[Kind, Found]:

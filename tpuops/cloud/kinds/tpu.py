@@ -22,9 +22,11 @@ from tpuops.cloud.kinds.base import (
     ResourceStatus,
     owned_by,
 )
+from tpuops.cloud.queued import create_queued_within, waiting_age, withdraw_queued
+from tpuops.durations import format_duration
 from tpuops.errors import CapacityError, CloudError
 from tpuops.plan import Action, Kind, ObservedResource, client_vm_name, queued_resource_name, tpu_name
-from tpuops.spec import Spec
+from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ResourceRecord, TpuRecord
 
 READY = "READY"
@@ -108,25 +110,29 @@ class QueuedKind(TpuKind):
         return Found()
 
     def create_in(self, job: Job, action: Action, request: TpuRequest) -> TpuNode:
+        """Queue the TPU, valid only as long as `up` waits for it (--wait-for-capacity, or the operation
+        timeout): a FAILED request (it holds quota), a timed-out wait or an error withdraws it, so nothing is
+        granted later to nobody."""
         wait_seconds = job.knobs.wait_for_capacity or job.knobs.operation_timeout
-        try:
-            job.cloud.queued.create_queued(action.name, request, wait_seconds)
-        except CapacityError:
-            # A FAILED queued resource keeps holding quota: delete it before trying elsewhere or later.
-            job.progress(self.kind, action.name, f"failed in {request.zone}: deleting it")
-            job.cloud.queued.delete_queued(request.zone, action.name)
-            raise
+        job.progress(self.kind, action.name, f"queued in {request.zone}, valid for {wait_seconds:.0f}s")
+        create_queued_within(job.cloud.queued, action.name, request, wait_seconds, cluster=job.spec.name)
         return wait_node_ready(job, request.zone, request.name)
 
     def wait_kept(self, job: Job, action: Action) -> TpuNode:
-        """A queued resource still waiting for capacity, then its TPU."""
+        """A queued resource still waiting for capacity (after an interrupted `up`), then its TPU; withdrawn
+        when the wait ends without it."""
         zone = action.zone or job.spec.zone or ""
         job.progress(self.kind, action.name, "waiting for the queued resource to become ACTIVE")
         limit = job.knobs.wait_for_capacity or job.knobs.operation_timeout
-        retry.poll(lambda: job.cloud.queued.get_queued(zone, action.name),
-                   lambda queued: queued is not None and queued.state == ACTIVE,
-                   interval=job.knobs.poll_interval, timeout=limit,
-                   on_timeout=timed_out(f"queued resource {action.name}", limit))
+        try:
+            retry.poll(lambda: job.cloud.queued.get_queued(zone, action.name),
+                       lambda queued: queued is not None and queued.state == ACTIVE,
+                       interval=job.knobs.poll_interval, timeout=limit,
+                       on_timeout=timed_out(f"queued resource {action.name}", limit))
+        except BaseException as err:
+            withdraw_queued(job.cloud.queued, zone, action.name, cluster=job.spec.name,
+                            owned_if={CLUSTER_LABEL: job.spec.name}, because=err)
+            raise
         return super().wait_kept(job, action)
 
     def delete(self, cloud: Cloud, mode: TpuMode, doomed: Doomed) -> None:
@@ -139,6 +145,9 @@ class QueuedKind(TpuKind):
         queued = cloud.queued.get_queued(zone, record.name) if zone else None
         state = queued.state if queued else MISSING
         detail = f"node {name}: {node.state if node else 'not created'}"
+        waited = waiting_age(queued) if queued else None
+        if waited is not None:  # a request left waiting may be granted later and bill a TPU nobody uses
+            detail += f", waiting for capacity for {format_duration(waited)}"
         return Described(ResourceStatus(self.kind, record.name, zone, state, detail), node, state)
 
     def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
