@@ -104,4 +104,4 @@ def test_every_json_output_is_one_document_from_the_results(two_workers: Path) -
     assert documents["exec"]["workers"][0]["stdout"] == "hi\n"
     assert documents["launch"]["ok"] and documents["stop"]["run_id"] == documents["launch"]["run_id"]
     assert documents["run"]["exit_code"] == 0
-    assert documents["down"]["searched"] is True and documents["down"]["deleted"]
+    assert documents["down"]["where"] and documents["down"]["deleted"]

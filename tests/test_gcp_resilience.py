@@ -159,18 +159,25 @@ def test_down_without_state_finds_resources_by_label(gcp: FakeGcp, tmp_path: Pat
     assert run_cli("up", str(spec), env=gcp.env).returncode == 0
     (tpuops_home / "clusters" / name / "state.json").unlink()
 
-    by_name = run_cli("down", name, "--yes", env=gcp.env)
-    assert by_name.returncode == 0, by_name.stderr
-    assert "pass the spec file" in by_name.stdout
-    assert gcp.tpu.nodes  # nothing known, nothing deleted
-
-    by_spec = run_cli("down", str(spec), "--yes", "--json", env=gcp.env)
+    by_spec = run_cli("down", str(spec), "--yes", "--json", env=gcp.env)  # the spec's zones, by label
     assert by_spec.returncode == 0, by_spec.stderr
     assert sorted(d["kind"] for d in json.loads(by_spec.stdout)["deleted"]) == ["client_vm", "tpu"]
     assert not gcp.tpu.nodes and not gcp.compute.instances
 
     again = run_cli("down", str(spec), "--yes", env=gcp.env)
-    assert again.returncode == 0 and "nothing was left to delete" in again.stdout
+    assert again.returncode == 0 and "nothing was left to delete (searched zone(s) " in again.stdout
+
+
+def test_down_by_name_without_state_searches_every_zone(gcp: FakeGcp, tmp_path: Path, tpuops_home: Path) -> None:
+    name = unique("lost")
+    spec = v3_spec(tmp_path, name, extra="client_vm: {machine_type: n1-standard-2}")
+    assert run_cli("up", str(spec), env=gcp.env).returncode == 0
+    (tpuops_home / "clusters" / name / "state.json").unlink()
+
+    by_name = run_cli("down", name, "--yes", "--json", env=gcp.env)  # was "nothing was left", the TPU still up
+    assert by_name.returncode == 0, by_name.stderr
+    assert sorted(d["kind"] for d in json.loads(by_name.stdout)["deleted"]) == ["client_vm", "tpu"]
+    assert not gcp.tpu.nodes and not gcp.compute.instances
 
 
 def test_a_resource_without_our_label_is_never_touched(gcp: FakeGcp, tmp_path: Path) -> None:

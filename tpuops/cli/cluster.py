@@ -13,6 +13,9 @@ from tpuops.cli.render import console, err_console, print_json
 from tpuops.durations import parse_duration
 from tpuops.errors import UsageError
 
+ZONE_OPTION = typer.Option([], "--zone", metavar="ZONE",
+                           help="Without local state: search only this zone (repeatable) instead of every zone.")
+
 
 def up_interrupted(interrupt: KeyboardInterrupt) -> str:
     """What Ctrl-C during `up` leaves behind (ops.up.UpInterrupted): state is saved before every create."""
@@ -72,10 +75,13 @@ def up(
 def status(
     name: str = typer.Argument(None, metavar="NAME", autocompletion=complete_cluster,
                                help="Cluster name; without it, every cluster with local state."),
+    zone: list[str] = ZONE_OPTION,
     json_output: bool = JSON_OPTION,
     project: str = PROJECT_OPTION,
 ) -> None:
     """Resources and their live state, the TPU's state and health, workers and their IPs.
+
+    A cluster without local state is searched for by its label in every zone of the project.
 
     \b
     Examples:
@@ -95,11 +101,13 @@ def status(
         else:
             print_cluster_list(clusters)
         return
-    result = ops_status.cluster_status(ctx, name)
+    result = ops_status.cluster_status(ctx, name, zones=zone)
     if json_output:
         print_json(result)
         return
     console.print(f"{result.name}  {result.provider}  project {result.project or '-'}  zone {result.zone or '-'}")
+    if result.found_by_label:
+        console.print(f"  no local state: found by its label in {result.found_by_label}")
     for row in result.resources:
         console.print(f"  {row.kind:<16} {row.name:<28} {row.state:<12} {row.detail}")
     if result.tpu_state:
@@ -135,6 +143,7 @@ def down(
     name: str = typer.Argument(..., metavar="NAME|SPEC", autocompletion=complete_cluster,
                                help="Cluster name, or its spec file (to search by label when state is lost)."),
     yes: bool = YES_OPTION,
+    zone: list[str] = ZONE_OPTION,
     delete_bucket: bool = typer.Option(False, "--delete-bucket", help="Also delete the bucket."),
     force: bool = typer.Option(False, "--force", help="With --delete-bucket: delete it even if it holds objects."),
     json_output: bool = JSON_OPTION,
@@ -142,15 +151,18 @@ def down(
 ) -> None:
     """Delete everything tpuops created for a cluster (the bucket only with --delete-bucket).
 
+    Without local state or a spec, every zone of the project is searched by the cluster's label.
+
     \b
-    Example:
+    Examples:
       tpuops down my-bert --yes
+      tpuops down my-bert --project my-proj --zone us-central2-b   # state lost: search by label
     """
     from tpuops.context import Context
     from tpuops.ops import down as ops_down
 
     ctx = Context.from_env(project=project, assume_yes=yes)
-    plan, cloud = ops_down.find(ctx, name, delete_bucket=delete_bucket, force=force)
+    plan, cloud = ops_down.find(ctx, name, delete_bucket=delete_bucket, force=force, zones=zone)
     for item in plan.left_alone:
         err_console.print(f"warning: left alone: {item}")
     if plan.doomed and not yes:
@@ -164,8 +176,7 @@ def down(
         print_json(result)
         return
     if result.nothing_left:
-        note = "" if plan.searched else " (no local state: pass the spec file to search by label)"
-        console.print(f"{result.cluster}: nothing was left to delete{note}")
+        console.print(f"{result.cluster}: nothing was left to delete (searched {result.where})")
     else:
         console.print(f"{result.cluster}: deleted " + ", ".join(f"{d.kind} {d.name}" for d in result.deleted))
     if result.kept_bucket:

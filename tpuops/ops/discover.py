@@ -50,7 +50,8 @@ class Discovered:
 
     def tpu_vms_outside_queued(self) -> tuple[TpuNode, ...]:
         """TPU VMs no found queued resource created: deleting a queued resource (force) deletes its own node."""
-        from_queued = {(queued.zone, queued.node_name) for queued in self.queued}
+        from_queued = {(queued.zone, node) for queued in self.queued
+                       for node in (queued.node_names or (queued.node_name,))}
         return tuple(node for node in self.tpu_vms if (node.zone, node.name) not in from_queued)
 
 

@@ -1,12 +1,14 @@
 """`tpuops down`: delete what tpuops created, found through the state file and, when that is missing or
-stale, through the cluster label in the spec's zones. Anything with our name but not our label is left alone.
+stale, through the cluster label in the spec's zones; with neither state nor spec, through the label in every
+zone of the project (`ops/discover.py`). Anything with our name but not our label is left alone, and "nothing
+left" is only ever said after a search that ran to the end.
 
 Two steps so the CLI can confirm in between: `find` (no changes) and `execute`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,6 +19,7 @@ from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Doomed, owned_by
 from tpuops.context import Context
 from tpuops.errors import CloudError
+from tpuops.ops.discover import find_cluster
 from tpuops.ops.run_records import end_runs_with_the_tpu
 from tpuops.ops.status import spec_of, tpu_mode
 from tpuops.plan import Kind, make_plan
@@ -33,7 +36,7 @@ class DownPlan:
     doomed: tuple[Doomed, ...]
     left_alone: tuple[str, ...]  # resources with our name but not our label
     kept_bucket: str | None  # kept unless --delete-bucket
-    searched: bool  # False when there was neither state nor spec to search with
+    where: str  # where the search looked, for "nothing was left" ("the spec's zones ...", "project p, ...")
     mode: TpuMode = "vm"
 
 
@@ -43,7 +46,7 @@ class DownResult:
     deleted: tuple[Doomed, ...]
     left_alone: tuple[str, ...]
     kept_bucket: str | None
-    searched: bool = True  # False: no state and no spec, so nothing could be looked for
+    where: str  # where the search looked
 
     @property
     def nothing_left(self) -> bool:
@@ -53,8 +56,10 @@ class DownResult:
         return {**asdict(self), "nothing_left": self.nothing_left}
 
 
-def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = False) -> tuple[DownPlan, Cloud | None]:
-    """What `down` would delete. `target` is a cluster name or a spec file (needed when state is lost)."""
+def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = False,
+         zones: Sequence[str] = ()) -> tuple[DownPlan, Cloud]:
+    """What `down` would delete. `target` is a cluster name or a spec file. With neither state nor spec, every
+    zone of the project (or `zones`) is searched by label; SearchFailed when that search cannot run to the end."""
     spec: Spec | None = None
     if target.endswith((".yaml", ".yml")) or Path(target).is_file():
         spec = load_spec(target)
@@ -64,11 +69,12 @@ def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = F
     state = ctx.store.load(name)
     spec = spec or (spec_of(state) if state else None)
     if state is None and spec is None:
-        return DownPlan(name, (), (), None, searched=False), None
+        return find_without_state(ctx, name, zones, delete_bucket, force)
     cloud = ctx.provider_for(spec, state).cloud()
     mode = tpu_mode(state, spec)
     finder = Finder(cloud, name, mode)
-    for zone in zones_to_search(state, spec):
+    searched = list(zones) or zones_to_search(state, spec)
+    for zone in searched:
         finder.search_zone(zone)
     for record in state.resources if state else []:
         finder.check_recorded(record.kind, record.name, record.zone)
@@ -82,13 +88,39 @@ def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = F
             finder.add_bucket(bucket_name, force)
         elif cloud.storage.get_bucket(bucket_name) is not None:
             kept = bucket_name
-    plan = DownPlan(name, tuple(finder.doomed), tuple(finder.left_alone), kept, searched=True, mode=mode)
+    where = f"{'recorded resources and ' if state else ''}zone(s) {', '.join(searched) or '-'}"
+    plan = DownPlan(name, tuple(finder.doomed), tuple(finder.left_alone), kept, where, mode=mode)
     return plan, cloud
 
 
-def execute(ctx: Context, plan: DownPlan, cloud: Cloud | None, progress: Progress | None = None) -> DownResult:
+def find_without_state(ctx: Context, name: str, zones: Sequence[str], delete_bucket: bool,
+                       force: bool) -> tuple[DownPlan, Cloud]:
+    """No state and no spec: everything labelled with the cluster's name in the project (every zone, or
+    `zones`), as `find_cluster` finds it. Google Cloud is searched: a cluster of the local simulator always
+    has state, or a spec that names its provider."""
+    provider = ctx.provider_for()
+    found = find_cluster(name, provider.project, lambda project: provider.cloud(), zones)
+    cloud = provider.cloud()
+    mode: TpuMode = "node" if found.tpu_nodes and not found.tpu_vms else "vm"
+    finder = Finder(cloud, name, mode)
+    for queued in found.queued:  # with force: the TPU it created goes with it
+        finder.add(Doomed("queued_resource", queued.name, queued.zone))
+    for node in (*found.tpu_vms_outside_queued(), *found.tpu_nodes):
+        finder.add(Doomed("tpu", node.name, node.zone))
+    for vm in found.vms:
+        finder.add(Doomed("client_vm", vm.name, vm.zone))
+    kept = None
+    for bucket in found.buckets:
+        if delete_bucket:
+            finder.add_bucket(bucket.name, force)
+        else:
+            kept = kept or bucket.name
+    return DownPlan(name, tuple(finder.doomed), tuple(finder.left_alone), kept, found.where, mode=mode), cloud
+
+
+def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | None = None) -> DownResult:
     report = progress or (lambda kind, name, text: None)
-    if cloud is not None and plan.doomed:
+    if plan.doomed:
         # The bucket last: the trainer may still be writing to it until its TPU is gone.
         zonal = [d for d in plan.doomed if handler(d.kind).zonal]
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="down") as pool:
@@ -98,7 +130,7 @@ def execute(ctx: Context, plan: DownPlan, cloud: Cloud | None, progress: Progres
         for doomed in (d for d in plan.doomed if not handler(d.kind).zonal):
             delete_one(cloud, plan.mode, doomed, report)
     forget_cluster(ctx, plan)
-    return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket, searched=plan.searched)
+    return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket, plan.where)
 
 
 def delete_one(cloud: Cloud, mode: TpuMode, doomed: Doomed, report: Progress) -> None:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tpuops.cloud.base import TpuMode
+from tpuops.cloud.base import QueuedResource, TpuMode
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import ResourceStatus
+from tpuops.cloud.queued import waiting_age
 from tpuops.context import Context
-from tpuops.errors import TpuopsError
-from tpuops.spec import Spec, load_spec
+from tpuops.durations import format_duration
+from tpuops.errors import ClusterNotFound, TpuopsError
+from tpuops.ops.discover import find_cluster
+from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord
 
 
@@ -26,6 +30,7 @@ class ClusterStatus:
     tpu_health: str | None
     restarts: tuple[RestartEvent, ...] = ()  # recoveries by `tpuops watch`, oldest first
     run: RunStatus | None = None  # the current run, each worker's state of it
+    found_by_label: str | None = None  # no local state: where the search by label looked
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "workers": [w.model_dump() for w in self.workers]}
@@ -74,8 +79,11 @@ def list_clusters(ctx: Context) -> list[ClusterSummary]:
     return summaries
 
 
-def cluster_status(ctx: Context, name: str) -> ClusterStatus:
-    state = ctx.store.require(name)
+def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> ClusterStatus:
+    """Live state of each recorded resource; without local state, of what carries the cluster's label."""
+    state = ctx.store.load(name)
+    if state is None:
+        return status_by_label(ctx, name, zones)
     cloud = ctx.provider_for(spec_of(state), state).cloud()
     mode = tpu_mode(state, None)
     rows = []
@@ -104,6 +112,38 @@ def cluster_status(ctx: Context, name: str) -> ClusterStatus:
         tuple(RestartEvent(e.at, e.message) for e in state.events if e.kind == "restart"),
         run_status(ctx, state, reachable=tpu_state == "READY"),
     )
+
+
+def status_by_label(ctx: Context, name: str, zones: Sequence[str] = ()) -> ClusterStatus:
+    """No local state: everything labelled with the cluster's name in the project (every zone, or `zones`).
+    SearchFailed when the search cannot run to the end; ClusterNotFound only after one that found nothing."""
+    provider = ctx.provider_for()
+    found = find_cluster(name, provider.project, lambda project: provider.cloud(), zones)
+    if found.empty:
+        raise ClusterNotFound(f"no cluster {name}: no local state, and nothing labelled {CLUSTER_LABEL}={name} "
+                              f"in {found.where}", "create it with `tpuops up SPEC`")
+    rows = [queued_row(queued) for queued in found.queued]
+    nodes = (*found.tpu_vms, *found.tpu_nodes)
+    rows += [ResourceStatus("tpu", node.name, node.zone, node.state,
+                            f"{node.accelerator_type}, health {node.health or '-'}, {len(node.workers)} worker(s)")
+             for node in nodes]
+    rows += [ResourceStatus("client_vm", vm.name, vm.zone, vm.state,
+                            f"internal {vm.internal_ip or '-'}, external {vm.external_ip or '-'}") for vm in found.vms]
+    rows += [ResourceStatus("bucket", bucket.name, None, "EXISTS", f"location {bucket.location}")
+             for bucket in found.buckets]
+    tpu = nodes[0] if nodes else None
+    workers = tuple(WorkerRecord(index=w.index, internal_ip=w.internal_ip, external_ip=w.external_ip,
+                                 ssh_host=w.external_ip or w.internal_ip) for w in (tpu.workers if tpu else ()))
+    return ClusterStatus(name, provider.name, found.project, tpu.zone if tpu else None, tuple(rows), workers,
+                         tpu.state if tpu else None, tpu.health if tpu else None, found_by_label=found.where)
+
+
+def queued_row(queued: QueuedResource) -> ResourceStatus:
+    waited = waiting_age(queued)
+    detail = f"node(s) {', '.join(queued.node_names) or queued.node_name or '-'}"
+    if waited is not None:
+        detail += f", waiting for capacity for {format_duration(waited)}"
+    return ResourceStatus("queued_resource", queued.name, queued.zone, queued.state, detail)
 
 
 RUN_STATUS_CONNECT_TIMEOUT = 10.0  # status must answer quickly even when a worker is gone
