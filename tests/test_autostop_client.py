@@ -23,6 +23,7 @@ from tests.test_autostop_agent import ZONE, wait_for
 from tpuops.agents import agent_source
 from tpuops.cloud.base import TpuRequest
 from tpuops.cloud.local.apis import LocalCloud
+from tpuops.cloud.local.provider import LocalProvider, autostop_target
 from tpuops.durations import format_duration, parse_autostop
 from tpuops.errors import UsageError
 from tpuops.ops.autostop import (
@@ -32,6 +33,7 @@ from tpuops.ops.autostop import (
     cost_so_far,
     install_on_worker0,
     read_record,
+    record_prefix,
     stop_for_down,
 )
 from tpuops.remote.autostop import AgentFailure, AgentReport, read_agent, stop_agent
@@ -106,15 +108,15 @@ def test_agent_config_takes_the_clis_endpoints_and_a_test_tick() -> None:
 
 
 def test_cost_so_far_at_the_catalogs_list_price() -> None:
-    cost = cost_so_far(provider="gcp", accelerator_type="v3-8", spot=False, created_at=0.0, now=2 * 3600)
+    cost = cost_so_far(list_prices=True, accelerator_type="v3-8", spot=False, created_at=0.0, now=2 * 3600)
     assert cost.per_hour == pytest.approx(8.0) and cost.dollars == pytest.approx(16.0)
     assert "TRC quota: free" in cost.note and "$16.00 so far" in cost.line() and "up 2h" in cost.line()
-    spot = cost_so_far(provider="gcp", accelerator_type="v3-8", spot=True, created_at=0.0, now=3600)
+    spot = cost_so_far(list_prices=True, accelerator_type="v3-8", spot=True, created_at=0.0, now=3600)
     assert spot.dollars == pytest.approx(2.4)
-    node = cost_so_far(provider="gcp", accelerator_type="v2-8", spot=False, created_at=0.0, now=3600,
+    node = cost_so_far(list_prices=True, accelerator_type="v2-8", spot=False, created_at=0.0, now=3600,
                        client_vm_machine_type="n1-standard-2", client_vm_disk_gb=50)
     assert node.per_hour > 4 * 1.125
-    local = cost_so_far(provider="local", accelerator_type="v3-8", spot=False, created_at=0.0, now=60)
+    local = cost_so_far(list_prices=False, accelerator_type="v3-8", spot=False, created_at=0.0, now=60)
     assert local.dollars == 0.0 and local.line() == "up 1m, local simulator: free"
 
 
@@ -143,14 +145,15 @@ def test_the_local_providers_agent_deletes_the_simulated_tpu_and_leaves_its_reco
     runner = LocalRunner("w0", provider.worker_home(node, 0))
     config = agent_config(cluster=cluster, provider="local", project="local", zone="local", node=node, queued=None,
                           setting=AutostopSpec(idle="1s"), created_at=time.time() - 7200, bucket="quick-data",
-                          device_glob="~/dev/accel*", env=FAST, local_root=tmp_path / "cloud")
+                          device_glob="~/dev/accel*", env=FAST,
+                          local=autostop_target(tmp_path / "cloud", cluster, node, None, "quick-data"))
     try:
         installed = install_on_worker0(runner, config)
         assert installed.started, installed.error
         wait_for("the simulated TPU to be deleted", lambda: provider.get_node("local", node) is None)
         assert not (tmp_path / "cloud" / "workers" / node).exists()
-        record = wait_for("the record", lambda: read_record("quick-data", cluster, env={},
-                                                            local_buckets=tmp_path / "cloud" / "buckets"))
+        store = LocalProvider({}, tmp_path / "cloud").blob_store(record_prefix("quick-data", cluster))
+        record = wait_for("the record", lambda: read_record(store))
         assert record.reason == "idle" and record.node == node and "deleted by autostop" in record.line()
         assert provider.get_bucket("quick-data") is not None
     finally:
@@ -165,7 +168,8 @@ def test_autostop_off_then_a_new_setting_through_the_ops_helpers(tmp_path: Path)
     def config(idle: str):  # noqa: ANN202
         return agent_config(cluster="c", provider="local", project="local", zone="local", node="t", queued=None,
                             setting=AutostopSpec(idle=idle), created_at=time.time(), bucket=None,
-                            device_glob="~/dev/accel*", env=FAST, local_root=tmp_path / "cloud")
+                            device_glob="~/dev/accel*", env=FAST,
+                            local=autostop_target(tmp_path / "cloud", "c", "t", None, None))
 
     try:
         assert install_on_worker0(runner, config("30m")).started

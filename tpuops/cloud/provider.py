@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
+    from tpuops.remote.autostop import LocalTarget
     from tpuops.remote.base import Runner
 
 ProviderName = Literal["gcp", "local"]
@@ -58,6 +59,7 @@ class TrainerSite:
 class Provider(Protocol):
     name: ProviderName
     project: str | None
+    list_prices: bool  # whether its TPUs cost the catalog's list price (the simulator's are free)
 
     def cloud(self) -> Cloud:
         """The provider's clients (built on first use: commands on workers never need them)."""
@@ -91,6 +93,10 @@ class Provider(Protocol):
 
     def framework_env(self, site: TrainerSite) -> dict[str, str]:
         """What the framework needs to find the TPU."""
+        ...
+
+    def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget | None:
+        """What the autostop agent deletes when it is not a TPU behind Google's API (None: the TPU API)."""
         ...
 
 

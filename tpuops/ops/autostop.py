@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tpuops import catalog
-from tpuops.cloud.local.layout import bucket_path as local_path_for
 from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError
 from tpuops.remote.autostop import (
@@ -29,6 +27,9 @@ from tpuops.remote.autostop import (
     stop_agent,
 )
 from tpuops.remote.base import Runner
+
+if TYPE_CHECKING:
+    from tpuops.cloud.blobs import BlobStore
 from tpuops.spec_autostop import AutostopSpec
 
 TICK_ENV = "TPUOPS_AUTOSTOP_TICK"  # seconds between the agent's decisions (tests use a fraction of a second)
@@ -60,16 +61,12 @@ def agent_config(
     bucket: str | None,
     device_glob: str,
     env: Mapping[str, str],
-    local_root: Path | None = None,
+    local: LocalTarget | None = None,
 ) -> AgentConfig:
     """The agent's configuration for one cluster. Endpoints come from the same variables the CLI used, so
-    the agent on the TPU reaches what the CLI reached; `device_glob` is launch's (`ops.launch.tpu_paths`)."""
+    the agent on the TPU reaches what the CLI reached; `device_glob` is launch's (`ops.launch.tpu_paths`);
+    `local` is the provider's `autostop_target` (None: the TPU API)."""
     tick = float(env.get(TICK_ENV) or DEFAULT_TICK_SECONDS)
-    local = None
-    if provider == "local":
-        if local_root is None:
-            raise ValueError("the local provider's root is needed for its agent")
-        local = local_target(local_root, cluster, node, queued, bucket)
     return AgentConfig(
         cluster=cluster,
         provider=provider,
@@ -88,17 +85,6 @@ def agent_config(
         local=local,
         tick_seconds=tick,
         warn_seconds=min(WARN_SECONDS, tick),  # a one-minute warning; one tick when ticks are shorter
-    )
-
-
-def local_target(root: Path, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget:
-    """The local provider's files for one simulated TPU (its layout: records under tpus/ and queued/, the
-    workers' homes under workers/NODE), and the directory standing for gs://BUCKET/.tpuops/NAME."""
-    return LocalTarget(
-        node_record=str(root / "tpus" / f"{node}.json"),
-        workers_dir=str(root / "workers" / node),
-        record_dir=str(local_path_for(root, record_prefix(bucket, cluster))) if bucket else None,
-        queued_record=str(root / "queued" / f"{queued}.json") if queued else None,
     )
 
 
@@ -218,12 +204,11 @@ class AutostopRecord:
                 f"after {format_duration(self.uptime_seconds)} up")
 
 
-def read_record(bucket: str, cluster: str, env: Mapping[str, str],
-                local_buckets: Path | None = None) -> AutostopRecord | None:
-    """The agent's record in gs://BUCKET/.tpuops/NAME/autostop.json (a directory on the local provider)."""
-    from tpuops.cloud.blobs import BlobNotFound, open_blob_store
+def read_record(store: BlobStore) -> AutostopRecord | None:
+    """The agent's record in gs://BUCKET/.tpuops/NAME/autostop.json, given the provider's store for that
+    prefix (`provider.blob_store(record_prefix(bucket, cluster))`)."""
+    from tpuops.cloud.blobs import BlobNotFound
 
-    store = open_blob_store(record_prefix(bucket, cluster), env=env, local_buckets=local_buckets)
     try:
         raw = store.read_range(RECORD_NAME, 0, 1 << 20)
     except BlobNotFound:
@@ -254,12 +239,13 @@ class CostSoFar:
                 "dollars": round(self.dollars, 2), "note": self.note}
 
 
-def cost_so_far(*, provider: str, accelerator_type: str, spot: bool, created_at: float, now: float,
+def cost_so_far(*, list_prices: bool, accelerator_type: str, spot: bool, created_at: float, now: float,
                 client_vm_machine_type: str | None = None, client_vm_disk_gb: int = 0) -> CostSoFar:
     """Uptime times the catalog's list price (TPU, plus the client VM of a legacy Node). TRC quota costs
-    nothing, and tpuops cannot tell whether the project runs on it, so the note says so as plan does."""
+    nothing, and tpuops cannot tell whether the project runs on it, so the note says so as plan does.
+    `list_prices` False: the provider's TPUs are free (the local simulator)."""
     uptime = max(0.0, now - created_at)
-    if provider == "local":
+    if not list_prices:
         return CostSoFar(uptime, 0.0, 0.0, "local simulator: free")
     cat = catalog.load()
     accelerator = cat.accelerator(accelerator_type)

@@ -18,6 +18,7 @@ XRT_PORT = 8470  # a legacy TPU Node's gRPC endpoint
 
 class GcpProvider:
     name: ProviderName = "gcp"
+    list_prices = True
 
     def __init__(self, env: Mapping[str, str], project: str | None, require_project: Callable[[], str]) -> None:
         self.env = env
@@ -56,6 +57,9 @@ class GcpProvider:
 
     def localize(self, text: str, buckets: Sequence[str]) -> str:
         return text
+
+    def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None) -> None:
+        return None  # the agent deletes through the TPU REST API with the VM's token
 
     def tpu_paths(self, vfio: bool) -> tuple[str, str]:
         return tpu_paths_from(self.env, vfio)

@@ -189,6 +189,9 @@ class TpuVmApi(LazyClient):
         return self.timing.call(call, what, API)
 
 
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+
+
 def node_message(request: TpuRequest) -> Any:
     from google.cloud import tpu_v2
 
@@ -202,10 +205,9 @@ def node_message(request: TpuRequest) -> Any:
         labels=dict(request.labels),
         metadata={"ssh-keys": request.ssh_keys} if request.ssh_keys else {},
     )
-    if request.service_account:
-        node.service_account = tpu_v2.ServiceAccount(
-            email=request.service_account, scope=["https://www.googleapis.com/auth/cloud-platform"]
-        )
+    # The cloud-platform scope on the TPU's service account (the default one when email is empty): the trainer
+    # reads and writes the bucket with it, and the autostop agent deletes its own TPU with its token.
+    node.service_account = tpu_v2.ServiceAccount(email=request.service_account or "", scope=[CLOUD_PLATFORM])
     return node
 
 

@@ -15,6 +15,7 @@ from tpuops.errors import UsageError
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
+    from tpuops.remote.autostop import LocalTarget
     from tpuops.remote.base import Runner
 
 CPU_ENV = {"pytorch": {"PJRT_DEVICE": "CPU"}, "jax": {"JAX_PLATFORMS": "cpu"}}
@@ -23,6 +24,7 @@ CPU_ENV = {"pytorch": {"PJRT_DEVICE": "CPU"}, "jax": {"JAX_PLATFORMS": "cpu"}}
 class LocalProvider:
     name: ProviderName = "local"
     project: str | None = None
+    list_prices = False
 
     def __init__(self, env: Mapping[str, str], root: Path) -> None:
         self.env = env
@@ -68,6 +70,19 @@ class LocalProvider:
 
     def framework_env(self, site: TrainerSite) -> dict[str, str]:
         return dict(CPU_ENV.get(site.framework or "", {}))
+
+    def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget:
+        return autostop_target(self.root, cluster, node, queued, bucket)
+
+
+def autostop_target(root: Path, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget:
+    """What the agent removes to delete a simulated TPU (the records LocalCloud keeps under tpus/ and queued/,
+    the workers' homes under workers/NODE), and the directory standing for gs://BUCKET/.tpuops/NAME."""
+    from tpuops.remote.autostop import LocalTarget
+
+    record_dir = str(bucket_path(root, f"gs://{bucket}/.tpuops/{cluster}")) if bucket else None
+    return LocalTarget(node_record=str(root / "tpus" / f"{node}.json"), workers_dir=str(root / "workers" / node),
+                       record_dir=record_dir, queued_record=str(root / "queued" / f"{queued}.json") if queued else None)
 
 
 def free_port() -> int:
