@@ -49,6 +49,7 @@ class Plan:
     warnings: tuple[str, ...]
     cost_per_hour: float
     cost_note: str
+    autostop: str = "off"  # what `up` installs on worker 0: "idle 30m, max 12h" | "off"
 
     @property
     def changes(self) -> tuple[Action, ...]:
@@ -105,6 +106,7 @@ def make_plan(spec: Spec, observed: Sequence[ObservedResource] = (), project: st
         warnings=tuple(_warnings(spec, accelerator)),
         cost_per_hour=round(cost, 4),
         cost_note=note,
+        autostop=spec.autostop.describe(),
     )
 
 

@@ -184,6 +184,9 @@ def legacy_node_rules(spec: Spec) -> Iterator[Problem]:
         yield Problem(("tpu", "queued"), "queued resources create TPU VMs only", "use mode: vm or queued: false")
     if spec.trainer and spec.trainer.framework == "jax":
         yield Problem(("trainer", "framework"), "JAX does not run on legacy TPU Nodes", "use mode: vm")
+    if spec.autostop.enabled:  # the agent runs on the TPU's worker 0, which a legacy Node does not give us
+        yield Problem(("autostop",), "autostop runs on a TPU VM's worker 0; a legacy TPU Node has none",
+                      "use mode: vm, or remove autostop")
     if spec.trainer and spec.trainer.framework == "tensorflow":
         # The input pipeline of a TPU Node runs on the TPU host, which cannot read the client VM's disk.
         for index, item in enumerate(spec.data):

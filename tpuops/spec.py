@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tpuops.errors import SpecError
+from tpuops.spec_autostop import AutostopSpec
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")
@@ -127,6 +128,9 @@ class Spec(Model):
     logs: LogsSpec = Field(default_factory=LogsSpec)
     ssh: SshSpec = Field(default_factory=SshSpec)
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on every resource.")
+    autostop: AutostopSpec = Field(
+        default_factory=AutostopSpec, description="The cost guard on worker 0: delete the TPU when idle, or later."
+    )
 
     @field_validator("name")
     @classmethod

@@ -12,11 +12,15 @@ import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tpuops.errors import ClusterNotFound
+from tpuops.spec_autostop import AutostopSpec
+
+if TYPE_CHECKING:
+    from tpuops.spec import Spec
 
 
 def now_iso() -> str:
@@ -80,6 +84,7 @@ class TpuRecord(ResourceBase):
     node: str | None = None
     mode: Literal["vm", "node"] | None = None
     node_ips: list[str] = Field(default_factory=list, description="A legacy Node's hosts (gRPC on IP:8470).")
+    created_at: str | None = None  # when `up` first saw the TPU ready (uptime, cost, autostop's max_hours)
 
 
 class VmRecord(ResourceBase):
@@ -128,6 +133,7 @@ class ClusterState(StateModel):
     resources: list[ResourceRecord] = Field(default_factory=list)
     workers: list[WorkerRecord] = Field(default_factory=list)
     ssh_user: str | None = None
+    autostop: AutostopSpec | None = None  # set by `up --autostop` / `tpuops autostop`: wins over the spec's
     events: list[EventRecord] = Field(default_factory=list)
     runs: list[RunRecord] = Field(default_factory=list)
     created_at: str = Field(default_factory=now_iso)
@@ -204,3 +210,11 @@ class StateStore:
         if not root.is_dir():
             return []
         return sorted(p.parent.name for p in root.glob("*/state.json"))
+
+
+def bucket_of(state: ClusterState | None, spec: Spec | None) -> str | None:
+    """The cluster's bucket: as recorded by `up`, else as the spec names it."""
+    record = state.resource("bucket") if state else None
+    if isinstance(record, BucketRecord):
+        return record.name
+    return spec.bucket.name if spec is not None and spec.bucket else None

@@ -36,6 +36,10 @@ def up(
         "0", "--wait-for-capacity", metavar="DURATION",
         help="Keep retrying (and trying tpu.zones) this long when a zone has no capacity, e.g. 2h.",
     ),
+    autostop: str = typer.Option(
+        None, "--autostop", metavar="DURATION",
+        help="Delete the TPU after this long idle (no run, nothing holding the TPU), e.g. 30m; off to disable.",
+    ),
     json_output: bool = JSON_OPTION,
     yes: bool = YES_OPTION,
     project: str = PROJECT_OPTION,
@@ -47,13 +51,15 @@ def up(
       tpuops up spec.yaml --wait-for-capacity 2h
     """
     from tpuops.context import Context
+    from tpuops.ops.cost_guard import parse_setting
     from tpuops.ops.up import up as run_up
 
     ctx = Context.from_env(project=project, assume_yes=yes)
     seconds = parse_duration(wait_for_capacity)
+    setting = parse_setting(autostop) if autostop is not None else None
     view = ProgressView(enabled=not json_output)
     with ends_cleanly(up_interrupted), view.shown():
-        result = run_up(ctx, spec, wait_for_capacity=seconds, progress=view.update)
+        result = run_up(ctx, spec, wait_for_capacity=seconds, progress=view.update, autostop=setting)
     if json_output:
         print_json(result)
         return
@@ -69,6 +75,17 @@ def up(
             f"  worker {worker.index}: internal {worker.internal_ip}, external {worker.external_ip or '-'}, "
             f"ssh {worker.ssh_host}:{worker.ssh_port}"
         )
+    print_autostop_install(result.autostop)
+
+
+def print_autostop_install(agent) -> None:  # noqa: ANN001  (AgentInstall | None; import kept lazy)
+    if agent is None:
+        return
+    if agent.started:
+        console.print(f"  autostop: agent running on {agent.worker} (`tpuops status` shows the time left)")
+    else:
+        err_console.print(f"warning: autostop: the agent did not start ({agent.error}); the TPU will not stop "
+                          "by itself: `tpuops autostop NAME 30m` tries again", markup=False)
 
 
 @app.command()
@@ -108,6 +125,7 @@ def status(
     console.print(f"{result.name}  {result.provider}  project {result.project or '-'}  zone {result.zone or '-'}")
     if result.found_by_label:
         console.print(f"  no local state: found by its label in {result.found_by_label}")
+    print_guard(result.guard)
     for row in result.resources:
         console.print(f"  {row.kind:<16} {row.name:<28} {row.state:<12} {row.detail}")
     if result.tpu_state:
@@ -124,6 +142,19 @@ def status(
         console.print(f"  run {run.id} (started {run.started_at}, restart {run.restart}): {run.command}", markup=False)
         for worker, worker_state in run.workers.items():
             console.print(f"    {worker}: {worker_state} ({when})")
+
+
+def print_guard(guard) -> None:  # noqa: ANN001  (GuardStatus | None; import kept lazy)
+    if guard is None:
+        return
+    if guard.cost is not None:
+        console.print(f"  {guard.cost.line()}", markup=False)
+    if guard.record is not None:
+        console.print(f"  TPU {guard.record.line()}", markup=False)
+    elif guard.autostop is not None:
+        console.print(f"  {guard.autostop.line()}", markup=False)
+    else:
+        console.print(f"  autostop: {guard.setting}", markup=False)
 
 
 def print_cluster_list(clusters) -> None:  # noqa: ANN001  (list[ClusterSummary]; import kept lazy)

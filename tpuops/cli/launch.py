@@ -56,6 +56,8 @@ def launch(
         console.print(f"Run [bold]{report.run_id}[/] started on {plural(len(report.steps[-1].results), 'worker')}. "
                       f"Follow its output: tpuops logs {report.cluster} --workers -f; its scalars: "
                       f"tpuops logs {report.cluster} -f")
+        if report.autostop is not None and not report.autostop.started:
+            err_console.print(f"warning: autostop: the agent did not start ({report.autostop.error})", markup=False)
     if follow:
         with ends_cleanly(follow_interrupted):
             code = follow_and_wait(ctx, report.cluster, report.run_id, on_line=printer or LinePrinter())

@@ -45,6 +45,10 @@ def plan(
     if not any("region" in w for w in result.warnings) and result.region:
         console.print(f"Region check: ok (bucket and TPU in {result.region})")
     console.print(f"Estimated cost: [bold]${result.cost_per_hour:.2f}/hour[/] ({result.cost_note})")
+    if result.autostop != "off":
+        console.print(f"Autostop: {result.autostop} (the agent on worker 0 deletes the TPU by itself)")
+    else:
+        console.print("Autostop: off (`autostop: {idle: 30m}` in the spec, or `tpuops up --autostop 30m`)")
 
 
 @app.command()

@@ -64,7 +64,7 @@ def agent_config(
     local: LocalTarget | None = None,
 ) -> AgentConfig:
     """The agent's configuration for one cluster. Endpoints come from the same variables the CLI used, so
-    the agent on the TPU reaches what the CLI reached; `device_glob` is launch's (`ops.launch.tpu_paths`);
+    the agent on the TPU reaches what the CLI reached; `device_glob` is launch's (`ops.remote.tpu_paths`);
     `local` is the provider's `autostop_target` (None: the TPU API)."""
     tick = float(env.get(TICK_ENV) or DEFAULT_TICK_SECONDS)
     return AgentConfig(

@@ -18,13 +18,14 @@ from tpuops.cloud.base import Cloud, TpuMode
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Doomed, owned_by
 from tpuops.context import Context
-from tpuops.errors import CloudError
+from tpuops.errors import CloudError, TpuopsError
+from tpuops.ops import cost_guard
 from tpuops.ops.discover import find_cluster
 from tpuops.ops.run_records import end_runs_with_the_tpu
 from tpuops.ops.status import spec_of, tpu_mode
 from tpuops.plan import Kind, make_plan
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
-from tpuops.state import BucketRecord, ClusterState
+from tpuops.state import ClusterState, bucket_of
 
 Progress = Callable[[str, str, str], None]
 __all__ = ["Doomed", "DownPlan", "DownResult", "delete_one", "execute", "find"]
@@ -120,6 +121,8 @@ def find_without_state(ctx: Context, name: str, zones: Sequence[str], delete_buc
 
 def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | None = None) -> DownResult:
     report = progress or (lambda kind, name, text: None)
+    if any(d.kind in ("tpu", "queued_resource") for d in plan.doomed):
+        stop_autostop(ctx, plan.cluster, report)
     if plan.doomed:
         # The bucket last: the trainer may still be writing to it until its TPU is gone.
         zonal = [d for d in plan.doomed if handler(d.kind).zonal]
@@ -131,6 +134,17 @@ def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | Non
             delete_one(cloud, plan.mode, doomed, report)
     forget_cluster(ctx, plan)
     return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket, plan.where)
+
+
+def stop_autostop(ctx: Context, cluster: str, report: Progress) -> None:
+    """The agent goes first, so it does not race the deletion (best effort: the TPU is deleted anyway)."""
+    try:
+        stopped = cost_guard.stop_before_down(ctx, cluster)
+    except TpuopsError as err:
+        report("autostop", cluster, f"could not stop the agent ({err.message}); deleting anyway")
+        return
+    if stopped is not None:
+        report("autostop", stopped.worker, "stopped" if stopped.error is None else f"not stopped: {stopped.error}")
 
 
 def delete_one(cloud: Cloud, mode: TpuMode, doomed: Doomed, report: Progress) -> None:
@@ -217,10 +231,3 @@ def zones_to_search(state: ClusterState | None, spec: Spec | None) -> list[str]:
     if spec is not None:
         zones += [spec.zone, *spec.tpu.zones]
     return list(dict.fromkeys(zone for zone in zones if zone))
-
-
-def bucket_of(state: ClusterState | None, spec: Spec | None) -> str | None:
-    record = state.resource("bucket") if state else None
-    if isinstance(record, BucketRecord):
-        return record.name
-    return spec.bucket.name if spec is not None and spec.bucket else None

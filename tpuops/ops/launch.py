@@ -12,19 +12,22 @@ import hashlib
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-from tpuops import catalog
 from tpuops.cloud.provider import TrainerSite
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push, worker_name
+from tpuops.ops import cost_guard
+from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push, tpu_paths, worker_name
+from tpuops.remote.autostop import AgentInstall
 from tpuops.remote.base import LineHandler, Runner, RunResult
 from tpuops.remote.fanout import run_each
 from tpuops.remote.scripts import script_command
 from tpuops.spec import Spec
 from tpuops.state import RunRecord
+
+JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 STOP_GRACE_SECONDS = 10
 
@@ -72,6 +75,7 @@ class LaunchReport:
     cluster: str
     run_id: str | None
     steps: tuple[Step, ...] = field(default_factory=tuple)
+    autostop: AgentInstall | None = None  # the cost guard refreshed on worker 0 (None: autostop is off)
 
     @property
     def ok(self) -> bool:
@@ -79,7 +83,8 @@ class LaunchReport:
 
     def as_dict(self) -> dict[str, object]:
         return {"cluster": self.cluster, "run_id": self.run_id, "ok": self.ok,
-                "steps": [{"name": s.name, "workers": [r.as_dict() for r in s.results]} for s in self.steps]}
+                "steps": [{"name": s.name, "workers": [r.as_dict() for r in s.results]} for s in self.steps],
+                "autostop": asdict(self.autostop) if self.autostop else None}
 
 
 StepHandler = Callable[[Step], None]
@@ -138,7 +143,7 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
             # A multi-host trainer waits forever for a missing peer: stop the part that did start.
             record(_stop_run(access.state.name, run_id, runners, options.max_parallel))
             return LaunchReport(access.state.name, None, tuple(steps))
-        return LaunchReport(access.state.name, run_id, tuple(steps))
+        return LaunchReport(access.state.name, run_id, tuple(steps), cost_guard.install(ctx, access.state.name))
     finally:
         for runner in runners:
             runner.close()
@@ -173,13 +178,6 @@ def _free_tpu(ctx: Context, access: ClusterAccess, runners: Sequence[Runner], sp
     return Step("free-tpu", tuple(run_each(runners, lambda r: r.run(argv, on_line=on_line), max_parallel)))
 
 
-def tpu_paths(access: ClusterAccess, spec: Spec) -> tuple[str, str]:
-    """The device files the TPU runtime holds open for this generation, and libtpu's lock file."""
-    accelerator = catalog.load().accelerator(spec.tpu.type)
-    vfio = accelerator is not None and accelerator.generation.name in ("v5litepod", "v5p", "v6e")
-    return access.provider.tpu_paths(vfio)
-
-
 # -------------------------------------------------------------------------------------------- environment
 
 
@@ -200,7 +198,19 @@ def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
     if options.restart:
         common |= {"TPUOPS_RESTART": str(options.restart), "TPUOPS_RESUME": "1"}
     user_env = {key: _localize(ctx, access, value) for key, value in (spec.trainer.env if spec.trainer else {}).items()}
+    common |= compilation_cache_env(ctx, access, spec, user_env)
     return {worker_name(w): {**user_env, **common, "TPUOPS_WORKER_ID": str(i)} for i, w in enumerate(workers)}
+
+
+def compilation_cache_env(ctx: Context, access: ClusterAccess, spec: Spec,
+                          user_env: Mapping[str, str]) -> dict[str, str]:
+    """JAX's persistent compilation cache in the run's bucket: a restart after preemption or autostop reuses
+    the compiled step instead of paying for the compilation again (unless trainer.env sets it)."""
+    framework = spec.trainer.framework if spec.trainer else None
+    bucket = spec.bucket.name if spec.bucket else None
+    if framework != "jax" or not bucket or JAX_CACHE_ENV in user_env:
+        return {}
+    return {JAX_CACHE_ENV: _localize(ctx, access, f"gs://{bucket}/.tpuops/{access.state.name}/jax-cache")}
 
 
 def framework_env(access: ClusterAccess, spec: Spec) -> dict[str, str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tpuops import rules
+from tpuops import catalog, rules
 from tpuops.cloud.provider import Login, Provider, WorkerTarget
 from tpuops.context import Context
 from tpuops.errors import SpecError, TpuopsError, UsageError
@@ -142,6 +142,13 @@ def make_runners(access: ClusterAccess, workers: Sequence[WorkerRecord], *,
             refused_timeout = REFUSED_TIMEOUT
     return access.provider.runners(worker_targets(workers), access.login, connect_timeout=connect_timeout,
                                    refused_timeout=refused_timeout, on_new_host_key=on_new_host_key)
+
+
+def tpu_paths(access: ClusterAccess, spec: Spec) -> tuple[str, str]:
+    """The device files the TPU runtime holds open for this generation, and libtpu's lock file."""
+    accelerator = catalog.load().accelerator(spec.tpu.type)
+    vfio = accelerator is not None and accelerator.generation.name in ("v5litepod", "v5p", "v6e")
+    return access.provider.tpu_paths(vfio)
 
 
 def worker_targets(workers: Sequence[WorkerRecord]) -> list[WorkerTarget]:

@@ -13,6 +13,7 @@ from tpuops.cloud.queued import waiting_age
 from tpuops.context import Context
 from tpuops.durations import format_duration
 from tpuops.errors import ClusterNotFound, TpuopsError
+from tpuops.ops.cost_guard import GuardStatus, guard_status
 from tpuops.ops.discover import find_cluster
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord
@@ -31,9 +32,11 @@ class ClusterStatus:
     restarts: tuple[RestartEvent, ...] = ()  # recoveries by `tpuops watch`, oldest first
     run: RunStatus | None = None  # the current run, each worker's state of it
     found_by_label: str | None = None  # no local state: where the search by label looked
+    guard: GuardStatus | None = None  # uptime, cost so far, autostop
 
     def as_dict(self) -> dict[str, object]:
-        return {**asdict(self), "workers": [w.model_dump() for w in self.workers]}
+        return {**asdict(self), "workers": [w.model_dump() for w in self.workers],
+                "guard": self.guard.as_dict() if self.guard else None}
 
 
 @dataclass(frozen=True)
@@ -87,14 +90,14 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
     cloud = ctx.provider_for(spec_of(state), state).cloud()
     mode = tpu_mode(state, None)
     rows = []
-    tpu_state = tpu_health = None
+    tpu_state = tpu_health = accelerator_type = None
     workers = tuple(state.workers)
     for record in state.resources:
         described = handler(record.kind).describe(cloud, record, mode)
         rows.append(described.row)
         node = described.node
         if node is not None:
-            tpu_state, tpu_health = node.state, node.health
+            tpu_state, tpu_health, accelerator_type = node.state, node.health, node.accelerator_type
             if mode == "vm":  # the live addresses: a lost or replaced host shows here first
                 port = state.workers[0].ssh_port if state.workers else 22
                 workers = tuple(
@@ -107,10 +110,12 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
                     )
                     for w in node.workers
                 )
+    spec = spec_of(state)
     return ClusterStatus(
         state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state, tpu_health,
         tuple(RestartEvent(e.at, e.message) for e in state.events if e.kind == "restart"),
         run_status(ctx, state, reachable=tpu_state == "READY"),
+        guard=guard_status(ctx, state, spec, tpu_state == "READY", accelerator_type),
     )
 
 

@@ -21,10 +21,13 @@ from tpuops.cloud.kinds.tpu import reachable_hosts
 from tpuops.cloud.queued import WAITING_STATES, withdraw_queued
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
+from tpuops.ops import cost_guard
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.specs import load_checked
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
+from tpuops.remote.autostop import AgentInstall
 from tpuops.spec import CLUSTER_LABEL
+from tpuops.spec_autostop import AutostopSpec
 from tpuops.state import ClusterState, WorkerRecord
 
 Progress = Callable[[str, str, str], None]  # (kind, name, what is happening)
@@ -38,6 +41,7 @@ class UpResult:
     workers: tuple[WorkerRecord, ...]
     known_hosts: str | None
     offer_warnings: tuple[str, ...] = ()  # zones that could not be asked what they offer
+    autostop: AgentInstall | None = None  # the cost guard on worker 0 (None: autostop is off)
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -55,12 +59,15 @@ class UpResult:
             "workers": [w.model_dump() for w in self.workers],
             "known_hosts": self.known_hosts,
             "warnings": list(self.warnings),
+            "autostop": asdict(self.autostop) if self.autostop else None,
         }
 
 
 def up(
-    ctx: Context, spec_path: str | Path, wait_for_capacity: float = 0.0, progress: Progress | None = None
+    ctx: Context, spec_path: str | Path, wait_for_capacity: float = 0.0, progress: Progress | None = None,
+    autostop: AutostopSpec | None = None,
 ) -> UpResult:
+    """`autostop` (--autostop) replaces the spec's setting for this cluster until changed again."""
     spec = load_checked(spec_path)
     provider = ctx.provider_for(spec)
     cloud = provider.cloud()
@@ -77,6 +84,8 @@ def up(
     user = keys.ssh_user(spec.ssh.user)
     job = replace(job, ssh_keys=keys.ssh_keys_metadata(user, key))
     job.ledger.update(lambda state: setattr(state, "ssh_user", user))
+    if autostop is not None:
+        job.ledger.update(lambda state: setattr(state, "autostop", autostop))
     offer_warnings = ask_the_zones(job, plan)
     for action in plan.actions:
         job.progress(action.kind, action.name, "planned: " + action.verb)
@@ -85,7 +94,8 @@ def up(
     except KeyboardInterrupt:
         raise interrupted(job) from None
     workers, known_hosts = record_workers(ctx, job, known[tpu_kind(spec)])
-    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings)
+    agent = cost_guard.install(ctx, spec.name)
+    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent)
 
 
 def ask_the_zones(job: Job, plan: Plan) -> tuple[str, ...]:

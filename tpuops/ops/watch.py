@@ -38,6 +38,7 @@ from tpuops.errors import (
     TpuopsError,
     UsageError,
 )
+from tpuops.ops import cost_guard
 from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
@@ -229,6 +230,8 @@ class Watcher:
             return FINE
         self.blind = False
         verdict = judge_tpu(tpu)
+        if verdict is not None and verdict.kind == "recover":
+            return self.unless_autostopped(verdict)
         if verdict is not None:
             return verdict
         states = launch_ops.run_states(self.ctx, self.cluster)
@@ -238,6 +241,14 @@ class Watcher:
             return self.after_grace(why)
         self.trouble_since = None
         return verdict
+
+    def unless_autostopped(self, verdict: Verdict) -> Verdict:
+        """A TPU the cost guard deleted (its record in the bucket says so) is an end, not a preemption."""
+        state = self.state()
+        record = cost_guard.deleted_by_autostop(self.ctx, state, spec_of(state))
+        if record is None:
+            return verdict
+        return Verdict("ended", f"the TPU was {record.line()}", exit_code=0)
 
     def after_grace(self, why: str) -> Verdict:
         """Trouble that may pass by itself (maintenance, a network blip) gets `unhealthy_grace` seconds."""

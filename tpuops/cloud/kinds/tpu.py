@@ -27,7 +27,7 @@ from tpuops.durations import format_duration
 from tpuops.errors import CapacityError, CloudError
 from tpuops.plan import Action, Kind, ObservedResource, client_vm_name, queued_resource_name, tpu_name
 from tpuops.spec import CLUSTER_LABEL, Spec
-from tpuops.state import ResourceRecord, TpuRecord
+from tpuops.state import ResourceRecord, TpuRecord, now_iso
 
 READY = "READY"
 ACTIVE = "ACTIVE"
@@ -209,7 +209,11 @@ def create_in_some_zone(job: Job, action: Action, create_in: CreateIn) -> TpuNod
 def record_created(job: Job, action: Action, zone: str, node: TpuNode) -> None:
     # A legacy Node is reached over gRPC at its hosts' addresses (launch gives them to the trainer).
     node_ips = [w.internal_ip for w in node.workers] if node.mode == "node" else []
-    job.ledger.record(action.kind, action.name, zone, "created", node=node.name, mode=node.mode, node_ips=node_ips)
+    recorded = job.ledger.recorded(action.kind)
+    created_at = (recorded.created_at if isinstance(recorded, TpuRecord) and recorded.status == "created"
+                  and recorded.node == node.name else None) or now_iso()
+    job.ledger.record(action.kind, action.name, zone, "created", node=node.name, mode=node.mode, node_ips=node_ips,
+                      created_at=created_at)
 
 
 def wait_node_ready(job: Job, zone: str, name: str) -> TpuNode:

@@ -1,0 +1,200 @@
+"""The cost guard as users run it: `autostop:` in the spec, `up --autostop`, `tpuops autostop NAME 30m|off`,
+`status` and `down` through the CLI. On the local provider (the agent deletes the simulated TPU), and on a
+loopback sshd worker with the wire fakes and a fake metadata server (a 403 on delete shows in `status`).
+Ticks are a fraction of a second (TPUOPS_AUTOSTOP_TICK)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
+from tests.fakes.metadata import MetadataFake
+from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
+from tests.helpers import run_cli, write_spec
+from tests.sshd import SshdCluster, sshd_available
+
+FAST = {"TPUOPS_AUTOSTOP_TICK": "0.2"}
+WAIT = 30.0
+
+
+def wait_for(what: str, condition: Callable[[], object], timeout: float = WAIT) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def local_spec(tmp_path: Path, autostop: str = "", command: str = "true") -> tuple[str, Path]:
+    name = f"as-{uuid.uuid4().hex[:6]}"
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "train.py").write_text("print('hi')\n")
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        bucket: {{name: {name}-b}}
+        code: {{path: code}}
+        trainer:
+          framework: jax
+          command: {json.dumps(command)}
+        {autostop}
+        """)
+    return name, spec
+
+
+def cli(*args: str, env: dict[str, str] | None = None):  # noqa: ANN201
+    return run_cli(*args, env={**FAST, **(env or {})})
+
+
+def tpu_exists(home: Path, name: str) -> bool:
+    return (home / "local" / "tpus" / f"{name}.json").exists()
+
+
+@pytest.fixture
+def cleanup(tpuops_home: Path) -> Iterator[list[str]]:
+    """Clusters a test made: `down` stops their agents (and the simulated TPU's processes) at the end."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        run_cli("down", name, "--yes", "--delete-bucket", "--force")
+
+
+def test_an_idle_tpu_is_deleted_and_status_says_why(tmp_path: Path, tpuops_home: Path, cleanup: list[str]) -> None:
+    name, spec = local_spec(tmp_path, "autostop: {idle: 2s}")
+    cleanup.append(name)
+    plan = cli("plan", str(spec))
+    assert "Autostop: idle 2s" in plan.stdout, plan.stdout
+
+    up = cli("up", str(spec))
+    assert up.returncode == 0, up.stderr
+    assert "autostop: agent running on w0" in up.stdout
+    status = cli("status", name)
+    assert "autostop: idle 2s (running, fires in" in status.stdout and "local simulator: free" in status.stdout
+
+    wait_for("the idle TPU to be deleted", lambda: not tpu_exists(tpuops_home, name))
+    gone = cli("status", name)
+    assert gone.returncode == 0, gone.stderr
+    assert "TPU deleted by autostop at" in gone.stdout and "(idle:" in gone.stdout, gone.stdout
+    assert (tpuops_home / "local" / "buckets" / f"{name}-b").is_dir()  # never the bucket
+
+
+def test_a_running_trainer_keeps_the_tpu_until_it_ends(tmp_path: Path, tpuops_home: Path,
+                                                       cleanup: list[str]) -> None:
+    name, spec = local_spec(tmp_path, command='echo "$JAX_COMPILATION_CACHE_DIR" > ~/cache_dir; sleep 6')
+    cleanup.append(name)
+    assert cli("up", str(spec)).returncode == 0
+    launched = cli("launch", name)
+    assert launched.returncode == 0, launched.stderr
+    set_ = cli("autostop", name, "1s")
+    assert set_.returncode == 0, set_.stderr
+    assert "deletes the TPU after 1s idle" in set_.stdout
+
+    time.sleep(3)  # three idle times over, with the run alive: the TPU stays
+    assert tpu_exists(tpuops_home, name)
+    wait_for("the TPU to go once the run ended", lambda: not tpu_exists(tpuops_home, name))
+    cache = (tpuops_home / "local" / "buckets" / f"{name}-b" / ".tpuops" / name / "jax-cache")
+    record = json.loads((cache.parent / "autostop.json").read_text())
+    assert record["reason"] == "idle" and record["node"] == name
+
+
+def test_autostop_off_stops_the_countdown_and_a_new_time_lifts_it(tmp_path: Path, tpuops_home: Path,
+                                                                  cleanup: list[str]) -> None:
+    name, spec = local_spec(tmp_path)
+    cleanup.append(name)
+    up = cli("up", str(spec), "--autostop", "30s")
+    assert up.returncode == 0 and "autostop: agent running on w0" in up.stdout, up.stderr
+    off = cli("autostop", name, "off")
+    assert off.returncode == 0 and "autostop off" in off.stdout, off.stderr
+    status = cli("status", name)
+    assert "(keep-alive (countdown stopped))" in status.stdout, status.stdout
+    assert list(tpuops_home.glob(f"local/workers/{name}/*/tpuops/{name}/keep-alive"))
+
+    assert cli("launch", name).returncode == 0  # launch refreshes the agent: `off` stays in force
+    time.sleep(1)
+    assert tpu_exists(tpuops_home, name)
+    assert cli("autostop", name, "1s").returncode == 0
+    wait_for("the TPU to be deleted", lambda: not tpu_exists(tpuops_home, name))
+
+
+def test_a_bad_duration_is_one_line_with_examples(tmp_path: Path) -> None:
+    name, spec = local_spec(tmp_path)
+    result = cli("up", str(spec), "--autostop", "3 days")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "30m" in result.stderr and "off" in result.stderr
+    assert not run_cli("status").stdout.count(name)  # nothing created
+
+
+def test_down_stops_the_agent_first(tmp_path: Path, tpuops_home: Path) -> None:
+    name, spec = local_spec(tmp_path, "autostop: {idle: 30m}")
+    assert cli("up", str(spec)).returncode == 0
+    down = cli("down", name, "--yes", "--delete-bucket", "--force")
+    assert down.returncode == 0, down.stderr
+    assert "autostop w0: stopped" in down.stderr
+    assert not tpu_exists(tpuops_home, name)
+
+
+# ----------------------------------------------------------------------------------- GCP + sshd + metadata
+
+
+@pytest.fixture
+def sshd1(tmp_path: Path) -> Iterator[SshdCluster]:
+    if not sshd_available():
+        pytest.skip("needs root and OpenSSH sshd")
+    with SshdCluster(tmp_path / "sshd", 1) as cluster:
+        yield cluster
+
+
+def test_a_refused_delete_shows_in_status_with_the_role_to_grant(
+        fake_gcp: FakeGcp, sshd1: SshdCluster, tmp_path: Path, tpuops_home: Path,  # noqa: F811
+        tpu_paths_in_worker_homes: None) -> None:
+    worker = sshd1.workers[0]
+    fake_gcp.tpu.external_ip = lambda zone, name, index: worker.host
+    fake_gcp.tpu.internal_ip = lambda zone, name, index: worker.host
+    fake_gcp.tpu.host_keys = lambda name, index: [tuple(worker.host_key.with_suffix(".pub").read_text().split()[:2])]
+    fake_gcp.tpu_v2.server.faults.http_error("DELETE", r"/nodes/", 403, times=-1,
+                                             message="Permission 'tpu.nodes.delete' denied")
+    metadata = MetadataFake().start()
+    name = f"gs-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        zone: us-central2-b
+        tpu: {{type: v4-8, runtime: tpu-ubuntu2204-base}}
+        ssh: {{user: root, port: {sshd1.port}}}
+        autostop: {{idle: 1s}}
+        """)
+    cluster_dir = tpuops_home / "clusters" / name
+    cluster_dir.mkdir(parents=True)
+    shutil.copy(sshd1.client_key, cluster_dir / "id_ed25519")
+    shutil.copy(sshd1.client_key.with_suffix(".pub"), cluster_dir / "id_ed25519.pub")
+    (cluster_dir / "id_ed25519").chmod(0o600)
+    env = {**fake_gcp.env, **FAST, "GCE_METADATA_HOST": metadata.host}
+    try:
+        up = run_cli("up", str(spec), env=env)
+        assert up.returncode == 0, up.stderr
+        assert "autostop: agent running on w0" in up.stdout, up.stdout + up.stderr
+        [created] = fake_gcp.tpu_v2.server.calls("POST", r"/nodes$")
+        assert created.body["serviceAccount"]["scope"] == ["https://www.googleapis.com/auth/cloud-platform"]
+
+        def refused() -> str | None:
+            status = run_cli("status", name, env=env)
+            return status.stdout if "last delete failed" in status.stdout else None
+
+        text = str(wait_for("the refused delete in status", refused))
+        assert "403" in text and "roles/tpu.admin" in text, text
+        assert fake_gcp.tpu.get_node("us-central2-b", name, "vm") is not None
+        assert all(r.headers.get("metadata-flavor") == "Google" for r in metadata.token_requests())
+        assert metadata.token_requests()
+    finally:
+        run_cli("autostop", name, "off", env=env)
+        metadata.stop()

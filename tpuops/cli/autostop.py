@@ -1,0 +1,43 @@
+"""`tpuops autostop NAME 30m|off`: parse, call tpuops.ops.cost_guard, render."""
+
+from __future__ import annotations
+
+import typer
+
+from tpuops.cli.app import JSON_OPTION, app, complete_cluster
+from tpuops.cli.render import console, print_json
+from tpuops.errors import TpuopsError
+
+
+@app.command()
+def autostop(
+    name: str = typer.Argument(..., metavar="NAME", autocompletion=complete_cluster, help="Cluster name."),
+    setting: str = typer.Argument(..., metavar="DURATION|off",
+                                  help="Idle time before the TPU is deleted (30m, 2h, 90s), or off."),
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Change the cost guard of a live cluster: the agent on worker 0 deletes the TPU after this long idle.
+
+    `off` stops the agent and leaves ~/tpuops/NAME/keep-alive on worker 0, so nothing deletes the TPU until a
+    new time is given. The setting is kept for this cluster: `launch` refreshes the agent with it.
+
+    \b
+    Examples:
+      tpuops autostop my-bert 30m
+      tpuops autostop my-bert off
+    """
+    from tpuops.context import Context
+    from tpuops.ops.cost_guard import set_autostop
+
+    outcome = set_autostop(Context.from_env(), name, setting)
+    if json_output:
+        print_json({"worker": outcome.worker, "setting": setting.strip().lower(), "error": outcome.error})
+    if outcome.error is not None:
+        raise TpuopsError(f"autostop: {outcome.error}", "check that the cluster is up: `tpuops status NAME`")
+    if json_output:
+        return
+    if setting.strip().lower() == "off":
+        console.print(f"{name}: autostop off (agent stopped on {outcome.worker}; keep-alive file left there)")
+    else:
+        console.print(f"{name}: autostop set: the agent on {outcome.worker} deletes the TPU after "
+                      f"{setting.strip()} idle (`tpuops status {name}` shows the time left)")

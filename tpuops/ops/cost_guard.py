@@ -1,0 +1,195 @@
+"""The cost guard over a Context: the autostop agent installed on worker 0 at the end of `up` (refreshed by
+`launch`), `tpuops autostop NAME 30m|off`, the agent stopped before `down`, and what `status` shows (uptime,
+cost so far, the agent's setting and time left, the record it left when it deleted the TPU).
+
+The plain-value pieces (configuration, install, the status view, cost) are in `ops/autostop.py`; the agent
+itself in `tpuops/agents/autostop.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from tpuops.context import Context
+from tpuops.durations import parse_autostop
+from tpuops.errors import TpuopsError, UsageError
+from tpuops.ops.autostop import (
+    AutostopRecord,
+    AutostopView,
+    CostSoFar,
+    agent_config,
+    autostop_view,
+    change_setting,
+    cost_so_far,
+    install_on_worker0,
+    read_record,
+    record_prefix,
+    stop_for_down,
+)
+from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, tpu_paths
+from tpuops.remote.autostop import AgentConfig, AgentInstall, AgentStop, read_agent
+from tpuops.spec import Spec
+from tpuops.spec_autostop import AutostopSpec
+from tpuops.state import ClusterState, TpuRecord, bucket_of
+
+AGENT_CONNECT_TIMEOUT = 15.0  # status and down must not wait long for a worker that is gone
+
+
+def setting_of(state: ClusterState, spec: Spec | None) -> AutostopSpec:
+    """What the agent should do: the last `up --autostop` / `tpuops autostop`, else the spec's."""
+    if state.autostop is not None:
+        return state.autostop
+    return spec.autostop if spec is not None else AutostopSpec()
+
+
+def parse_setting(text: str) -> AutostopSpec:
+    """`30m`, `2h`, `off` as `--autostop` and `tpuops autostop` take them (UsageError with examples)."""
+    return AutostopSpec(idle=parse_autostop(text))
+
+
+def install(ctx: Context, name: str, *, refresh: bool = False) -> AgentInstall | None:
+    """Install the agent on worker 0 when autostop is on (None when it is off). `refresh` (launch): an
+    `autostop off` given earlier stays in force. Never raises for the worker's sake: `started=False` and an
+    error naming the worker come back, and the caller warns."""
+    access = cluster_access(ctx, name)
+    setting = setting_of(access.state, access.spec)
+    if not setting.enabled:
+        return None
+    try:
+        config = config_for(ctx, access, setting)
+    except UsageError as err:
+        return AgentInstall("w0", False, error=err.message)
+    runner = worker0(access)
+    try:
+        return install_on_worker0(runner, config, clear_keep_alive=False)
+    finally:
+        runner.close()
+
+
+def set_autostop(ctx: Context, name: str, text: str) -> AgentInstall | AgentStop:
+    """`tpuops autostop NAME 30m|off`: (re)start the agent with the new setting, or stop it and leave the
+    keep-alive file. The setting is recorded, so launch's refresh keeps it."""
+    setting = parse_setting(text)
+    access = cluster_access(ctx, name)
+    config = config_for(ctx, access, setting) if setting.enabled else None
+    runner = worker0(access)
+    try:
+        outcome = change_setting(runner, config, access.state.name)
+    finally:
+        runner.close()
+    if outcome.error is None and getattr(outcome, "started", True):
+        state = ctx.store.require(access.state.name)
+        state.autostop = setting
+        state.log("autostop", f"autostop set to {setting.describe()}")
+        ctx.store.save(state)
+    return outcome
+
+
+def stop_before_down(ctx: Context, name: str) -> AgentStop | None:
+    """`down` stops the agent first, so it does not race the deletion; only where one may run."""
+    state = ctx.store.load(name)
+    if state is None or not state.workers:
+        return None
+    access = cluster_access(ctx, name)
+    if not setting_of(state, access.spec).enabled:
+        return None
+    runner = worker0(access, connect_timeout=AGENT_CONNECT_TIMEOUT)
+    try:
+        return stop_for_down(runner, state.name)
+    finally:
+        runner.close()
+
+
+@dataclass(frozen=True)
+class GuardStatus:
+    """What `status` shows about cost and autostop."""
+
+    cost: CostSoFar | None  # None: the TPU's creation time is unknown
+    autostop: AutostopView | None  # None: the agent was not asked (TPU not READY, or autostop off)
+    setting: str
+    record: AutostopRecord | None  # the agent deleted the TPU: why and when
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cost": self.cost.as_dict() if self.cost else None,
+                "autostop": self.autostop.as_dict() if self.autostop else None, "setting": self.setting,
+                "deleted_by_autostop": self.record.__dict__ if self.record else None}
+
+
+def guard_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_ready: bool,
+                 accelerator_type: str | None) -> GuardStatus:
+    provider = ctx.provider_for(spec, state)
+    tpu = state.tpu_record()
+    setting = setting_of(state, spec)
+    cost = None
+    created = created_seconds(tpu)
+    if created is not None and accelerator_type and tpu_ready:
+        client_vm = spec.client_vm if spec is not None else None
+        cost = cost_so_far(list_prices=provider.list_prices, accelerator_type=accelerator_type,
+                           spot=bool(spec and (spec.tpu.spot or spec.tpu.preemptible)), created_at=created,
+                           now=time.time(), client_vm_machine_type=client_vm.machine_type if client_vm else None,
+                           client_vm_disk_gb=client_vm.disk_gb if client_vm else 0)
+    view = None
+    if tpu_ready and state.workers and (setting.enabled or state.autostop is not None):
+        access = cluster_access(ctx, state.name)
+        runner = worker0(access, connect_timeout=AGENT_CONNECT_TIMEOUT)
+        try:
+            view = autostop_view(read_agent(runner, state.name))
+        finally:
+            runner.close()
+    record = None
+    bucket = bucket_of(state, spec)
+    if not tpu_ready and bucket:
+        with contextlib.suppress(TpuopsError):  # the bucket unreadable: status shows the rest
+            record = read_record(provider.blob_store(record_prefix(bucket, state.name)))
+    return GuardStatus(cost, view, setting.describe(), record)
+
+
+def deleted_by_autostop(ctx: Context, state: ClusterState, spec: Spec | None) -> AutostopRecord | None:
+    """The agent's record, when it deleted this cluster's TPU (watch must not recover from that)."""
+    bucket = bucket_of(state, spec)
+    if not bucket or not setting_of(state, spec).enabled:
+        return None
+    provider = ctx.provider_for(spec, state)
+    record = read_record(provider.blob_store(record_prefix(bucket, state.name)))
+    tpu = state.tpu_record()
+    node = (tpu.node or tpu.name) if tpu else None
+    return record if record is not None and record.node == node else None
+
+
+# ------------------------------------------------------------------------------------------------ parts
+
+
+def config_for(ctx: Context, access: ClusterAccess, setting: AutostopSpec) -> AgentConfig:
+    state, spec, provider = access.state, access.spec, access.provider
+    tpu = state.tpu_record()
+    if tpu is None or tpu.status != "created":
+        raise UsageError(f"cluster '{state.name}' has no TPU ready", "run `tpuops up SPEC` first")
+    if tpu.mode == "node":
+        raise UsageError("autostop runs on a TPU VM's worker 0; a legacy TPU Node has none")
+    node = tpu.node or tpu.name
+    queued = tpu.name if tpu.kind == "queued_resource" else None
+    bucket = bucket_of(state, spec)
+    device_glob = tpu_paths(access, spec)[0] if spec is not None else provider.tpu_paths(False)[0]
+    return agent_config(
+        cluster=state.name, provider=provider.name, project=provider.project or "", zone=tpu.zone or state.zone or "",
+        node=node, queued=queued, setting=setting, created_at=created_seconds(tpu) or time.time(), bucket=bucket,
+        device_glob=device_glob, env=ctx.env, local=provider.autostop_target(state.name, node, queued, bucket),
+    )
+
+
+def worker0(access: ClusterAccess, connect_timeout: float | None = None) -> Any:  # Runner
+    return make_runners(access, access.workers[:1], connect_timeout=connect_timeout)[0]
+
+
+def created_seconds(tpu: TpuRecord | None) -> float | None:
+    if tpu is None or not tpu.created_at:
+        return None
+    try:
+        created = datetime.fromisoformat(tpu.created_at)
+    except ValueError:
+        return None
+    return (created if created.tzinfo else created.replace(tzinfo=timezone.utc)).timestamp()
