@@ -54,8 +54,10 @@ def test_quickstart_trains_and_down_leaves_nothing(tpuops_home: Path) -> None:
     assert not any((tpuops_home / "local" / "buckets").iterdir())
     assert processes_under(workers) == []
     assert not (tpuops_home / "clusters" / "quickstart" / "state.json").exists()
-    again = run_cli("down", "quickstart", "--yes")
-    assert again.returncode == 0 and "nothing" in again.stdout + again.stderr
+    again = run_cli("down", str(QUICKSTART), "--yes")  # the spec names the provider: its records are searched
+    assert again.returncode == 0 and "nothing was left to delete (searched zone(s) local)" in again.stdout
+    by_name = run_cli("down", "quickstart", "--yes")  # no state, no spec: Google Cloud, and no project known
+    assert by_name.returncode == 1 and "no GCP project known" in by_name.stderr
 
 
 def test_a_failing_worker_fails_the_run_and_is_named(tmp_path: Path, tpuops_home: Path) -> None:
