@@ -91,7 +91,8 @@ def test_an_idle_tpu_is_deleted_and_status_says_why(tmp_path: Path, tpuops_home:
 
 def test_a_running_trainer_keeps_the_tpu_until_it_ends(tmp_path: Path, tpuops_home: Path,
                                                        cleanup: list[str]) -> None:
-    name, spec = local_spec(tmp_path, command='echo "$JAX_COMPILATION_CACHE_DIR" > ~/cache_dir; sleep 6')
+    name, spec = local_spec(tmp_path, command='mkdir -p "$JAX_COMPILATION_CACHE_DIR" && '
+                                              'printf 12345 > "$JAX_COMPILATION_CACHE_DIR/entry"; sleep 6')
     cleanup.append(name)
     assert cli("up", str(spec)).returncode == 0
     launched = cli("launch", name)
@@ -106,6 +107,9 @@ def test_a_running_trainer_keeps_the_tpu_until_it_ends(tmp_path: Path, tpuops_ho
     cache = (tpuops_home / "local" / "buckets" / f"{name}-b" / ".tpuops" / name / "jax-cache")
     record = json.loads((cache.parent / "autostop.json").read_text())
     assert record["reason"] == "idle" and record["node"] == name
+    assert (cache / "entry").read_text() == "12345"  # JAX_COMPILATION_CACHE_DIR pointed into the bucket
+    status = cli("status", name)
+    assert "JAX compilation cache: 5 B in the bucket" in status.stdout, status.stdout
 
 
 def test_autostop_off_stops_the_countdown_and_a_new_time_lifts_it(tmp_path: Path, tpuops_home: Path,

@@ -9,7 +9,7 @@ import typer
 from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app, complete_cluster
 from tpuops.cli.interrupts import ends_cleanly
 from tpuops.cli.progress import ProgressView
-from tpuops.cli.render import console, err_console, print_json
+from tpuops.cli.render import console, err_console, print_json, size_text
 from tpuops.durations import parse_duration
 from tpuops.errors import UsageError
 
@@ -149,6 +149,8 @@ def print_guard(guard) -> None:  # noqa: ANN001  (GuardStatus | None; import kep
         return
     if guard.cost is not None:
         console.print(f"  {guard.cost.line()}", markup=False)
+    if guard.jax_cache_bytes is not None:
+        console.print(f"  JAX compilation cache: {size_text(guard.jax_cache_bytes)} in the bucket", markup=False)
     if guard.record is not None:
         console.print(f"  TPU {guard.record.line()}", markup=False)
     elif guard.autostop is not None:

@@ -36,6 +36,7 @@ from tpuops.spec import Spec
 from tpuops.spec_autostop import AutostopSpec
 from tpuops.state import ClusterState, TpuRecord, bucket_of
 
+JAX_CACHE_DIR = "jax-cache"  # under gs://BUCKET/.tpuops/NAME/, as launch points JAX_COMPILATION_CACHE_DIR
 AGENT_CONNECT_TIMEOUT = 15.0  # status and down must not wait long for a worker that is gone
 
 
@@ -112,11 +113,13 @@ class GuardStatus:
     autostop: AutostopView | None  # None: the agent was not asked (TPU not READY, or autostop off)
     setting: str
     record: AutostopRecord | None  # the agent deleted the TPU: why and when
+    jax_cache_bytes: int | None = None  # the persistent compilation cache in the bucket (JAX trainers)
 
     def as_dict(self) -> dict[str, Any]:
         return {"cost": self.cost.as_dict() if self.cost else None,
                 "autostop": self.autostop.as_dict() if self.autostop else None, "setting": self.setting,
-                "deleted_by_autostop": self.record.__dict__ if self.record else None}
+                "deleted_by_autostop": self.record.__dict__ if self.record else None,
+                "jax_cache_bytes": self.jax_cache_bytes}
 
 
 def guard_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_ready: bool,
@@ -140,12 +143,15 @@ def guard_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_ready
             view = autostop_view(read_agent(runner, state.name))
         finally:
             runner.close()
-    record = None
+    record = cache = None
     bucket = bucket_of(state, spec)
-    if not tpu_ready and bucket:
-        with contextlib.suppress(TpuopsError):  # the bucket unreadable: status shows the rest
+    with contextlib.suppress(TpuopsError):  # the bucket unreadable: status shows the rest
+        if not tpu_ready and bucket:
             record = read_record(provider.blob_store(record_prefix(bucket, state.name)))
-    return GuardStatus(cost, view, setting.describe(), record)
+        if bucket and spec is not None and spec.trainer is not None and spec.trainer.framework == "jax":
+            store = provider.blob_store(f"{record_prefix(bucket, state.name)}/{JAX_CACHE_DIR}")
+            cache = sum(blob.size for blob in store.list())
+    return GuardStatus(cost, view, setting.describe(), record, cache)
 
 
 def deleted_by_autostop(ctx: Context, state: ClusterState, spec: Spec | None) -> AutostopRecord | None:

@@ -19,6 +19,7 @@ from tpuops.cloud.provider import TrainerSite
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops import cost_guard
+from tpuops.ops.autostop import record_prefix
 from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push, tpu_paths, worker_name
 from tpuops.remote.autostop import AgentInstall
 from tpuops.remote.base import LineHandler, Runner, RunResult
@@ -210,7 +211,8 @@ def compilation_cache_env(ctx: Context, access: ClusterAccess, spec: Spec,
     bucket = spec.bucket.name if spec.bucket else None
     if framework != "jax" or not bucket or JAX_CACHE_ENV in user_env:
         return {}
-    return {JAX_CACHE_ENV: _localize(ctx, access, f"gs://{bucket}/.tpuops/{access.state.name}/jax-cache")}
+    cache = f"{record_prefix(bucket, access.state.name)}/{cost_guard.JAX_CACHE_DIR}"
+    return {JAX_CACHE_ENV: _localize(ctx, access, cache)}
 
 
 def framework_env(access: ClusterAccess, spec: Spec) -> dict[str, str]:
