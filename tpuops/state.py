@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -17,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tpuops.errors import ClusterNotFound
+from tpuops.files import write_atomic
+from tpuops.keys import forget_host_keys
 from tpuops.spec_autostop import AutostopSpec
 
 if TYPE_CHECKING:
@@ -191,16 +192,17 @@ class StateStore:
             )
         return state
 
+    def forget_workers(self, state: ClusterState) -> None:
+        """The TPU's hosts are gone: their addresses and pinned host keys must not be trusted for new ones."""
+        forget_host_keys(self.cluster_dir(state.name))
+        state.workers = []
+        self.save(state)
+
     def save(self, state: ClusterState) -> None:
         state.updated_at = now_iso()
         directory = self.cluster_dir(state.name)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state.", suffix=".json")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(state.model_dump(mode="json"), indent=2))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path(state.name))
+        write_atomic(self.path(state.name), json.dumps(state.model_dump(mode="json"), indent=2), durable=True)
 
     def delete(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)

@@ -24,7 +24,7 @@ from typing import Literal
 
 from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_attempt, wait_fixed
 
-from tpuops import keys, retry
+from tpuops import retry
 from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import MISSING
@@ -347,11 +347,7 @@ class Watcher:
         self.event("recovery", f"TPU ready again in {zone} with {len(result.workers)} worker(s)")
 
     def forget_workers(self) -> None:
-        """The old hosts are gone: their addresses and host keys must not be trusted for the new ones."""
-        keys.forget_host_keys(self.ctx.store.cluster_dir(self.cluster))
-        state = self.state()
-        state.workers = []
-        self.ctx.store.save(state)
+        self.ctx.store.forget_workers(self.state())
 
     def tear_down(self) -> None:
         self.event("down", "tearing down (--down)")

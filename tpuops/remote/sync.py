@@ -37,6 +37,7 @@ from pathlib import Path
 import pathspec
 
 from tpuops.errors import RemoteError, UsageError
+from tpuops.files import write_atomic
 from tpuops.remote.base import Runner, RunResult
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, run_each
 
@@ -490,9 +491,7 @@ def _read_json(path: Path) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data))
 
 
 def require_ok(result: PushResult) -> None:

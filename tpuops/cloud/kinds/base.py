@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from tpuops import keys
 from tpuops.cloud.base import Cloud, TpuMode, TpuNode
 from tpuops.plan import Action, Kind, ObservedResource
 from tpuops.spec import CLUSTER_LABEL, Spec
@@ -79,9 +78,8 @@ class Ledger:
             self.store.save(self.state)
 
     def forget_workers(self) -> None:
-        """The TPU's hosts are gone: their addresses and host keys must not be trusted for new ones."""
-        keys.forget_host_keys(self.store.cluster_dir(self.state.name))
-        self.update(lambda state: setattr(state, "workers", []))
+        with self._lock:
+            self.store.forget_workers(self.state)
 
 
 @dataclass(frozen=True)
