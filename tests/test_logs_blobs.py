@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.gcs_emulator import GcsEmulator, free_port, gcs_emulator  # noqa: F401  (pytest fixture)
+from tpuops.cloud.blob_urls import open_blob_store
 from tpuops.cloud.blobs import (
     BlobNotFound,
     BlobStore,
     DirBlobStore,
     crc32c_of_bytes,
     crc32c_of_file,
-    open_blob_store,
     same_content,
 )
 from tpuops.cloud.gcp.gcs_blobs import GcsBlobStore

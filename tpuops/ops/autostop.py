@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from tpuops import catalog
+from tpuops.cloud.endpoints import base_url
 from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError
 from tpuops.remote.autostop import (
@@ -79,19 +80,13 @@ def agent_config(
         created_at=created_at,
         bucket=bucket,
         device_glob=device_glob,
-        tpu_endpoint=_base_url(env.get(TPU_ENDPOINT_ENV)),
-        storage_endpoint=_base_url(env.get(STORAGE_ENDPOINT_ENV)),
+        tpu_endpoint=base_url(env.get(TPU_ENDPOINT_ENV)),
+        storage_endpoint=base_url(env.get(STORAGE_ENDPOINT_ENV)),
         metadata_host=env.get(METADATA_HOST_ENV) or None,
         local=local,
         tick_seconds=tick,
         warn_seconds=min(WARN_SECONDS, tick),  # a one-minute warning; one tick when ticks are shorter
     )
-
-
-def _base_url(value: str | None) -> str | None:
-    from tpuops.cloud.gcp.clients import base_url  # no Google import: it only parses the URL
-
-    return base_url(value)
 
 
 # ------------------------------------------------------------------------------- install, change, stop

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpuops.cloud.blobs import DirBlobStore, open_blob_store
+from tpuops.cloud.blob_urls import open_blob_store
+from tpuops.cloud.blobs import DirBlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.logs.events import ScalarPoint

@@ -12,8 +12,8 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
+from tpuops.cloud.endpoints import base_url
 from tpuops.errors import CredentialsError
 
 TPU_ENDPOINT = "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"
@@ -42,16 +42,6 @@ class Endpoints:
     @property
     def any_override(self) -> bool:
         return any((self.tpu, self.compute, self.storage, self.tpu_v1_grpc))
-
-
-def base_url(value: str | None) -> str | None:
-    """gcloud's overrides carry a path ("https://compute.googleapis.com/compute/v1/"): keep scheme://host:port."""
-    if not value:
-        return None
-    if "://" not in value:
-        value = "http://" + value  # STORAGE_EMULATOR_HOST is often given as host:port
-    parts = urlsplit(value)
-    return f"{parts.scheme}://{parts.netloc}"
 
 
 def credentials(endpoints: Endpoints) -> Any:

@@ -51,7 +51,7 @@ class GcpProvider:
         return {t.name: t.internal_ip or t.host for t in targets}
 
     def blob_store(self, url: str) -> BlobStore:
-        from tpuops.cloud.blobs import open_blob_store
+        from tpuops.cloud.blob_urls import open_blob_store
 
         return open_blob_store(url, env=self.env)
 

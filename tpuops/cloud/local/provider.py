@@ -53,7 +53,7 @@ class LocalProvider:
         return {}  # every worker is on this machine: nothing to relay
 
     def blob_store(self, url: str) -> BlobStore:
-        from tpuops.cloud.blobs import open_blob_store
+        from tpuops.cloud.blob_urls import open_blob_store
 
         return open_blob_store(url, env=self.env, local_buckets=buckets_root(self.root))
 
