@@ -48,7 +48,7 @@ def up(
 
     \b
     Example:
-      tpuops up spec.yaml --wait-for-capacity 2h
+      tpuops up spec.yaml --wait-for-capacity 2h --autostop 30m
     """
     from tpuops.context import Context
     from tpuops.ops.cost_guard import parse_setting
@@ -75,17 +75,17 @@ def up(
             f"  worker {worker.index}: internal {worker.internal_ip}, external {worker.external_ip or '-'}, "
             f"ssh {worker.ssh_host}:{worker.ssh_port}"
         )
-    print_autostop_install(result.autostop)
+    print_autostop_install(result.cluster, result.autostop)
 
 
-def print_autostop_install(agent) -> None:  # noqa: ANN001  (AgentInstall | None; import kept lazy)
+def print_autostop_install(cluster: str, agent) -> None:  # noqa: ANN001  (AgentInstall | None; import kept lazy)
     if agent is None:
         return
     if agent.started:
-        console.print(f"  autostop: agent running on {agent.worker} (`tpuops status` shows the time left)")
+        console.print(f"  autostop: agent running on {agent.worker} (`tpuops status {cluster}` shows the time left)")
     else:
         err_console.print(f"warning: autostop: the agent did not start ({agent.error}); the TPU will not stop "
-                          "by itself: `tpuops autostop NAME 30m` tries again", markup=False)
+                          f"by itself: `tpuops autostop {cluster} 30m` tries again", markup=False)
 
 
 @app.command()

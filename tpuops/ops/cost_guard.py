@@ -31,7 +31,7 @@ from tpuops.ops.autostop import (
     stop_for_down,
 )
 from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, tpu_paths
-from tpuops.remote.autostop import AgentConfig, AgentInstall, AgentStop, read_agent
+from tpuops.remote.autostop import AgentConfig, AgentInstall, AgentStop, read_agent, stop_agent
 from tpuops.spec import Spec
 from tpuops.spec_autostop import AutostopSpec
 from tpuops.state import ClusterState, TpuRecord, bucket_of
@@ -59,6 +59,13 @@ def install(ctx: Context, name: str, *, refresh: bool = False) -> AgentInstall |
     access = cluster_access(ctx, name)
     setting = setting_of(access.state, access.spec)
     if not setting.enabled:
+        if access.state.autostop is not None:  # `--autostop off`: an agent installed before must not fire
+            runner = worker0(access)
+            try:
+                with contextlib.suppress(TpuopsError):
+                    stop_agent(runner, access.state.name, keep_alive=True)
+            finally:
+                runner.close()
         return None
     try:
         config = config_for(ctx, access, setting)
