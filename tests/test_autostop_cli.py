@@ -202,3 +202,17 @@ def test_a_refused_delete_shows_in_status_with_the_role_to_grant(
     finally:
         run_cli("autostop", name, "off", env=env)
         metadata.stop()
+
+
+def test_a_legacy_node_refuses_autostop_in_plan(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, """
+        name: node-as
+        zone: europe-west4-a
+        tpu: {type: v3-8, mode: node, runtime: "2.12.0"}
+        client_vm: {machine_type: n1-standard-2}
+        autostop: {idle: 30m}
+        """)
+    result = run_cli("plan", str(spec))
+    assert result.returncode == 2
+    assert "autostop runs on a TPU VM's worker 0; a legacy TPU Node has none" in result.stderr
+    assert ":5: autostop" in result.stderr  # file:line: field
