@@ -9,7 +9,7 @@ import json
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,19 +19,9 @@ from tests.fakes.metadata import MetadataFake
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli, write_spec
 from tests.sshd import SshdCluster, sshd_available
+from tests.test_autostop_agent import wait_for
 
 FAST = {"TPUOPS_AUTOSTOP_TICK": "0.2"}
-WAIT = 30.0
-
-
-def wait_for(what: str, condition: Callable[[], object], timeout: float = WAIT) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def local_spec(tmp_path: Path, autostop: str = "", command: str = "true") -> tuple[str, Path]:

@@ -126,19 +126,26 @@ def test_a_wait_that_runs_out_leaves_no_queued_resource(gcp: FakeGcp, tmp_path: 
     assert gcp.tpu_v2.server.calls("DELETE", r"/queuedResources/")
 
 
-def test_ctrl_c_while_waiting_for_capacity_withdraws_the_request(gcp: FakeGcp, tmp_path: Path,
-                                                                 tpuops_home: Path) -> None:
-    name = unique("cc")
+def up_waiting_for_capacity(gcp: FakeGcp, tmp_path: Path, name: str) -> subprocess.Popen[str]:
+    """`tpuops up` of a queued spec, returned once its request waits (never granted within the test)."""
     gcp.tpu.queued_seconds = 600
     process = subprocess.Popen([sys.executable, "-m", "tpuops", "up", str(vm_spec(tmp_path, name, QUEUED))],
                                env={**os.environ, **gcp.env}, text=True, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
+    deadline = time.monotonic() + WAIT
+    while (ZONE, f"{name}-qr") not in gcp.tpu.queued or not gcp.tpu_v2.server.calls("GET", rf"/{name}-qr$"):
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            raise AssertionError(f"the queued resource was never created: {process.communicate()}")
+        time.sleep(0.05)
+    return process
+
+
+def test_ctrl_c_while_waiting_for_capacity_withdraws_the_request(gcp: FakeGcp, tmp_path: Path,
+                                                                 tpuops_home: Path) -> None:
+    name = unique("cc")
+    process = up_waiting_for_capacity(gcp, tmp_path, name)
     try:
-        deadline = time.monotonic() + WAIT
-        while (ZONE, f"{name}-qr") not in gcp.tpu.queued or not gcp.tpu_v2.server.calls("GET", rf"/{name}-qr$"):
-            assert time.monotonic() < deadline, "the queued resource was never created"
-            assert process.poll() is None, process.communicate()
-            time.sleep(0.05)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=WAIT)
     finally:
@@ -156,24 +163,17 @@ def test_ctrl_c_while_waiting_for_capacity_withdraws_the_request(gcp: FakeGcp, t
 
 def test_status_shows_how_long_a_queued_resource_has_waited(gcp: FakeGcp, tmp_path: Path) -> None:
     name = unique("st")
-    gcp.tpu.queued_seconds = 600
-    process = subprocess.Popen([sys.executable, "-m", "tpuops", "up", str(vm_spec(tmp_path, name, QUEUED))],
-                               env={**os.environ, **gcp.env}, text=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = up_waiting_for_capacity(gcp, tmp_path, name)
     try:
-        deadline = time.monotonic() + WAIT
-        while (ZONE, f"{name}-qr") not in gcp.tpu.queued:
-            assert time.monotonic() < deadline and process.poll() is None
-            time.sleep(0.05)
         time.sleep(1.1)
         status = run_cli("status", name, env=gcp.env)
     finally:
         process.send_signal(signal.SIGINT)
         try:
-            process.wait(timeout=WAIT)
+            process.communicate(timeout=WAIT)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait()
+            process.communicate()
     assert status.returncode == 0, status.stderr
     [row] = [line for line in status.stdout.splitlines() if f"{name}-qr" in line]
     assert "ACCEPTED" in row and "waiting for" in row, status.stdout
