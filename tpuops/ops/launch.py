@@ -128,7 +128,7 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
         envs = trainer_envs(ctx, access, spec, run_id, options)
         started = record(Step("start", tuple(run_each(
             runners, lambda r: r.run(script_command("start", access.state.name, run_id,
-                                                    _localize(ctx, access, command)), env=envs[r.name]),
+                                                    _localize(access, command)), env=envs[r.name]),
             options.max_parallel))))
         _record_run(ctx, access, RunRecord(id=run_id, command=command, workers=[r.name for r in runners],
                                            restart=options.restart,
@@ -188,7 +188,7 @@ def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
     """The environment of every worker's trainer, by worker name."""
     workers = access.workers
     coordinator = access.provider.coordinator(workers[0].internal_ip)
-    logdir = _localize(ctx, access, spec.logs.tensorboard or "")
+    logdir = _localize(access, spec.logs.tensorboard or "")
     common = {
         "TPUOPS_CLUSTER": access.state.name,
         "TPUOPS_RUN_ID": run_id,
@@ -199,19 +199,19 @@ def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
     }
     if options.restart:
         common |= {"TPUOPS_RESTART": str(options.restart), "TPUOPS_RESUME": "1"}
-    user_env = {key: _localize(ctx, access, value) for key, value in (spec.trainer.env if spec.trainer else {}).items()}
+    user_env = {key: _localize(access, value) for key, value in (spec.trainer.env if spec.trainer else {}).items()}
     return {worker_name(w): {**user_env, **common, "TPUOPS_WORKER_ID": str(i)} for i, w in enumerate(workers)}
 
 
 def framework_env(access: ClusterAccess, spec: Spec) -> dict[str, str]:
-    """What each framework needs to find the TPU (see DESIGN.md: facts the code must get right)."""
+    """What each framework needs to find the TPU (the coordinator address and device paths come from the provider)."""
     tpu = access.state.tpu_record()
     site = TrainerSite(access.state.name, spec.trainer.framework if spec.trainer else None, spec.tpu.mode,
                        tuple(tpu.node_ips) if tpu else ())
     return access.provider.framework_env(site)
 
 
-def _localize(ctx: Context, access: ClusterAccess, text: str) -> str:
+def _localize(access: ClusterAccess, text: str) -> str:
     """The text as the workers must see it (the local provider's gs://BUCKET is a directory)."""
     buckets = [access.spec.bucket.name] if access.spec is not None and access.spec.bucket else []
     return access.provider.localize(text, buckets)

@@ -24,10 +24,10 @@ from typing import Literal
 
 from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_attempt, wait_fixed
 
-from tpuops import keys, retry
+from tpuops import retry
 from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
 from tpuops.cloud.kinds import handler
-from tpuops.cloud.kinds.base import MISSING
+from tpuops.cloud.kinds.base import MISSING, Ledger
 from tpuops.cloud.kinds.tpu import READY
 from tpuops.context import Context
 from tpuops.errors import (
@@ -336,11 +336,8 @@ class Watcher:
         self.event("recovery", f"TPU ready again in {zone} with {len(result.workers)} worker(s)")
 
     def forget_workers(self) -> None:
-        """The old hosts are gone: their addresses and host keys must not be trusted for the new ones."""
-        keys.forget_host_keys(self.ctx.store.cluster_dir(self.cluster))
-        state = self.state()
-        state.workers = []
-        self.ctx.store.save(state)
+        """The old hosts are gone (the same rule `up` follows when it recreates a TPU)."""
+        Ledger(self.ctx.store, self.state()).forget_workers()
 
     def tear_down(self) -> None:
         self.event("down", "tearing down (--down)")

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pathspec
 
-from tpuops.errors import RemoteError, UsageError
+from tpuops.errors import UsageError
 from tpuops.remote.base import Runner, RunResult
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, run_each
 
@@ -493,12 +493,4 @@ def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
-
-
-def require_ok(result: PushResult) -> None:
-    """Raise one RemoteError summarising the failed workers (for callers that need all-or-nothing)."""
-    failed = [w for w in result.workers if not w.ok]
-    if failed:
-        raise RemoteError(failed[0].error or f"{failed[0].worker}: push failed",
-                          f"{len(failed)} of {len(result.workers)} workers failed")
 
