@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from tenacity import Retrying
 
-from tpuops.cloud.blobs import BlobInfo, BlobNotFound
+from tpuops.cloud.blob_types import BlobInfo, BlobNotFound
 from tpuops.cloud.gcp.clients import base_url
 from tpuops.cloud.gcp.errors import translate
 from tpuops.errors import CloudError, CredentialsError, TpuopsError, TransientError
