@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpuops.atomic import write_atomic
+
 PRIVATE_KEY = "id_ed25519"
 KNOWN_HOSTS = "known_hosts"
 
@@ -76,9 +78,7 @@ def pin_host_keys(directory: Path, keys: Iterable[PinnedKey]) -> Path:
     if path.exists():
         kept = [line for line in path.read_text().splitlines() if line.strip() and line.split()[0] not in replaced]
     lines = kept + [key.line() for key in keys]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines))
-    os.replace(tmp, path)
+    write_atomic(path, "".join(line + "\n" for line in lines))
     return path
 
 

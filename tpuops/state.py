@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tpuops.atomic import write_atomic
 from tpuops.errors import ClusterNotFound
 
 
@@ -186,12 +186,7 @@ class StateStore:
         state.updated_at = now_iso()
         directory = self.cluster_dir(state.name)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state.", suffix=".json")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(state.model_dump(mode="json"), indent=2))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path(state.name))
+        write_atomic(self.path(state.name), json.dumps(state.model_dump(mode="json"), indent=2), fsync=True)
 
     def delete(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)

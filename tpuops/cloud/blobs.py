@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import base64
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import google_crc32c
 
+from tpuops.atomic import replacing
 from tpuops.cloud.blob_types import BlobInfo, BlobNotFound, BlobStore
 from tpuops.errors import UsageError
 
@@ -118,15 +118,10 @@ class DirBlobStore:
         target = self._path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         # Write beside the target, then rename: a reader (or a crash) never sees a half-written blob.
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tpuops-upload-")
-        try:
-            with os.fdopen(fd, "wb") as out, open(local_path, "rb") as source:
-                while chunk := source.read(CHUNK):
-                    out.write(chunk)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with replacing(target, suffix="", prefix=".tpuops-upload-") as tmp, open(tmp, "wb") as out, \
+                open(local_path, "rb") as source:
+            while chunk := source.read(CHUNK):
+                out.write(chunk)
         info = self._info(name, target, checksums=True)
         assert info is not None
         return info

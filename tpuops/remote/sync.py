@@ -36,22 +36,27 @@ from pathlib import Path
 
 import pathspec
 
+from tpuops.atomic import write_atomic
 from tpuops.errors import UsageError
 from tpuops.remote.base import Runner, RunResult
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, run_each
+from tpuops.remote.push_protocol import (
+    EXIT_DISK,
+    EXIT_NOT_OURS,
+    RESEND_FULL,
+    SEND_DIRECT,
+    after_apply,
+    manifest_text,
+    tree_id,
+)
 
 IGNORE_FILE = ".tpuopsignore"
 ALWAYS_EXCLUDED = [".git/", "__pycache__/", IGNORE_FILE]
-AGENT_SOURCE = (Path(__file__).with_name("push_agent.py")).read_text()
 RELAY_SERVE_SECONDS = 600  # how long the relay worker serves at most (it stops as soon as all fetched)
 HASH_CHUNK = 1024 * 1024
 # Below this a direct copy to each worker is quicker than starting a relay, and N copies cost little.
 RELAY_MIN_BYTES = 256 * 1024
 
-EXIT_BASE_UNUSABLE = 3
-EXIT_NOT_OURS = 4
-EXIT_FETCH_FAILED = 5
-EXIT_DISK = 7
 
 
 # ------------------------------------------------------------------------------------------- manifest
@@ -75,11 +80,11 @@ class Manifest:
 
     @property
     def text(self) -> str:
-        return json.dumps({"version": 1, "files": [e.as_row() for e in self.entries]}, separators=(",", ":"))
+        return manifest_text([e.as_row() for e in self.entries])
 
     @property
     def tree_id(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()[:24]
+        return tree_id(self.text)
 
     @property
     def total_bytes(self) -> int:
@@ -275,6 +280,18 @@ class PushResult:
                 "bytes_sent": self.bytes_sent, "ok": self.ok, "workers": [w.as_dict() for w in self.workers]}
 
 
+def agent_source() -> str:
+    """push_agent.py as shipped: push_protocol.py's text in place of its import (workers have no tpuops)."""
+    here = Path(__file__).parent
+    agent = (here / "push_agent.py").read_text()
+    start = agent.index("from tpuops.remote.push_protocol import (")
+    end = agent.index(")\n", start) + 2
+    return agent[:start] + (here / "push_protocol.py").read_text() + agent[end:]
+
+
+AGENT_SOURCE = agent_source()
+
+
 def agent_command(*args: str) -> list[str]:
     return ["python3", "-c", AGENT_SOURCE, *args]
 
@@ -348,7 +365,7 @@ class _Pusher:
 
     def _direct(self, runner: Runner, base: str | None, payload: Payload, sent_before: int = 0) -> RunResult:
         result = runner.run(agent_command(*self._apply_args(base)), stdin=payload.chunks(), capture=True)
-        if result.exit_code == EXIT_BASE_UNUSABLE and base is not None:
+        if after_apply(result.exit_code, base) == RESEND_FULL:
             full = build_payload(self.root, self.manifest, None, None, self.cache_dir)
             try:
                 return self._direct(runner, None, full, sent_before + result.bytes_sent)
@@ -385,8 +402,8 @@ class _Pusher:
                 result = RunResult(seed.name, None, 0.0, f"{seed.name}: {err}")
             finally:
                 ready.set()
-            if result.exit_code == EXIT_BASE_UNUSABLE and base is not None:
-                self._direct(seed, base, payload)
+            if after_apply(result.exit_code, base) == RESEND_FULL:
+                self._direct(seed, base, payload)  # which resends everything if the base is still unusable
                 return
             error = None if result.ok else _agent_error(result, self.dest)
             self.record(WorkerPush(seed.name, "sent" if result.ok else "failed", result.bytes_sent, error,
@@ -403,7 +420,7 @@ class _Pusher:
                 if result.ok:
                     self.record(WorkerPush(runner.name, "relayed", 0, None, result.duration))
                     return result
-                if result.exit_code not in (EXIT_FETCH_FAILED, EXIT_BASE_UNUSABLE):
+                if after_apply(result.exit_code, base, fetched=True) != SEND_DIRECT:
                     self.record(WorkerPush(runner.name, "failed", 0, _agent_error(result, self.dest),
                                            result.duration))
                     return result
@@ -490,7 +507,5 @@ def _read_json(path: Path) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data))
 

@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tpuops import catalog
+from tpuops.atomic import write_atomic
 from tpuops.cloud.base import Bucket, HostKey, QueuedResource, TpuNode, TpuRequest, Vm, VmRequest, Worker, ZoneOffer
 from tpuops.cloud.local.layout import bucket_path
 from tpuops.cloud.local.search import LocalSearch
@@ -49,9 +50,7 @@ class LocalCloud(LocalSearch):
     def _write(self, kind: str, name: str, data: Mapping[str, object]) -> None:
         path = self._record(kind, name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(data, indent=2))
 
     def _all(self, kind: str) -> Iterator[dict]:
         for path in sorted((self.root / kind).glob("*.json")):
