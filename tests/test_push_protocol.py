@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from tpuops.remote import push_protocol as protocol
-from tpuops.remote.sync import AGENT_SOURCE, FileEntry, Manifest
+from tpuops.remote.manifest import FileEntry, Manifest
+from tpuops.remote.sync import AGENT_SOURCE
 
 
 @pytest.mark.parametrize(("exit_code", "base", "fetched", "step"), [

@@ -17,7 +17,8 @@ from tests.sshd import SshdCluster, sshd_available
 from tpuops.context import Context
 from tpuops.ops.remote import cluster_access, make_runners, push, ssh_argv
 from tpuops.remote.local import LocalRunner
-from tpuops.remote.sync import Manifest, agent_command, build_payload, push_tree, scan_tree
+from tpuops.remote.manifest import Manifest, build_payload, scan_tree
+from tpuops.remote.sync import agent_command, push_tree
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 
