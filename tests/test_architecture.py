@@ -77,5 +77,6 @@ def test_ops_never_asks_which_provider_it_has() -> None:
 
 
 def test_the_shipped_agents_import_nothing_of_tpuops() -> None:
+    inlined = "tpuops.remote.push_protocol"  # sync.agent_source() puts its text in place of the import
     for name in SHIPPED:
-        assert not [i for i in imports(MODULES[name]) if i.startswith("tpuops")], name
+        assert not [i for i in imports(MODULES[name]) if i.startswith("tpuops") and not i.startswith(inlined)], name

@@ -142,6 +142,8 @@ def test_host_key_line_format_is_openssh(sshd2: SshdCluster, tpuops_home: Path, 
     found = subprocess.run(["ssh-keygen", "-F", f"[{worker.host}]:{worker.port}", "-f",
                             str(directory / "known_hosts")], capture_output=True, text=True, timeout=10)
     assert found.returncode == 0 and worker.host_key_line().split(" ", 1)[1] in found.stdout
+    lines = (directory / "known_hosts").read_text().splitlines()
+    assert len(lines) == len(sshd2.workers)  # one line per worker, no duplicates on reuse
     # And OpenSSH itself accepts it with strict checking, as `tpuops ssh` runs it.
     openssh = subprocess.run(
         ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o",

@@ -17,7 +17,8 @@ from tests.sshd import SshdCluster, sshd_available
 from tpuops.context import Context
 from tpuops.ops.remote import cluster_access, make_runners, push, ssh_argv
 from tpuops.remote.local import LocalRunner
-from tpuops.remote.sync import Manifest, agent_command, build_payload, push_tree, scan_tree
+from tpuops.remote.manifest import Manifest, build_payload, scan_tree
+from tpuops.remote.sync import agent_command, push_tree
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 
@@ -246,3 +247,22 @@ def test_local_runner_push(tmp_path: Path) -> None:
     again = push_tree(runners, src, "~/code", exclude=["*.log"], cache_dir=tmp_path / "cache")
     assert [w.status for w in again.workers] == ["unchanged", "unchanged"]
     assert Manifest.from_text((tmp_path / "cache" / f"{again.tree_id}.json").read_text()).tree_id == again.tree_id
+
+
+def test_base_unusable_is_resent_in_full(tmp_path: Path) -> None:
+    """A worker whose current tree lost a file cannot take a delta (exit EXIT_BASE_UNUSABLE): the client
+    resends everything to that worker only, and the file is back."""
+    src = tmp_path / "src"
+    make_tree(src, files=10)
+    runners = [LocalRunner(f"w{i}", tmp_path / f"w{i}") for i in range(2)]
+    first = push_tree(runners, src, "~/code", exclude=["*.log"], cache_dir=tmp_path / "cache")
+    assert first.ok
+    (tmp_path / "w0" / ".tpuops-trees" / "code" / first.tree_id / "pkg1" / "mod1.py").unlink()
+    (src / "pkg0" / "mod0.py").write_bytes(b"changed\n")
+    second = push_tree(runners, src, "~/code", exclude=["*.log"], cache_dir=tmp_path / "cache")
+    assert second.ok and [w.status for w in second.workers] == ["sent", "sent"]
+    sent = {w.worker: w.bytes_sent for w in second.workers}
+    assert sent["w0"] > sent["w1"] + 9 * 4096  # the delta, then the whole tree (nine unchanged 4 KiB files)
+    for worker in ("w0", "w1"):
+        assert (tmp_path / worker / "code" / "pkg1" / "mod1.py").read_bytes() == (src / "pkg1" / "mod1.py").read_bytes()
+        assert (tmp_path / worker / "code" / "pkg0" / "mod0.py").read_bytes() == b"changed\n"

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuops.files import write_atomic
+from tpuops.atomic import write_atomic
 
 PRIVATE_KEY = "id_ed25519"
 KNOWN_HOSTS = "known_hosts"

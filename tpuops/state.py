@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tpuops.atomic import write_atomic
 from tpuops.errors import ClusterNotFound
-from tpuops.files import write_atomic
 from tpuops.keys import forget_host_keys
 from tpuops.spec_autostop import AutostopSpec
 
@@ -202,7 +202,7 @@ class StateStore:
         state.updated_at = now_iso()
         directory = self.cluster_dir(state.name)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_atomic(self.path(state.name), json.dumps(state.model_dump(mode="json"), indent=2), durable=True)
+        write_atomic(self.path(state.name), json.dumps(state.model_dump(mode="json"), indent=2), fsync=True)
 
     def delete(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tpuops.check.findings import Finding
 from tpuops.check.lint_rules import module_hits
-from tpuops.remote.sync import scan_tree
+from tpuops.remote.manifest import scan_tree
 
 IGNORE_RE = re.compile(r"#\s*tpuops:\s*ignore\[([A-Za-z0-9_,\s-]+)\]")
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuops.remote.sync import scan_tree
+from tpuops.remote.manifest import scan_tree
 from tpuops.spec import Spec
 
 TERM_GRACE_SECONDS = 5

@@ -12,53 +12,18 @@ from __future__ import annotations
 
 import base64
 import os
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import google_crc32c
 
-from tpuops.errors import CloudError, UsageError
+from tpuops.atomic import replacing
+from tpuops.cloud.blob_types import BlobInfo, BlobNotFound, BlobStore
+from tpuops.errors import UsageError
+
+__all__ = ["BlobInfo", "BlobNotFound", "BlobStore", "DirBlobStore", "same_content",
+           "crc32c_of_bytes", "crc32c_of_file"]
 
 CHUNK = 1 << 20
-
-
-class BlobNotFound(CloudError):
-    """The blob is gone (deleted between a listing and a read, or never there)."""
-
-
-@dataclass(frozen=True)
-class BlobInfo:
-    name: str
-    size: int
-    crc32c: str | None  # base64 of the big-endian CRC32C, as GCS reports it; None when not computed
-    updated: float | None  # seconds since the epoch
-
-
-@runtime_checkable
-class BlobStore(Protocol):
-    """Where blobs live. Every method is one logical request (a listing may page internally)."""
-
-    @property
-    def url(self) -> str: ...
-
-    def list(self, prefix: str = "", *, checksums: bool = False) -> list[BlobInfo]:
-        """All blobs whose name starts with `prefix`, recursively. `checksums=True` asks for crc32c where the
-        store has to compute it (a directory); GCS always reports it."""
-        ...
-
-    def read_range(self, name: str, start: int, end: int) -> bytes:
-        """Bytes [start, end) of a blob; fewer if the blob is shorter. Raises BlobNotFound."""
-        ...
-
-    def upload_file(self, local_path: str | Path, name: str) -> BlobInfo:
-        """Store a local file's content as `name`, replacing it whole (readers never see half a blob)."""
-        ...
-
-    def delete(self, name: str) -> None:
-        """Remove a blob; a blob already gone is not an error."""
-        ...
 
 
 def crc32c_of_bytes(data: bytes) -> str:
@@ -152,15 +117,10 @@ class DirBlobStore:
         target = self._path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         # Write beside the target, then rename: a reader (or a crash) never sees a half-written blob.
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tpuops-upload-")
-        try:
-            with os.fdopen(fd, "wb") as out, open(local_path, "rb") as source:
-                while chunk := source.read(CHUNK):
-                    out.write(chunk)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with replacing(target, suffix="", prefix=".tpuops-upload-") as tmp, open(tmp, "wb") as out, \
+                open(local_path, "rb") as source:
+            while chunk := source.read(CHUNK):
+                out.write(chunk)
         info = self._info(name, target, checksums=True)
         assert info is not None
         return info

@@ -6,12 +6,11 @@ imported inside functions: most `logs` invocations draw nothing.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from tpuops.atomic import replacing
 from tpuops.errors import TpuopsError
 from tpuops.logs.events import ScalarPoint
 
@@ -120,14 +119,11 @@ def write_png(book: SeriesBook, path: str | Path) -> None:
         axis.legend(loc="best", fontsize="small")
     figure.tight_layout()
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=".tpuops-", suffix=".png")
-    os.close(fd)
     try:
-        figure.savefig(tmp, format="png", dpi=100)
-        os.replace(tmp, path)
+        with replacing(path, suffix=".png") as tmp:
+            figure.savefig(tmp, format="png", dpi=100)
     finally:
         pyplot.close(figure)
-        Path(tmp).unlink(missing_ok=True)
 
 
 def png_available() -> bool:

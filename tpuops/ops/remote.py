@@ -23,8 +23,9 @@ from tpuops.context import Context
 from tpuops.errors import SpecError, TpuopsError, UsageError
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
+from tpuops.remote.manifest import scan_tree
 from tpuops.remote.ssh import load_private_key
-from tpuops.remote.sync import PushResult, push_tree, scan_tree
+from tpuops.remote.sync import PushResult, push_tree
 from tpuops.spec import Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord
 

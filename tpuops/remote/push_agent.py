@@ -17,9 +17,8 @@
 # worker that received it (the relay). Nothing is touched before the whole payload is there and its
 # sha256 matches.
 #
-# Exit codes: 0 done; 3 current tree unusable as a base (client resends everything); 4 DEST exists and is
-# not ours; 5 fetch from the relay failed (client sends directly); 6 payload truncated or corrupt;
-# 7 disk full or write error; 1 anything else. Errors go to stderr as one line.
+# Exit codes, the manifest format and the tree id are defined once, in push_protocol.py; sync.py ships that
+# file's text in place of the import below. Errors go to stderr as one line.
 import contextlib
 import hashlib
 import json
@@ -28,6 +27,17 @@ import shutil
 import sys
 import tarfile
 import threading
+
+from tpuops.remote.push_protocol import (  # shipped: replaced by push_protocol.py's text
+    EXIT_BASE_UNUSABLE,
+    EXIT_CORRUPT,
+    EXIT_DISK,
+    EXIT_FETCH_FAILED,
+    EXIT_NOT_OURS,
+    EXIT_OTHER,
+    manifest_text,
+    tree_id,
+)
 
 CHUNK = 1024 * 1024
 
@@ -46,14 +56,15 @@ def paths(dest):
 
 
 def current_tree(dest):
-    """The tree id DEST points at, None when DEST does not exist; Fail(4) when DEST is not ours."""
+    """The tree id DEST points at, None when DEST does not exist; Fail(EXIT_NOT_OURS) when DEST is not ours."""
     if os.path.islink(dest):
         return os.path.basename(os.readlink(dest))
     if not os.path.lexists(dest):
         return None
     if os.path.isdir(dest) and not os.listdir(dest):
         return None  # an empty directory (made by hand or by a setup script) is taken over
-    raise Fail(4, f"{dest} exists and was not created by tpuops push; move it away or choose another destination")
+    raise Fail(EXIT_NOT_OURS,
+               f"{dest} exists and was not created by tpuops push; move it away or choose another destination")
 
 
 def action_state(dest):
@@ -74,7 +85,7 @@ def receive_stdin(target):
     stream = sys.stdin.buffer
     header = stream.readline(200).decode("ascii", "replace").split()
     if len(header) != 3 or header[0] != "TPUOPS-PAYLOAD":
-        raise Fail(6, "no payload received (the push was interrupted)")
+        raise Fail(EXIT_CORRUPT, "no payload received (the push was interrupted)")
     size, digest = int(header[1]), header[2]
     copy_checked(stream, target, size, digest)
 
@@ -89,7 +100,7 @@ def receive_url(target, url, size, digest):
     except Fail:
         raise
     except Exception as err:  # noqa: BLE001  any fetch problem means: send it directly instead
-        raise Fail(5, f"fetch from the relay worker failed: {err}") from None
+        raise Fail(EXIT_FETCH_FAILED, f"fetch from the relay worker failed: {err}") from None
 
 
 def copy_checked(source, target, size, digest):
@@ -98,24 +109,20 @@ def copy_checked(source, target, size, digest):
         while left:
             chunk = source.read(min(CHUNK, left))
             if not chunk:
-                raise Fail(6, f"payload truncated after {size - left} of {size} bytes (the push was interrupted)")
+                raise Fail(EXIT_CORRUPT,
+                           f"payload truncated after {size - left} of {size} bytes (the push was interrupted)")
             hasher.update(chunk)
             out.write(chunk)
             left -= len(chunk)
     if hasher.hexdigest() != digest:
-        raise Fail(6, "payload corrupt (sha256 mismatch)")
+        raise Fail(EXIT_CORRUPT, "payload corrupt (sha256 mismatch)")
 
 
 def safe_join(root, rel):
     full = os.path.normpath(os.path.join(root, rel))
     if rel.startswith("/") or not full.startswith(root + os.sep):
-        raise Fail(6, f"payload names a path outside the tree: {rel!r}")
+        raise Fail(EXIT_CORRUPT, f"payload names a path outside the tree: {rel!r}")
     return full
-
-
-def manifest_text(rows):
-    # Must match Manifest.text in sync.py byte for byte: the tree id is its hash.
-    return json.dumps({"version": 1, "files": rows}, separators=(",", ":"))
 
 
 def new_manifest(delta, base_manifest):
@@ -128,8 +135,8 @@ def new_manifest(delta, base_manifest):
     for row in delta["set"]:
         entries[row[0]] = row
     rows = [entries[path] for path in sorted(entries)]
-    if hashlib.sha256(manifest_text(rows).encode()).hexdigest()[:24] != delta["tree"]:
-        raise Fail(3, "the current tree differs from what the client expected; a full push is needed")
+    if tree_id(manifest_text(rows)) != delta["tree"]:
+        raise Fail(EXIT_BASE_UNUSABLE, "the current tree differs from what the client expected; a full push is needed")
     return {"version": 1, "files": rows}
 
 
@@ -137,7 +144,7 @@ def read_delta(payload):
     with tarfile.open(payload, "r|*") as tar:  # the delta is the first member: read no further
         first = tar.next()
         if first is None or first.name != "delta.json":
-            raise Fail(6, "payload has no delta")
+            raise Fail(EXIT_CORRUPT, "payload has no delta")
         return json.loads(tar.extractfile(first).read().decode("utf-8"))
 
 
@@ -151,7 +158,7 @@ def extract_with_tar(payload, stage):
     if done.returncode != 0:
         message = done.stderr.decode("utf-8", "replace").strip().splitlines()
         detail = message[-1] if message else f"tar exit {done.returncode}"
-        raise Fail(7, f"extracting failed: {detail}")
+        raise Fail(EXIT_DISK, f"extracting failed: {detail}")
 
 
 def extract_with_python(payload, stage, entries):
@@ -161,7 +168,7 @@ def extract_with_python(payload, stage, entries):
                 continue
             rel = member.name[len("files/"):]
             if not member.isfile() or not member.name.startswith("files/") or rel not in entries:
-                raise Fail(6, f"unexpected payload member {member.name!r}")
+                raise Fail(EXIT_CORRUPT, f"unexpected payload member {member.name!r}")
             target = safe_join(stage, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with tar.extractfile(member) as source, open(target, "wb") as out:
@@ -172,7 +179,7 @@ def extract_with_python(payload, stage, entries):
 def build_tree(payload, stage, base_dir, base_manifest):
     delta = read_delta(payload)
     if delta["base"] is not None and base_manifest is None:
-        raise Fail(3, "the base tree is gone; a full push is needed")
+        raise Fail(EXIT_BASE_UNUSABLE, "the base tree is gone; a full push is needed")
     manifest = new_manifest(delta, base_manifest)
     entries = {entry[0]: entry for entry in manifest["files"]}
     written = set(delta["sent"])
@@ -185,7 +192,7 @@ def build_tree(payload, stage, base_dir, base_manifest):
         entry = entries.get(rel)
         target = safe_join(stage, rel)
         if entry is None or not os.path.isfile(target) or os.path.getsize(target) != entry[1]:
-            raise Fail(6, f"payload incomplete: {rel} missing or of the wrong size")
+            raise Fail(EXIT_CORRUPT, f"payload incomplete: {rel} missing or of the wrong size")
     for rel, entry in sorted(entries.items()):
         if rel in written:
             continue
@@ -196,7 +203,7 @@ def build_tree(payload, stage, base_dir, base_manifest):
             continue
         source = os.path.join(base_dir, rel) if base_dir else None
         if source is None or not os.path.isfile(source) or os.path.getsize(source) != entry[1]:
-            raise Fail(3, f"the current tree lacks {rel}; a full push is needed")
+            raise Fail(EXIT_BASE_UNUSABLE, f"the current tree lacks {rel}; a full push is needed")
         os.link(source, target)  # unchanged: share the bytes with the current tree
     return manifest
 
@@ -237,7 +244,7 @@ def lock(trees):
             return fd
         except OSError:
             if time.time() > deadline:
-                raise Fail(1, "another push to this destination is still running on the worker") from None
+                raise Fail(EXIT_OTHER, "another push to this destination is still running on the worker") from None
             time.sleep(0.1)
 
 
@@ -311,7 +318,7 @@ def action_apply(dest, base, new, source, payload, after_receive=None):
             os.rename(stage, final)
         switch(dest, parent, trees, new)
     except OSError as err:
-        raise Fail(7, f"writing {err.filename or dest} failed: {err.strerror or err}") from None
+        raise Fail(EXIT_DISK, f"writing {err.filename or dest} failed: {err.strerror or err}") from None
     finally:
         if os.path.isdir(stage):
             shutil.rmtree(stage, ignore_errors=True)
@@ -413,7 +420,7 @@ def main(argv):
         elif action == "apply":
             apply_main(argv[1], argv[2], argv[3], argv[4:])
         else:
-            raise Fail(1, f"unknown action {action!r}")
+            raise Fail(EXIT_OTHER, f"unknown action {action!r}")
     except Fail as err:
         sys.stderr.write(f"tpuops-push: {err}\n")
         return err.code

@@ -1,6 +1,6 @@
 """Incremental push of a local tree to a path on every worker, by content hash, sent once.
 
-How it works (the worker side is `push_agent.py`):
+How it works (the worker side is `push_agent.py`, the manifest and payload are in `manifest.py`):
 1. Scan the local tree (pathspec: `code.exclude` + `.tpuopsignore`, gitignore syntax) into a manifest of
    (path, size, mode, sha256, symlink); its hash is the tree id.
 2. Ask every worker which tree its destination points at (one tiny command each). Workers already on
@@ -21,213 +21,35 @@ files from the payload, unchanged ones hard-linked from the current tree, then o
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import os
 import secrets
-import stat
-import tarfile
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pathspec
-
-from tpuops.errors import RemoteError, UsageError
-from tpuops.files import write_atomic
+from tpuops.atomic import write_atomic
 from tpuops.remote.base import Runner, RunResult
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, run_each
+from tpuops.remote.manifest import (
+    Manifest,
+    Payload,
+    build_payload,
+    scan_tree,
+)
+from tpuops.remote.push_protocol import (
+    EXIT_DISK,
+    EXIT_NOT_OURS,
+    RESEND_FULL,
+    SEND_DIRECT,
+    after_apply,
+)
 
-IGNORE_FILE = ".tpuopsignore"
-ALWAYS_EXCLUDED = [".git/", "__pycache__/", IGNORE_FILE]
-AGENT_SOURCE = (Path(__file__).with_name("push_agent.py")).read_text()
 RELAY_SERVE_SECONDS = 600  # how long the relay worker serves at most (it stops as soon as all fetched)
-HASH_CHUNK = 1024 * 1024
 # Below this a direct copy to each worker is quicker than starting a relay, and N copies cost little.
 RELAY_MIN_BYTES = 256 * 1024
 
-EXIT_BASE_UNUSABLE = 3
-EXIT_NOT_OURS = 4
-EXIT_FETCH_FAILED = 5
-EXIT_DISK = 7
-
-
-# ------------------------------------------------------------------------------------------- manifest
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    path: str  # relative, "/"-separated
-    size: int
-    mode: int  # 0o755 or 0o644: only the executable bit travels
-    digest: str  # sha256 of the content ("" for symlinks)
-    link: str | None = None  # symlink target, kept as a link
-
-    def as_row(self) -> list[object]:
-        return [self.path, self.size, self.mode, self.digest, self.link]
-
-
-@dataclass(frozen=True)
-class Manifest:
-    entries: tuple[FileEntry, ...]
-
-    @property
-    def text(self) -> str:
-        return json.dumps({"version": 1, "files": [e.as_row() for e in self.entries]}, separators=(",", ":"))
-
-    @property
-    def tree_id(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()[:24]
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(e.size for e in self.entries)
-
-    def by_path(self) -> dict[str, FileEntry]:
-        return {e.path: e for e in self.entries}
-
-    @classmethod
-    def from_text(cls, text: str) -> Manifest:
-        rows = json.loads(text)["files"]
-        return cls(tuple(FileEntry(r[0], r[1], r[2], r[3], r[4]) for r in rows))
-
-
-def ignore_spec(root: Path, exclude: Sequence[str]) -> pathspec.PathSpec:
-    """gitignore-style patterns from the spec's `code.exclude` plus the tree's own `.tpuopsignore`."""
-    lines = list(ALWAYS_EXCLUDED) + list(exclude)
-    ignore_file = root / IGNORE_FILE
-    if ignore_file.is_file():
-        lines += ignore_file.read_text().splitlines()
-    return pathspec.GitIgnoreSpec.from_lines(lines)
-
-
-def scan_tree(root: Path, exclude: Sequence[str] = (), cache: dict[str, list] | None = None) -> Manifest:
-    """Manifest of everything under `root` not excluded. `cache` maps path -> [size, mtime_ns, digest]
-    from an earlier scan, so unchanged large files are not re-read (it is updated in place)."""
-    if root.is_file():
-        return Manifest((_file_entry(root, root.name, cache),))
-    if not root.is_dir():
-        raise UsageError(f"{root} does not exist", "check `code.path` / `data[].from` in the spec")
-    spec = ignore_spec(root, exclude)
-    entries: list[FileEntry] = []
-    for directory, dirnames, filenames in os.walk(root):
-        rel_dir = os.path.relpath(directory, root)
-        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
-        kept_dirs = []
-        for name in sorted(dirnames):
-            rel = rel_dir + name
-            if spec.match_file(rel + "/"):
-                continue
-            if os.path.islink(os.path.join(directory, name)):
-                filenames.append(name)  # a symlink to a directory travels as a symlink
-            else:
-                kept_dirs.append(name)
-        dirnames[:] = kept_dirs
-        for name in filenames:
-            rel = rel_dir + name
-            if spec.match_file(rel):
-                continue
-            entry = _file_entry(Path(directory, name), rel, cache)
-            if entry is not None:
-                entries.append(entry)
-    return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
-
-
-def _file_entry(path: Path, rel: str, cache: dict[str, list] | None) -> FileEntry | None:
-    info = path.lstat()
-    if stat.S_ISLNK(info.st_mode):
-        return FileEntry(rel, 0, 0o777, "", os.readlink(path))
-    if not stat.S_ISREG(info.st_mode):
-        return None  # sockets, fifos, devices: not code
-    mode = 0o755 if info.st_mode & stat.S_IXUSR else 0o644
-    cached = cache.get(rel) if cache is not None else None
-    if cached and cached[0] == info.st_size and cached[1] == info.st_mtime_ns:
-        digest = cached[2]
-    else:
-        hasher = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while chunk := handle.read(HASH_CHUNK):
-                hasher.update(chunk)
-        digest = hasher.hexdigest()
-        if cache is not None:
-            cache[rel] = [info.st_size, info.st_mtime_ns, digest]
-    return FileEntry(rel, info.st_size, mode, digest)
-
-
-def changed_entries(new: Manifest, base: Manifest | None) -> list[FileEntry]:
-    """Regular files of `new` whose content or mode differs from `base` (symlinks are rebuilt remotely)."""
-    old = base.by_path() if base else {}
-    changed = []
-    for entry in new.entries:
-        if entry.link is not None:
-            continue
-        before = old.get(entry.path)
-        if before is None or before.link is not None or (before.digest, before.mode) != (entry.digest, entry.mode):
-            changed.append(entry)
-    return changed
-
-
-# -------------------------------------------------------------------------------------------- payload
-
-
-@dataclass(frozen=True)
-class Payload:
-    path: Path
-    size: int
-    digest: str
-    files: int
-
-    def header(self) -> bytes:
-        return f"TPUOPS-PAYLOAD {self.size} {self.digest}\n".encode()
-
-    def chunks(self) -> Iterator[bytes]:
-        yield self.header()
-        with open(self.path, "rb") as handle:
-            while chunk := handle.read(HASH_CHUNK):
-                yield chunk
-
-
-def manifest_delta(new: Manifest, base: Manifest | None, base_id: str | None) -> dict[str, object]:
-    """What the worker needs besides file bodies to rebuild `new` from `base`: rows to set, paths to delete."""
-    old = base.by_path() if base else {}
-    current = new.by_path()
-    return {
-        "base": base_id,
-        "tree": new.tree_id,
-        "set": [e.as_row() for e in new.entries if old.get(e.path) != e],
-        "delete": sorted(set(old) - set(current)),
-        "sent": [e.path for e in changed_entries(new, base)],
-    }
-
-
-def build_payload(root: Path, manifest: Manifest, base: Manifest | None, base_id: str | None,
-                  directory: Path) -> Payload:
-    """One tar: delta.json first, then files/<path> for each new or changed file (nothing else)."""
-    files = changed_entries(manifest, base)
-    fd, name = tempfile.mkstemp(dir=directory, prefix="payload-", suffix=".tar")
-    single = root.is_file()
-    # gzip level 1: code shrinks several times for little CPU, and tar's per-file padding disappears.
-    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", compresslevel=1,
-                                                  format=tarfile.PAX_FORMAT) as tar:
-        data = json.dumps(manifest_delta(manifest, base, base_id if base else None)).encode()
-        info = tarfile.TarInfo("delta.json")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-        for entry in files:
-            source = root if single else root / entry.path
-            info = tarfile.TarInfo("files/" + entry.path)
-            info.size = entry.size
-            info.mode = entry.mode
-            with open(source, "rb") as handle:
-                tar.addfile(info, handle)
-    hasher = hashlib.sha256()
-    with open(name, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            hasher.update(chunk)
-    return Payload(Path(name), os.path.getsize(name), hasher.hexdigest(), len(files))
 
 
 # ------------------------------------------------------------------------------------------- the push
@@ -274,6 +96,18 @@ class PushResult:
         return {"dest": self.dest, "tree": self.tree_id, "files": self.files, "total_bytes": self.total_bytes,
                 "changed_files": self.changed_files, "payload_bytes": self.payload_bytes,
                 "bytes_sent": self.bytes_sent, "ok": self.ok, "workers": [w.as_dict() for w in self.workers]}
+
+
+def agent_source() -> str:
+    """push_agent.py as shipped: push_protocol.py's text in place of its import (workers have no tpuops)."""
+    here = Path(__file__).parent
+    agent = (here / "push_agent.py").read_text()
+    start = agent.index("from tpuops.remote.push_protocol import (")
+    end = agent.index(")\n", start) + 2
+    return agent[:start] + (here / "push_protocol.py").read_text() + agent[end:]
+
+
+AGENT_SOURCE = agent_source()
 
 
 def agent_command(*args: str) -> list[str]:
@@ -349,7 +183,7 @@ class _Pusher:
 
     def _direct(self, runner: Runner, base: str | None, payload: Payload, sent_before: int = 0) -> RunResult:
         result = runner.run(agent_command(*self._apply_args(base)), stdin=payload.chunks(), capture=True)
-        if result.exit_code == EXIT_BASE_UNUSABLE and base is not None:
+        if after_apply(result.exit_code, base) == RESEND_FULL:
             full = build_payload(self.root, self.manifest, None, None, self.cache_dir)
             try:
                 return self._direct(runner, None, full, sent_before + result.bytes_sent)
@@ -386,8 +220,8 @@ class _Pusher:
                 result = RunResult(seed.name, None, 0.0, f"{seed.name}: {err}")
             finally:
                 ready.set()
-            if result.exit_code == EXIT_BASE_UNUSABLE and base is not None:
-                self._direct(seed, base, payload)
+            if after_apply(result.exit_code, base) == RESEND_FULL:
+                self._direct(seed, base, payload)  # which resends everything if the base is still unusable
                 return
             error = None if result.ok else _agent_error(result, self.dest)
             self.record(WorkerPush(seed.name, "sent" if result.ok else "failed", result.bytes_sent, error,
@@ -404,7 +238,7 @@ class _Pusher:
                 if result.ok:
                     self.record(WorkerPush(runner.name, "relayed", 0, None, result.duration))
                     return result
-                if result.exit_code not in (EXIT_FETCH_FAILED, EXIT_BASE_UNUSABLE):
+                if after_apply(result.exit_code, base, fetched=True) != SEND_DIRECT:
                     self.record(WorkerPush(runner.name, "failed", 0, _agent_error(result, self.dest),
                                            result.duration))
                     return result
@@ -492,12 +326,4 @@ def _read_json(path: Path) -> dict:
 
 def _write_json(path: Path, data: dict) -> None:
     write_atomic(path, json.dumps(data))
-
-
-def require_ok(result: PushResult) -> None:
-    """Raise one RemoteError summarising the failed workers (for callers that need all-or-nothing)."""
-    failed = [w for w in result.workers if not w.ok]
-    if failed:
-        raise RemoteError(failed[0].error or f"{failed[0].worker}: push failed",
-                          f"{len(failed)} of {len(result.workers)} workers failed")
 

@@ -98,7 +98,8 @@ def compute_clients(endpoints: Endpoints, creds: Any) -> tuple[Any, Any, Any]:
     )
 
 
-def storage_client(endpoints: Endpoints, creds: Any, project: str) -> Any:
+def storage_client(endpoints: Endpoints, creds: Any, project: str | None) -> Any:
+    """The one place a storage.Client is made (bucket adapter and blob stores)."""
     from google.cloud import storage
 
     return storage.Client(project=project, credentials=creds, client_options=client_options(endpoints.storage))

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tpuops.cloud.base import HostKey, Vm, VmRequest, has_labels
-from tpuops.cloud.gcp.errors import is_capacity_message
+from tpuops.cloud.gcp.errors import is_capacity_message, none_if_missing
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CapacityError, CloudError, TransientError
 
@@ -53,13 +53,8 @@ class ComputeApi:
         return info.default_service_account
 
     def get_vm(self, zone: str, name: str) -> Vm | None:
-        from google.api_core import exceptions as gexc
 
-        def call() -> Any:
-            try:
-                return self.instances.get(project=self.project, zone=zone, instance=name)
-            except gexc.NotFound:
-                return None
+        call = none_if_missing(lambda: self.instances.get(project=self.project, zone=zone, instance=name))
 
         instance = self.timing.call(call, f"get VM {name}", API)
         return None if instance is None else to_vm(instance, zone)
@@ -130,30 +125,20 @@ class ComputeApi:
         return vm
 
     def delete_vm(self, zone: str, name: str) -> None:
-        from google.api_core import exceptions as gexc
 
         what = f"delete VM {name}"
 
-        def call() -> Any:
-            try:
-                return self.instances.delete_unary(project=self.project, zone=zone, instance=name)
-            except gexc.NotFound:
-                return None
+        call = none_if_missing(lambda: self.instances.delete_unary(project=self.project, zone=zone, instance=name))
 
         operation = self.timing.call(call, what, API)
         if operation is not None:
             self._wait(operation, zone, what)
 
     def host_keys(self, zone: str, name: str) -> list[HostKey]:
-        from google.api_core import exceptions as gexc
 
-        def call() -> Any:
-            try:
-                return self.instances.get_guest_attributes(
-                    request={"project": self.project, "zone": zone, "instance": name, "query_path": "hostkeys/"}
-                )
-            except gexc.NotFound:  # guest attributes not enabled or not yet written
-                return None
+        request = {"project": self.project, "zone": zone, "instance": name, "query_path": "hostkeys/"}
+        # None: guest attributes not enabled or not yet written
+        call = none_if_missing(lambda: self.instances.get_guest_attributes(request=request))
 
         attributes = self.timing.call(call, f"read host keys of VM {name}", API)
         if attributes is None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from tpuops.errors import CapacityError, CloudError, TpuopsError, TransientError
 
@@ -17,6 +18,7 @@ CAPACITY_MARKERS = ("no more capacity", "resource_pool_exhausted", "zone_resourc
 TRANSIENT_HTTP = frozenset({429, 500, 502, 503, 504})
 # gRPC codes: DEADLINE_EXCEEDED 4, RESOURCE_EXHAUSTED 8, INTERNAL 13, UNAVAILABLE 14.
 TRANSIENT_GRPC = frozenset({4, 8, 13, 14})
+T = TypeVar("T")
 API_NAMES = {"tpu": "tpu.googleapis.com", "compute": "compute.googleapis.com", "storage": "storage.googleapis.com"}
 
 
@@ -48,9 +50,23 @@ def translate(err: BaseException, what: str, api: str, from_operation: bool = Fa
         if isinstance(err, gexc.Conflict):
             return CloudError(f"{what}: conflict: {message}", "the name is taken or the resource is busy")
         return CloudError(f"{what}: {message}")
-    if _is_connection_error(err):
+    if is_connection_error(err):
         return TransientError(f"{what}: cannot reach the {api} API: {message}", "check the network and endpoints")
     return CloudError(f"{what}: {type(err).__name__}: {message}")
+
+
+def none_if_missing(call: Callable[[], T]) -> Callable[[], T | None]:
+    """`call` with NotFound turned into None: for gets and deletes, where a missing resource is an answer."""
+
+    def wrapped() -> T | None:
+        from google.api_core import exceptions as gexc
+
+        try:
+            return call()
+        except gexc.NotFound:
+            return None
+
+    return wrapped
 
 
 @contextlib.contextmanager
@@ -86,12 +102,13 @@ def _message(err: BaseException) -> str:
     return " ".join(message.split())
 
 
-def _is_connection_error(err: BaseException) -> bool:
+def is_connection_error(err: BaseException) -> bool:
+    """The network failed under the request (also a response cut off mid-body, which GCS reads meet)."""
     if isinstance(err, (ConnectionError, TimeoutError)):
         return True
     with contextlib.suppress(ImportError):
         import requests
 
-        if isinstance(err, (requests.ConnectionError, requests.Timeout)):
+        if isinstance(err, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)):
             return True
     return False

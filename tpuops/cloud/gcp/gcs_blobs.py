@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 from tenacity import Retrying
 
-from tpuops.cloud.blobs import BlobInfo, BlobNotFound
-from tpuops.cloud.gcp.clients import base_url
-from tpuops.cloud.gcp.errors import translate
+from tpuops.cloud.blob_types import BlobInfo, BlobNotFound
+from tpuops.cloud.gcp.clients import Endpoints, base_url, storage_client
+from tpuops.cloud.gcp.errors import is_connection_error, translate
 from tpuops.errors import CloudError, CredentialsError, TpuopsError, TransientError
 from tpuops.retry import transient
 
@@ -141,19 +141,14 @@ class GcsBlobStore:
 
 def make_storage_client(env: Mapping[str, str]) -> Any:
     """A storage.Client: the emulator's endpoint with anonymous credentials, else ADC."""
-    from google.cloud import storage
 
     project = env.get("CLOUDSDK_CORE_PROJECT") or env.get("GOOGLE_CLOUD_PROJECT")
     emulator = env.get("STORAGE_EMULATOR_HOST")
     if emulator:
         from google.auth.credentials import AnonymousCredentials
 
-        endpoint = base_url(emulator)
-        return storage.Client(
-            project=project or EMULATOR_PROJECT,
-            credentials=AnonymousCredentials(),
-            client_options={"api_endpoint": endpoint},
-        )
+        return storage_client(Endpoints(storage=base_url(emulator)), AnonymousCredentials(),
+                              project or EMULATOR_PROJECT)
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
 
@@ -164,12 +159,12 @@ def make_storage_client(env: Mapping[str, str]) -> Any:
             "no Google credentials found for Cloud Storage",
             "run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS",
         ) from err
-    return storage.Client(project=project or adc_project, credentials=credentials)
+    return storage_client(Endpoints(), credentials, project or adc_project)
 
 
 def translate_error(err: Exception, what: str, not_found: Callable[[], Exception] | None = None) -> Exception:
-    """SDK/transport exception -> a tpuops error (the GCP adapters' shared table, plus what blobs need:
-    a missing object is BlobNotFound, an auth transport failure is transient)."""
+    """SDK/transport exception -> a tpuops error: the GCP adapters' one table (`errors.translate`), with what
+    blobs need first (a missing object is BlobNotFound, an auth transport failure is transient, GCS's hint)."""
     from google.api_core import exceptions
     from google.auth.exceptions import TransportError
 
@@ -182,15 +177,6 @@ def translate_error(err: Exception, what: str, not_found: Callable[[], Exception
     if isinstance(err, exceptions.GoogleAPICallError):
         return translate(err, what, "storage")
     return err  # not an SDK failure: a bug to see with its traceback
-
-
-def is_connection_error(err: BaseException) -> bool:
-    """The network failed under the request (the shared table does not know ChunkedEncodingError)."""
-    if isinstance(err, (ConnectionError, TimeoutError)):
-        return True
-    import requests
-
-    return isinstance(err, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError))
 
 
 def _short(err: BaseException) -> str:

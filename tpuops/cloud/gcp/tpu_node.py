@@ -7,6 +7,7 @@ from typing import Any
 
 from tpuops.cloud.base import HostKey, TpuNode, TpuRequest, Worker, ZoneOffer, has_labels
 from tpuops.cloud.gcp.clients import LazyClient
+from tpuops.cloud.gcp.errors import none_if_missing
 from tpuops.cloud.gcp.listing import list_everywhere, locations, zone_of
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CloudError
@@ -24,13 +25,8 @@ class TpuNodeApi(LazyClient):
         self.timing = timing
 
     def get_node(self, zone: str, name: str) -> TpuNode | None:
-        from google.api_core import exceptions as gexc
 
-        def call() -> Any:
-            try:
-                return self.client.get_node(name=self._path(zone, name))
-            except gexc.NotFound:
-                return None
+        call = none_if_missing(lambda: self.client.get_node(name=self._path(zone, name)))
 
         node = self.timing.call(call, f"get TPU node {name}", API)
         return None if node is None else to_tpu_node(node, zone)
@@ -72,15 +68,10 @@ class TpuNodeApi(LazyClient):
         return created
 
     def delete_node(self, zone: str, name: str) -> None:
-        from google.api_core import exceptions as gexc
 
         what = f"delete TPU node {name}"
 
-        def call() -> Any:
-            try:
-                return self.client.delete_node(name=self._path(zone, name))
-            except gexc.NotFound:
-                return None
+        call = none_if_missing(lambda: self.client.delete_node(name=self._path(zone, name)))
 
         operation = self.timing.call(call, what, API)
         if operation is not None:

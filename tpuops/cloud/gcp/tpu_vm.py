@@ -8,6 +8,7 @@ from typing import Any
 
 from tpuops.cloud.base import HostKey, QueuedResource, TpuNode, TpuRequest, Worker, ZoneOffer, has_labels
 from tpuops.cloud.gcp.clients import LazyClient
+from tpuops.cloud.gcp.errors import none_if_missing
 from tpuops.cloud.gcp.listing import list_everywhere, locations, zone_of
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CapacityError, CloudError
@@ -178,13 +179,8 @@ class TpuVmApi(LazyClient):
         return f"{self._parent(zone)}/queuedResources/{name}"
 
     def _get_or_none(self, fn: Any, what: str) -> Any:
-        from google.api_core import exceptions as gexc
 
-        def call() -> Any:
-            try:
-                return fn()
-            except gexc.NotFound:
-                return None
+        call = none_if_missing(fn)
 
         return self.timing.call(call, what, API)
 

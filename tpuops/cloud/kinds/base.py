@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from tpuops.cloud.base import Cloud, TpuMode, TpuNode
+from tpuops.cloud.base import Cloud, TpuMode, TpuNode, has_labels
 from tpuops.plan import Action, Kind, ObservedResource
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import RECORD_TYPES, ClusterState, ResourceRecord, StateStore
@@ -23,7 +23,7 @@ MISSING = "MISSING"
 
 def owned_by(labels: object, cluster: str) -> bool:
     """Whether a resource carries this cluster's label: tpuops touches nothing else."""
-    return isinstance(labels, Mapping) and labels.get(CLUSTER_LABEL) == cluster
+    return isinstance(labels, Mapping) and has_labels(labels, {CLUSTER_LABEL: cluster})  # the listing filter's rule
 
 
 def silent(kind: str, name: str, text: str) -> None:

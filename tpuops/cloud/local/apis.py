@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from tpuops import catalog
+from tpuops.atomic import write_atomic
 from tpuops.cloud.base import Bucket, HostKey, QueuedResource, TpuNode, TpuRequest, Vm, VmRequest, Worker, ZoneOffer
 from tpuops.cloud.local.layout import bucket_path
 from tpuops.cloud.local.search import LocalSearch
 from tpuops.errors import CloudError
-from tpuops.files import write_atomic
 
 LOOPBACK = "127.0.0.1"
 

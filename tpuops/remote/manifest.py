@@ -1,0 +1,201 @@
+"""The client's view of a tree to push: its manifest (path, size, mode, sha256, symlink; the hash of the
+manifest text is the tree id), the diff against a worker's tree, and the payload tar that carries the diff.
+Used by `sync.py` (the push itself) and by `check` (which scans the same files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+from tpuops.errors import UsageError
+from tpuops.remote.push_protocol import manifest_text, tree_id
+
+IGNORE_FILE = ".tpuopsignore"
+ALWAYS_EXCLUDED = [".git/", "__pycache__/", IGNORE_FILE]
+HASH_CHUNK = 1024 * 1024
+
+
+# ------------------------------------------------------------------------------------------- manifest
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative, "/"-separated
+    size: int
+    mode: int  # 0o755 or 0o644: only the executable bit travels
+    digest: str  # sha256 of the content ("" for symlinks)
+    link: str | None = None  # symlink target, kept as a link
+
+    def as_row(self) -> list[object]:
+        return [self.path, self.size, self.mode, self.digest, self.link]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    entries: tuple[FileEntry, ...]
+
+    @property
+    def text(self) -> str:
+        return manifest_text([e.as_row() for e in self.entries])
+
+    @property
+    def tree_id(self) -> str:
+        return tree_id(self.text)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    def by_path(self) -> dict[str, FileEntry]:
+        return {e.path: e for e in self.entries}
+
+    @classmethod
+    def from_text(cls, text: str) -> Manifest:
+        rows = json.loads(text)["files"]
+        return cls(tuple(FileEntry(r[0], r[1], r[2], r[3], r[4]) for r in rows))
+
+
+def ignore_spec(root: Path, exclude: Sequence[str]) -> pathspec.PathSpec:
+    """gitignore-style patterns from the spec's `code.exclude` plus the tree's own `.tpuopsignore`."""
+    lines = list(ALWAYS_EXCLUDED) + list(exclude)
+    ignore_file = root / IGNORE_FILE
+    if ignore_file.is_file():
+        lines += ignore_file.read_text().splitlines()
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def scan_tree(root: Path, exclude: Sequence[str] = (), cache: dict[str, list] | None = None) -> Manifest:
+    """Manifest of everything under `root` not excluded. `cache` maps path -> [size, mtime_ns, digest]
+    from an earlier scan, so unchanged large files are not re-read (it is updated in place)."""
+    if root.is_file():
+        return Manifest((_file_entry(root, root.name, cache),))
+    if not root.is_dir():
+        raise UsageError(f"{root} does not exist", "check `code.path` / `data[].from` in the spec")
+    spec = ignore_spec(root, exclude)
+    entries: list[FileEntry] = []
+    for directory, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(directory, root)
+        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+        kept_dirs = []
+        for name in sorted(dirnames):
+            rel = rel_dir + name
+            if spec.match_file(rel + "/"):
+                continue
+            if os.path.islink(os.path.join(directory, name)):
+                filenames.append(name)  # a symlink to a directory travels as a symlink
+            else:
+                kept_dirs.append(name)
+        dirnames[:] = kept_dirs
+        for name in filenames:
+            rel = rel_dir + name
+            if spec.match_file(rel):
+                continue
+            entry = _file_entry(Path(directory, name), rel, cache)
+            if entry is not None:
+                entries.append(entry)
+    return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
+
+
+def _file_entry(path: Path, rel: str, cache: dict[str, list] | None) -> FileEntry | None:
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        return FileEntry(rel, 0, 0o777, "", os.readlink(path))
+    if not stat.S_ISREG(info.st_mode):
+        return None  # sockets, fifos, devices: not code
+    mode = 0o755 if info.st_mode & stat.S_IXUSR else 0o644
+    cached = cache.get(rel) if cache is not None else None
+    if cached and cached[0] == info.st_size and cached[1] == info.st_mtime_ns:
+        digest = cached[2]
+    else:
+        hasher = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                hasher.update(chunk)
+        digest = hasher.hexdigest()
+        if cache is not None:
+            cache[rel] = [info.st_size, info.st_mtime_ns, digest]
+    return FileEntry(rel, info.st_size, mode, digest)
+
+
+def changed_entries(new: Manifest, base: Manifest | None) -> list[FileEntry]:
+    """Regular files of `new` whose content or mode differs from `base` (symlinks are rebuilt remotely)."""
+    old = base.by_path() if base else {}
+    changed = []
+    for entry in new.entries:
+        if entry.link is not None:
+            continue
+        before = old.get(entry.path)
+        if before is None or before.link is not None or (before.digest, before.mode) != (entry.digest, entry.mode):
+            changed.append(entry)
+    return changed
+
+
+# -------------------------------------------------------------------------------------------- payload
+
+
+@dataclass(frozen=True)
+class Payload:
+    path: Path
+    size: int
+    digest: str
+    files: int
+
+    def header(self) -> bytes:
+        return f"TPUOPS-PAYLOAD {self.size} {self.digest}\n".encode()
+
+    def chunks(self) -> Iterator[bytes]:
+        yield self.header()
+        with open(self.path, "rb") as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                yield chunk
+
+
+def manifest_delta(new: Manifest, base: Manifest | None, base_id: str | None) -> dict[str, object]:
+    """What the worker needs besides file bodies to rebuild `new` from `base`: rows to set, paths to delete."""
+    old = base.by_path() if base else {}
+    current = new.by_path()
+    return {
+        "base": base_id,
+        "tree": new.tree_id,
+        "set": [e.as_row() for e in new.entries if old.get(e.path) != e],
+        "delete": sorted(set(old) - set(current)),
+        "sent": [e.path for e in changed_entries(new, base)],
+    }
+
+
+def build_payload(root: Path, manifest: Manifest, base: Manifest | None, base_id: str | None,
+                  directory: Path) -> Payload:
+    """One tar: delta.json first, then files/<path> for each new or changed file (nothing else)."""
+    files = changed_entries(manifest, base)
+    fd, name = tempfile.mkstemp(dir=directory, prefix="payload-", suffix=".tar")
+    single = root.is_file()
+    # gzip level 1: code shrinks several times for little CPU, and tar's per-file padding disappears.
+    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", compresslevel=1,
+                                                  format=tarfile.PAX_FORMAT) as tar:
+        data = json.dumps(manifest_delta(manifest, base, base_id if base else None)).encode()
+        info = tarfile.TarInfo("delta.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for entry in files:
+            source = root if single else root / entry.path
+            info = tarfile.TarInfo("files/" + entry.path)
+            info.size = entry.size
+            info.mode = entry.mode
+            with open(source, "rb") as handle:
+                tar.addfile(info, handle)
+    hasher = hashlib.sha256()
+    with open(name, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            hasher.update(chunk)
+    return Payload(Path(name), os.path.getsize(name), hasher.hexdigest(), len(files))
