@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "tpuops"
-SHIPPED = {"tpuops.agents.autostop", "tpuops.remote.push_agent"}  # sent to workers as text, never imported
+SHIPPED = {"tpuops.agents.autostop", "tpuops.agents.autostop_host", "tpuops.remote.push_agent"}  # sent as text
 
 
 def modules() -> dict[str, Path]:
@@ -77,6 +77,6 @@ def test_ops_never_asks_which_provider_it_has() -> None:
 
 
 def test_the_shipped_agents_import_nothing_of_tpuops() -> None:
-    inlined = "tpuops.remote.push_protocol"  # sync.agent_source() puts its text in place of the import
+    inlined = ("tpuops.remote.push_protocol", "tpuops.agents.autostop_host")  # their text replaces the import
     for name in SHIPPED:
         assert not [i for i in imports(MODULES[name]) if i.startswith("tpuops") and not i.startswith(inlined)], name
