@@ -61,16 +61,17 @@ def cleanup(tpuops_home: Path) -> Iterator[list[str]]:
 
 
 def test_an_idle_tpu_is_deleted_and_status_says_why(tmp_path: Path, tpuops_home: Path, cleanup: list[str]) -> None:
-    name, spec = local_spec(tmp_path, "autostop: {idle: 2s}")
+    name, spec = local_spec(tmp_path, "autostop: {idle: 30m}")
     cleanup.append(name)
     plan = cli("plan", str(spec))
-    assert "Autostop: idle 2s" in plan.stdout, plan.stdout
+    assert "Autostop: idle 30m" in plan.stdout, plan.stdout
 
     up = cli("up", str(spec))
     assert up.returncode == 0, up.stderr
     assert "autostop: agent running on w0" in up.stdout
     status = cli("status", name)
-    assert "autostop: idle 2s (running, fires in" in status.stdout and "local simulator: free" in status.stdout
+    assert "autostop: idle 30m (running, fires in" in status.stdout and "local simulator: free" in status.stdout
+    assert cli("autostop", name, "2s").returncode == 0  # a new, short idle time: it fires within seconds
 
     wait_for("the idle TPU to be deleted", lambda: not tpu_exists(tpuops_home, name))
     gone = cli("status", name)
@@ -82,7 +83,7 @@ def test_an_idle_tpu_is_deleted_and_status_says_why(tmp_path: Path, tpuops_home:
 def test_a_running_trainer_keeps_the_tpu_until_it_ends(tmp_path: Path, tpuops_home: Path,
                                                        cleanup: list[str]) -> None:
     name, spec = local_spec(tmp_path, command='mkdir -p "$JAX_COMPILATION_CACHE_DIR" && '
-                                              'printf 12345 > "$JAX_COMPILATION_CACHE_DIR/entry"; sleep 6')
+                                              'printf 12345 > "$JAX_COMPILATION_CACHE_DIR/entry"; sleep 12')
     cleanup.append(name)
     assert cli("up", str(spec)).returncode == 0
     launched = cli("launch", name)
