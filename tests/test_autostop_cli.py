@@ -51,6 +51,11 @@ def tpu_exists(home: Path, name: str) -> bool:
     return (home / "local" / "tpus" / f"{name}.json").exists()
 
 
+def record_path(home: Path, name: str) -> Path:
+    """Where the agent leaves gs://BUCKET/.tpuops/NAME/autostop.json on the local provider."""
+    return home / "local" / "buckets" / f"{name}-b" / ".tpuops" / name / "autostop.json"
+
+
 @pytest.fixture
 def cleanup(tpuops_home: Path) -> Iterator[list[str]]:
     """Clusters a test made: `down` stops their agents (and the simulated TPU's processes) at the end."""
@@ -74,6 +79,7 @@ def test_an_idle_tpu_is_deleted_and_status_says_why(tmp_path: Path, tpuops_home:
     assert cli("autostop", name, "2s").returncode == 0  # a new, short idle time: it fires within seconds
 
     wait_for("the idle TPU to be deleted", lambda: not tpu_exists(tpuops_home, name))
+    wait_for("the agent's record", lambda: record_path(tpuops_home, name).exists())  # written after deleting
     gone = cli("status", name)
     assert gone.returncode == 0, gone.stderr
     assert "TPU deleted by autostop at" in gone.stdout and "(idle:" in gone.stdout, gone.stdout
@@ -90,13 +96,14 @@ def test_a_running_trainer_keeps_the_tpu_until_it_ends(tmp_path: Path, tpuops_ho
     assert launched.returncode == 0, launched.stderr
     set_ = cli("autostop", name, "1s")
     assert set_.returncode == 0, set_.stderr
-    assert "deletes the TPU after 1s idle" in set_.stdout
+    assert "autostop set (idle 1s)" in set_.stdout
 
     time.sleep(3)  # three idle times over, with the run alive: the TPU stays
     assert tpu_exists(tpuops_home, name)
     wait_for("the TPU to go once the run ended", lambda: not tpu_exists(tpuops_home, name))
-    cache = (tpuops_home / "local" / "buckets" / f"{name}-b" / ".tpuops" / name / "jax-cache")
-    record = json.loads((cache.parent / "autostop.json").read_text())
+    wait_for("the agent's record", lambda: record_path(tpuops_home, name).exists())  # written after deleting
+    cache = record_path(tpuops_home, name).parent / "jax-cache"
+    record = json.loads(record_path(tpuops_home, name).read_text())
     assert record["reason"] == "idle" and record["node"] == name
     assert (cache / "entry").read_text() == "12345"  # JAX_COMPILATION_CACHE_DIR pointed into the bucket
     status = cli("status", name)
@@ -109,8 +116,9 @@ def test_autostop_off_stops_the_countdown_and_a_new_time_lifts_it(tmp_path: Path
     cleanup.append(name)
     up = cli("up", str(spec), "--autostop", "30s")
     assert up.returncode == 0 and "autostop: agent running on w0" in up.stdout, up.stderr
-    off = cli("autostop", name, "off")
-    assert off.returncode == 0 and "autostop off" in off.stdout, off.stderr
+    off = cli("autostop", name, "off", "--json")
+    assert off.returncode == 0, off.stderr
+    assert json.loads(off.stdout) == {"cluster": name, "setting": "off", "worker": "w0", "error": None}
     status = cli("status", name)
     assert "(keep-alive (countdown stopped))" in status.stdout, status.stdout
     assert list(tpuops_home.glob(f"local/workers/{name}/*/tpuops/{name}/keep-alive"))

@@ -87,6 +87,15 @@ class TpuRecord(ResourceBase):
     node_ips: list[str] = Field(default_factory=list, description="A legacy Node's hosts (gRPC on IP:8470).")
     created_at: str | None = None  # when `up` first saw the TPU ready (uptime, cost, autostop's max_hours)
 
+    @property
+    def node_name(self) -> str:
+        return self.node or self.name
+
+    @property
+    def queued_name(self) -> str | None:
+        """The queued resource that made the TPU, if one did (deleting it, with force, deletes the TPU)."""
+        return self.name if self.kind == "queued_resource" else None
+
 
 class VmRecord(ResourceBase):
     kind: Literal["client_vm"] = "client_vm"

@@ -29,15 +29,15 @@ def autostop(
     from tpuops.context import Context
     from tpuops.ops.cost_guard import set_autostop
 
-    outcome = set_autostop(Context.from_env(), name, setting)
+    change = set_autostop(Context.from_env(), name, setting)
     if json_output:
-        print_json({"worker": outcome.worker, "setting": setting.strip().lower(), "error": outcome.error})
-    if outcome.error is not None:
-        raise TpuopsError(f"autostop: {outcome.error}", "check that the cluster is up: `tpuops status NAME`")
+        print_json(change)
+    if change.error is not None:
+        raise TpuopsError(f"autostop: {change.error}", f"check that the cluster is up: `tpuops status {name}`")
     if json_output:
         return
-    if setting.strip().lower() == "off":
-        console.print(f"{name}: autostop off (agent stopped on {outcome.worker}; keep-alive file left there)")
+    if change.setting == "off":
+        console.print(f"{name}: autostop off (agent stopped on {change.worker}; keep-alive file left there)")
     else:
-        console.print(f"{name}: autostop set: the agent on {outcome.worker} deletes the TPU after "
-                      f"{setting.strip()} idle (`tpuops status {name}` shows the time left)")
+        console.print(f"{name}: autostop set ({change.setting}): the agent on {change.worker} deletes the TPU "
+                      f"when idle that long (`tpuops status {name}` shows the time left)")

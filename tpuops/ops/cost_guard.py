@@ -78,7 +78,20 @@ def install(ctx: Context, name: str, *, refresh: bool = False) -> AgentInstall |
         runner.close()
 
 
-def set_autostop(ctx: Context, name: str, text: str) -> AgentInstall | AgentStop:
+@dataclass(frozen=True)
+class AutostopChange:
+    """What `tpuops autostop NAME 30m|off` did."""
+
+    cluster: str
+    setting: str  # "idle 30m" | "off"
+    worker: str
+    error: str | None  # the agent could not be started or stopped there
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "setting": self.setting, "worker": self.worker, "error": self.error}
+
+
+def set_autostop(ctx: Context, name: str, text: str) -> AutostopChange:
     """`tpuops autostop NAME 30m|off`: (re)start the agent with the new setting, or stop it and leave the
     keep-alive file. The setting is recorded, so launch's refresh keeps it."""
     setting = parse_setting(text)
@@ -89,12 +102,14 @@ def set_autostop(ctx: Context, name: str, text: str) -> AgentInstall | AgentStop
         outcome = change_setting(runner, config, access.state.name)
     finally:
         runner.close()
-    if outcome.error is None and getattr(outcome, "started", True):
+    ok = outcome.error is None and getattr(outcome, "started", True)
+    if ok:
         state = ctx.store.require(access.state.name)
         state.autostop = setting
         state.log("autostop", f"autostop set to {setting.describe()}")
         ctx.store.save(state)
-    return outcome
+    error = None if ok else outcome.error or "the agent did not start"
+    return AutostopChange(access.state.name, setting.describe(), outcome.worker, error)
 
 
 def stop_before_down(ctx: Context, name: str) -> AgentStop | None:
@@ -169,7 +184,7 @@ def deleted_by_autostop(ctx: Context, state: ClusterState, spec: Spec | None) ->
     provider = ctx.provider_for(spec, state)
     record = read_record(provider.blob_store(record_prefix(bucket, state.name)))
     tpu = state.tpu_record()
-    node = (tpu.node or tpu.name) if tpu else None
+    node = tpu.node_name if tpu else None
     return record if record is not None and record.node == node else None
 
 
@@ -183,8 +198,7 @@ def config_for(ctx: Context, access: ClusterAccess, setting: AutostopSpec) -> Ag
         raise UsageError(f"cluster '{state.name}' has no TPU ready", "run `tpuops up SPEC` first")
     if tpu.mode == "node":
         raise UsageError("autostop runs on a TPU VM's worker 0; a legacy TPU Node has none")
-    node = tpu.node or tpu.name
-    queued = tpu.name if tpu.kind == "queued_resource" else None
+    node, queued = tpu.node_name, tpu.queued_name
     bucket = bucket_of(state, spec)
     device_glob = tpu_paths(access, spec)[0] if spec is not None else provider.tpu_paths(False)[0]
     return agent_config(
