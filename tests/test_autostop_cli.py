@@ -130,6 +130,21 @@ def test_autostop_off_stops_the_countdown_and_a_new_time_lifts_it(tmp_path: Path
     wait_for("the TPU to be deleted", lambda: not tpu_exists(tpuops_home, name))
 
 
+def test_watch_ends_when_autostop_deleted_the_tpu_and_recreates_nothing(tmp_path: Path, tpuops_home: Path,
+                                                                       cleanup: list[str]) -> None:
+    # max_hours fires whatever runs: 0.004 h (14 s) after `up`, while the run sleeps on.
+    name, spec = local_spec(tmp_path, "autostop: {idle: 30m, max_hours: 0.004}", command="sleep 120")
+    cleanup.append(name)
+    assert cli("up", str(spec)).returncode == 0
+    assert cli("launch", name).returncode == 0
+    watched = run_cli("watch", name, "--json", env={**FAST, "TPUOPS_WATCH_INTERVAL": "0.5"}, timeout=90)
+
+    assert watched.returncode == 0, watched.stderr
+    result = json.loads(watched.stdout)
+    assert "deleted by autostop" in result["reason"] and "max_hours" in result["reason"], result
+    assert result["restarts"] == 0 and not tpu_exists(tpuops_home, name)  # not taken for a preemption
+
+
 def test_a_bad_duration_is_one_line_with_examples(tmp_path: Path) -> None:
     name, spec = local_spec(tmp_path)
     result = cli("up", str(spec), "--autostop", "3 days")

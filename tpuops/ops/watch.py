@@ -192,6 +192,7 @@ class Watcher:
     pending_recreate: bool = False  # a recovery deleted the TPU and has not created it again yet
     first_restart: int = 0  # the restart number of the run being watched: TPUOPS_RESTART continues from it
     blind: bool = False  # the last poll could not read the TPU's state (kept once in the state, not every poll)
+    awaited_record: bool = False  # a TPU gone with autostop on: one more poll for the agent's record
 
     # ------------------------------------------------------------------------------------ the loop
     def run(self) -> WatchResult:
@@ -245,8 +246,13 @@ class Watcher:
     def unless_autostopped(self, verdict: Verdict) -> Verdict:
         """A TPU the cost guard deleted (its record in the bucket says so) is an end, not a preemption."""
         state = self.state()
-        record = cost_guard.deleted_by_autostop(self.ctx, state, spec_of(state))
+        spec = spec_of(state)
+        record = cost_guard.deleted_by_autostop(self.ctx, state, spec)
         if record is None:
+            if cost_guard.setting_of(state, spec).enabled and not self.awaited_record:
+                self.awaited_record = True  # the agent writes its record just after deleting: look once more
+                return FINE
+            self.awaited_record = False
             return verdict
         return Verdict("ended", f"the TPU was {record.line()}", exit_code=0)
 
