@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "tpuops"
-SHIPPED = {"tpuops.agents.autostop", "tpuops.agents.autostop_host", "tpuops.remote.push_agent"}  # sent as text
+SHIPPED = {"tpuops.agents.autostop", "tpuops.agents.autostop_host", "tpuops.remote.push_agent",
+           "tpuops.remote.push_relay", "tpuops.remote.push_protocol"}  # sent to workers as text
 
 
 def modules() -> dict[str, Path]:
@@ -77,6 +78,7 @@ def test_ops_never_asks_which_provider_it_has() -> None:
 
 
 def test_the_shipped_agents_import_nothing_of_tpuops() -> None:
-    inlined = ("tpuops.remote.push_protocol", "tpuops.agents.autostop_host")  # their text replaces the import
+    # Parts whose text replaces their import when shipped (sync.agent_source, agents.agent_source):
+    inlined = ("tpuops.remote.push_protocol", "tpuops.remote.push_relay", "tpuops.agents.autostop_host")
     for name in SHIPPED:
         assert not [i for i in imports(MODULES[name]) if i.startswith("tpuops") and not i.startswith(inlined)], name

@@ -26,7 +26,6 @@ import os
 import shutil
 import sys
 import tarfile
-import threading
 
 from tpuops.remote.push_protocol import (  # shipped: replaced by push_protocol.py's text
     EXIT_BASE_UNUSABLE,
@@ -37,6 +36,9 @@ from tpuops.remote.push_protocol import (  # shipped: replaced by push_protocol.
     EXIT_OTHER,
     manifest_text,
     tree_id,
+)
+from tpuops.remote.push_relay import (  # shipped: replaced by push_relay.py's text
+    Relay,
 )
 
 CHUNK = 1024 * 1024
@@ -322,69 +324,6 @@ def action_apply(dest, base, new, source, payload, after_receive=None):
     finally:
         if os.path.isdir(stage):
             shutil.rmtree(stage, ignore_errors=True)
-
-
-class Relay:
-    """Serves the payload to the other workers on the internal network until stdin closes (or time is up)."""
-
-    def __init__(self, payload, host, token, seconds):
-        self.payload, self.host, self.token, self.seconds = payload, host, token, seconds
-        self.server = None
-
-    def start(self):
-        from http.server import BaseHTTPRequestHandler, HTTPServer
-
-        payload, token = self.payload, self.token
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                if self.path != "/" + token:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(os.path.getsize(payload)))
-                self.end_headers()
-                with open(payload, "rb") as handle:
-                    shutil.copyfileobj(handle, self.wfile, CHUNK)
-
-            def log_message(self, *args):
-                pass
-
-        class Server(HTTPServer):
-            def process_request(self, request, client_address):  # one thread per fetching worker
-                threading.Thread(target=self.process_request_thread, args=(request, client_address),
-                                 daemon=True).start()
-
-            def process_request_thread(self, request, client_address):
-                try:
-                    self.finish_request(request, client_address)
-                finally:
-                    self.shutdown_request(request)
-
-        try:
-            self.server = Server((self.host, 0), Handler)
-        except OSError:
-            # This worker cannot serve on that address: say so, the client copies to the others directly.
-            print(json.dumps({"serving": None}), flush=True)
-            return
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        print(json.dumps({"serving": self.server.server_address[1]}), flush=True)
-
-    def wait_and_stop(self):
-        if self.server is None:
-            return
-        stdin_closed = threading.Event()
-
-        def wait_for_eof():
-            try:
-                while sys.stdin.buffer.read(CHUNK):
-                    pass
-            finally:
-                stdin_closed.set()
-
-        threading.Thread(target=wait_for_eof, daemon=True).start()
-        stdin_closed.wait(self.seconds)  # the client closes stdin when every other worker has its copy
-        self.server.shutdown()
 
 
 def apply_main(dest, base, new, options):

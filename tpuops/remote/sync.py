@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 import threading
 import time
@@ -98,13 +99,14 @@ class PushResult:
                 "bytes_sent": self.bytes_sent, "ok": self.ok, "workers": [w.as_dict() for w in self.workers]}
 
 
+AGENT_PART = re.compile(r"^from tpuops\.remote\.(push_protocol|push_relay) import \(.*?^\)\n", re.M | re.S)
+
+
 def agent_source() -> str:
-    """push_agent.py as shipped: push_protocol.py's text in place of its import (workers have no tpuops)."""
+    """push_agent.py as shipped: the text of its parts (push_protocol.py, push_relay.py) in place of their
+    imports, since workers have no tpuops."""
     here = Path(__file__).parent
-    agent = (here / "push_agent.py").read_text()
-    start = agent.index("from tpuops.remote.push_protocol import (")
-    end = agent.index(")\n", start) + 2
-    return agent[:start] + (here / "push_protocol.py").read_text() + agent[end:]
+    return AGENT_PART.sub(lambda part: (here / f"{part.group(1)}.py").read_text(), (here / "push_agent.py").read_text())
 
 
 AGENT_SOURCE = agent_source()
