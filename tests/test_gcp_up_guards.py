@@ -126,10 +126,10 @@ def test_a_wait_that_runs_out_leaves_no_queued_resource(gcp: FakeGcp, tmp_path: 
     assert gcp.tpu_v2.server.calls("DELETE", r"/queuedResources/")
 
 
-def up_waiting_for_capacity(gcp: FakeGcp, tmp_path: Path, name: str) -> subprocess.Popen[str]:
-    """`tpuops up` of a queued spec, returned once its request waits (never granted within the test)."""
+def up_waiting_for_capacity(gcp: FakeGcp, tmp_path: Path, name: str, command: str = "up") -> subprocess.Popen[str]:
+    """`tpuops up` (or `run`) of a queued spec, returned once its request waits (never granted in the test)."""
     gcp.tpu.queued_seconds = 600
-    process = subprocess.Popen([sys.executable, "-m", "tpuops", "up", str(vm_spec(tmp_path, name, QUEUED))],
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", command, str(vm_spec(tmp_path, name, QUEUED))],
                                env={**os.environ, **gcp.env}, text=True, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
     deadline = time.monotonic() + WAIT
@@ -159,6 +159,21 @@ def test_ctrl_c_while_waiting_for_capacity_withdraws_the_request(gcp: FakeGcp, t
     status = run_cli("status", name, "--json", env=gcp.env)
     assert status.returncode == 0, status.stderr
     assert "WAITING" not in status.stdout and "ACCEPTED" not in status.stdout
+
+
+def test_ctrl_c_during_run_while_waiting_withdraws_the_request_too(gcp: FakeGcp, tmp_path: Path) -> None:
+    name = unique("rc")
+    process = up_waiting_for_capacity(gcp, tmp_path, name, command="run")
+    try:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stderr
+    assert f"withdrew queued resource {name}-qr in {ZONE}" in stderr and "Traceback" not in stderr
+    assert not gcp.tpu.queued
 
 
 def test_status_shows_how_long_a_queued_resource_has_waited(gcp: FakeGcp, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import sys
 import typer
 
 from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app, complete_cluster
-from tpuops.cli.interrupts import ends_cleanly
+from tpuops.cli.interrupts import ends_cleanly, up_interrupted
 from tpuops.cli.progress import ProgressView
 from tpuops.cli.render import console, err_console, print_json, size_text
 from tpuops.durations import parse_duration
@@ -15,18 +15,6 @@ from tpuops.errors import UsageError
 
 ZONE_OPTION = typer.Option([], "--zone", metavar="ZONE",
                            help="Without local state: search only this zone (repeatable) instead of every zone.")
-
-
-def up_interrupted(interrupt: KeyboardInterrupt) -> str:
-    """What Ctrl-C during `up` leaves behind (ops.up.UpInterrupted): state is saved before every create."""
-    resume = "what was started is recorded; run `tpuops up` again to resume, or `tpuops down` to delete it"
-    withdrawn = getattr(interrupt, "withdrawn", None)
-    left_behind = getattr(interrupt, "left_behind", None)
-    if left_behind:
-        return f"interrupted: {left_behind}; {resume}"
-    if withdrawn:
-        return f"interrupted: withdrew {withdrawn}, which was still waiting for capacity; {resume}"
-    return f"interrupted: {resume}"
 
 
 @app.command()

@@ -56,3 +56,15 @@ def leave(code: int) -> None:
                 stream.flush()
         os._exit(code)
     raise typer.Exit(code)
+
+
+def up_interrupted(interrupt: KeyboardInterrupt) -> str:
+    """What Ctrl-C during `up` leaves behind (ops.up.UpInterrupted): state is saved before every create."""
+    resume = "what was started is recorded; run `tpuops up` again to resume, or `tpuops down` to delete it"
+    withdrawn = getattr(interrupt, "withdrawn", None)
+    left_behind = getattr(interrupt, "left_behind", None)
+    if left_behind:
+        return f"interrupted: {left_behind}; {resume}"
+    if withdrawn:
+        return f"interrupted: withdrew {withdrawn}, which was still waiting for capacity; {resume}"
+    return f"interrupted: {resume}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app
-from tpuops.cli.interrupts import ends_cleanly
+from tpuops.cli.interrupts import ends_cleanly, up_interrupted
 from tpuops.cli.progress import ProgressView
 from tpuops.cli.remote import LinePrinter, print_results_table
 from tpuops.cli.render import console, err_console, plural, print_json, size_text
@@ -82,6 +82,9 @@ def run_interrupted(interrupt: KeyboardInterrupt) -> str:
             return f"teardown interrupted; `tpuops down {cluster}` deletes what is left"
         return "interrupted"
     if cluster is None:
+        during_up = getattr(interrupt, "during_up", None)
+        if during_up is not None and (during_up.withdrawn or during_up.left_behind):
+            return up_interrupted(during_up)
         return ("interrupted while `up` was creating resources; they are recorded: `tpuops up SPEC` resumes, "
                 "`tpuops down SPEC` deletes them")
     if interrupt.torn_down:  # type: ignore[attr-defined]

@@ -66,9 +66,11 @@ class RunInterrupted(KeyboardInterrupt):
     torn_down: `--down` stopped the run and deleted the cluster (the bucket stays).
     """
 
-    def __init__(self, cluster: str | None, run_id: str | None, torn_down: bool) -> None:
+    def __init__(self, cluster: str | None, run_id: str | None, torn_down: bool,
+                 during_up: up_ops.UpInterrupted | None = None) -> None:
         super().__init__(cluster, run_id, torn_down)
         self.cluster, self.run_id, self.torn_down = cluster, run_id, torn_down
+        self.during_up = during_up  # what `up` withdrew (a queued resource still waiting) or left behind
 
 
 class TeardownInterrupted(KeyboardInterrupt):
@@ -96,6 +98,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
         require_clean(spec_path)
     run_id: str | None = None
     interrupted = False
+    during_up: up_ops.UpInterrupted | None = None
     try:
         phase("up")
         result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress)
@@ -118,14 +121,16 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
         workers = _follow_run(ctx, cluster, report.run_id, on_line, scalars)
         return RunSummary(cluster, report.run_id, time.monotonic() - started, workers,
                           latest_values(scalars.points), torn_down=down)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         interrupted = True
+        during_up = interrupt if isinstance(interrupt, up_ops.UpInterrupted) else None
         raise
     finally:
         if down and cluster is not None:
             _tear_down(ctx, cluster, run_id if interrupted else None, phase, on_progress)
         if interrupted:  # raised from the `finally`, after the teardown: the CLI says what happened
-            raise RunInterrupted(cluster, run_id, torn_down=down and cluster is not None) from None
+            raise RunInterrupted(cluster, run_id, torn_down=down and cluster is not None,
+                                 during_up=during_up) from None
 
 
 def _tear_down(ctx: Context, cluster: str, stop_run: str | None, phase: Phase,
