@@ -233,3 +233,12 @@ def test_the_agent_installed_over_ssh_outlives_the_session_and_deletes_the_idle_
         stop_agent(runner, cluster, keep_alive=False)
         runner.close()
         metadata.stop()
+
+
+def test_a_new_idle_time_keeps_the_hard_cap_and_off_turns_everything_off() -> None:
+    from tpuops.ops.cost_guard import parse_setting, with_idle
+
+    current = AutostopSpec(idle="30m", max_hours=12)
+    assert with_idle(current, parse_setting("2h")) == AutostopSpec(idle="2h", max_hours=12)
+    off = with_idle(current, parse_setting("off"))
+    assert off == AutostopSpec() and not off.enabled

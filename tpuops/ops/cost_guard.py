@@ -52,10 +52,15 @@ def parse_setting(text: str) -> AutostopSpec:
     return AutostopSpec(idle=parse_autostop(text))
 
 
-def install(ctx: Context, name: str, *, refresh: bool = False) -> AgentInstall | None:
-    """Install the agent on worker 0 when autostop is on (None when it is off). `refresh` (launch): an
-    `autostop off` given earlier stays in force. Never raises for the worker's sake: `started=False` and an
-    error naming the worker come back, and the caller warns."""
+def with_idle(current: AutostopSpec, given: AutostopSpec) -> AutostopSpec:
+    """A new idle time keeps the hard cap (max_hours) already set; `off` turns the whole guard off."""
+    return AutostopSpec(idle=given.idle, max_hours=current.max_hours) if given.idle is not None else AutostopSpec()
+
+
+def install(ctx: Context, name: str) -> AgentInstall | None:
+    """Install (or refresh) the agent on worker 0 when autostop is on; None when it is off. An earlier
+    `autostop off` stays in force (its keep-alive file is left alone). Never raises for the worker's sake:
+    `started=False` and an error naming the worker come back, and the caller warns."""
     access = cluster_access(ctx, name)
     setting = setting_of(access.state, access.spec)
     if not setting.enabled:
@@ -94,8 +99,8 @@ class AutostopChange:
 def set_autostop(ctx: Context, name: str, text: str) -> AutostopChange:
     """`tpuops autostop NAME 30m|off`: (re)start the agent with the new setting, or stop it and leave the
     keep-alive file. The setting is recorded, so launch's refresh keeps it."""
-    setting = parse_setting(text)
     access = cluster_access(ctx, name)
+    setting = with_idle(setting_of(access.state, access.spec), parse_setting(text))
     config = config_for(ctx, access, setting) if setting.enabled else None
     runner = worker0(access)
     try:

@@ -85,7 +85,8 @@ def up(
     job = replace(job, ssh_keys=keys.ssh_keys_metadata(user, key))
     job.ledger.update(lambda state: setattr(state, "ssh_user", user))
     if autostop is not None:
-        job.ledger.update(lambda state: setattr(state, "autostop", autostop))
+        given = cost_guard.with_idle(cost_guard.setting_of(job.ledger.state, spec), autostop)
+        job.ledger.update(lambda state: setattr(state, "autostop", given))
     offer_warnings = ask_the_zones(job, plan)
     for action in plan.actions:
         job.progress(action.kind, action.name, "planned: " + action.verb)
