@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -34,3 +35,20 @@ def require_module(name: str) -> None:
     of them (torch_xla after TensorFlow or JAX) in one process can abort the whole test session."""
     if importlib.util.find_spec(name) is None:
         pytest.skip(f"{name} is not installed")
+
+
+def interrupt(process: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, str]:
+    """Ctrl-C to a CLI subprocess, then its output; killed if it does not end within `timeout`."""
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def assert_clean_exit(stderr: str) -> None:
+    """What an interrupted command may never print: a traceback, Python's shutdown noise, a core dump."""
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert "Aborted" not in stderr, stderr

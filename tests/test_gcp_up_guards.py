@@ -17,7 +17,7 @@ import pytest
 from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
 from tests.fakes.tpu_model import ZoneListing
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
-from tests.helpers import run_cli, write_spec
+from tests.helpers import assert_clean_exit, interrupt, run_cli, write_spec
 
 ZONE = "us-central2-b"
 WAIT = 30.0
@@ -145,16 +145,11 @@ def test_ctrl_c_while_waiting_for_capacity_withdraws_the_request(gcp: FakeGcp, t
                                                                  tpuops_home: Path) -> None:
     name = unique("cc")
     process = up_waiting_for_capacity(gcp, tmp_path, name)
-    try:
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=WAIT)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    _, stderr = interrupt(process, timeout=WAIT)
 
     assert process.returncode == 130, stderr
-    assert f"withdrew queued resource {name}-qr in {ZONE}" in stderr and "Traceback" not in stderr
+    assert f"withdrew queued resource {name}-qr in {ZONE}" in stderr, stderr
+    assert_clean_exit(stderr)
     assert not gcp.tpu.queued
     status = run_cli("status", name, "--json", env=gcp.env)
     assert status.returncode == 0, status.stderr
@@ -164,15 +159,11 @@ def test_ctrl_c_while_waiting_for_capacity_withdraws_the_request(gcp: FakeGcp, t
 def test_ctrl_c_during_run_while_waiting_withdraws_the_request_too(gcp: FakeGcp, tmp_path: Path) -> None:
     name = unique("rc")
     process = up_waiting_for_capacity(gcp, tmp_path, name, command="run")
-    try:
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=WAIT)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    _, stderr = interrupt(process, timeout=WAIT)
+
     assert process.returncode == 130, stderr
-    assert f"withdrew queued resource {name}-qr in {ZONE}" in stderr and "Traceback" not in stderr
+    assert f"withdrew queued resource {name}-qr in {ZONE}" in stderr, stderr
+    assert_clean_exit(stderr)
     assert not gcp.tpu.queued
 
 

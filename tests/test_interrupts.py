@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli, write_spec
+from tests.helpers import assert_clean_exit, interrupt, run_cli, write_spec
 from tests.sshd import SshdCluster, sshd_available
 from tpuops.context import Context
 from tpuops.ops.launch import run_states, stop
@@ -92,21 +91,6 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = WAIT
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def interrupt(process: subprocess.Popen[str]) -> tuple[str, str]:
-    process.send_signal(signal.SIGINT)
-    try:
-        return process.communicate(timeout=WAIT)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-
-
-def assert_clean_exit(stderr: str) -> None:
-    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
-    assert "Aborted" not in stderr, stderr
 
 
 def test_ctrl_c_during_exec_signals_the_remote_command(sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:

@@ -28,6 +28,17 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def epoch_seconds(iso: str | None) -> float | None:
+    """A time state recorded (ISO 8601, UTC when no zone is given) as seconds since the epoch; None if unreadable."""
+    if not iso:
+        return None
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+
+
 def tpuops_home(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
     env = os.environ if env is None else env
     if env.get("TPUOPS_HOME"):

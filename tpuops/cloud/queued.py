@@ -35,15 +35,19 @@ def create_queued_within(api: QueuedResourceApi, name: str, request: TpuRequest,
 
 
 def withdraw_queued(api: QueuedResourceApi, zone: str, name: str, *, cluster: str,
-                    owned_if: Mapping[str, str] | None = None, because: BaseException | None = None) -> bool:
+                    owned_if: Mapping[str, str] | None = None, because: BaseException | None = None,
+                    only_waiting: bool = False) -> bool:
     """Delete queued resource `name` (force: a node it created goes too). True when one was deleted; False when
-    there was none, or (with `owned_if`) it does not carry those labels: another's request is never touched.
+    there was none, or (with `owned_if`) it does not carry those labels: another's request is never touched;
+    or (`only_waiting`) it no longer waits: a granted TPU stays.
 
     Raises QueuedLeftBehind (from `because`, the reason for giving up, when given) when the delete fails or is
     interrupted."""
     try:
         found = api.get_queued(zone, name)
         if found is None or (owned_if is not None and not has_labels(found.labels, owned_if)):
+            return False
+        if only_waiting and found.state not in WAITING_STATES:
             return False
         api.delete_queued(zone, name)
         return True

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tpuops.context import Context
@@ -34,7 +33,7 @@ from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, tpu_p
 from tpuops.remote.autostop import AgentConfig, AgentInstall, AgentStop, read_agent, stop_agent
 from tpuops.spec import Spec
 from tpuops.spec_autostop import AutostopSpec
-from tpuops.state import ClusterState, TpuRecord, bucket_of
+from tpuops.state import ClusterState, TpuRecord, bucket_of, epoch_seconds
 
 JAX_CACHE_DIR = "jax-cache"  # under gs://BUCKET/.tpuops/NAME/, as launch points JAX_COMPILATION_CACHE_DIR
 AGENT_CONNECT_TIMEOUT = 15.0  # status and down must not wait long for a worker that is gone
@@ -145,7 +144,7 @@ class GuardStatus:
     def as_dict(self) -> dict[str, Any]:
         return {"cost": self.cost.as_dict() if self.cost else None,
                 "autostop": self.autostop.as_dict() if self.autostop else None, "setting": self.setting,
-                "deleted_by_autostop": self.record.__dict__ if self.record else None,
+                "deleted_by_autostop": asdict(self.record) if self.record else None,
                 "jax_cache_bytes": self.jax_cache_bytes}
 
 
@@ -218,10 +217,4 @@ def worker0(access: ClusterAccess, connect_timeout: float | None = None) -> Any:
 
 
 def created_seconds(tpu: TpuRecord | None) -> float | None:
-    if tpu is None or not tpu.created_at:
-        return None
-    try:
-        created = datetime.fromisoformat(tpu.created_at)
-    except ValueError:
-        return None
-    return (created if created.tzinfo else created.replace(tzinfo=timezone.utc)).timestamp()
+    return epoch_seconds(tpu.created_at) if tpu is not None else None

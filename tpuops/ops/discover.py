@@ -13,10 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpuops.cloud.base import Bucket, Cloud, QueuedResource, TpuNode, Vm
 from tpuops.errors import CloudError, TpuopsError
+
+if TYPE_CHECKING:
+    from tpuops.cloud.provider import Provider
+    from tpuops.context import Context
 
 SEARCH_HINT = "pass the spec file, --project ID, or --zone ZONE to search only there"
 
@@ -101,6 +105,13 @@ def find_cluster(name: str, project: str | None, open_cloud: Callable[[str], Clo
         vms=tuple(answers["VMs"]),
         buckets=tuple(answers["buckets"]),
     )
+
+
+def find_in_project(ctx: Context, name: str, zones: Sequence[str] = ()) -> tuple[Discovered, Provider]:
+    """find_cluster in the project the context knows (--project, the environment, gcloud's configuration),
+    and the provider searched: what `down NAME` and `status NAME` search when there is no local state."""
+    provider = ctx.provider_for()
+    return find_cluster(name, provider.project, lambda project: provider.cloud(), zones), provider
 
 
 def _run_all(name: str, project: str, searches: list[Search]) -> dict[str, list[Any]]:

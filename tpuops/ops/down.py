@@ -20,7 +20,7 @@ from tpuops.cloud.kinds.base import Doomed, owned_by
 from tpuops.context import Context
 from tpuops.errors import CloudError, TpuopsError
 from tpuops.ops import cost_guard
-from tpuops.ops.discover import find_cluster
+from tpuops.ops.discover import find_in_project
 from tpuops.ops.run_records import end_runs_with_the_tpu
 from tpuops.ops.status import spec_of, tpu_mode
 from tpuops.plan import Kind, make_plan
@@ -99,8 +99,7 @@ def find_without_state(ctx: Context, name: str, zones: Sequence[str], delete_buc
     """No state and no spec: everything labelled with the cluster's name in the project (every zone, or
     `zones`), as `find_cluster` finds it. Google Cloud is searched: a cluster of the local simulator always
     has state, or a spec that names its provider."""
-    provider = ctx.provider_for()
-    found = find_cluster(name, provider.project, lambda project: provider.cloud(), zones)
+    found, provider = find_in_project(ctx, name, zones)
     cloud = provider.cloud()
     mode: TpuMode = "node" if found.tpu_nodes and not found.tpu_vms else "vm"
     finder = Finder(cloud, name, mode)

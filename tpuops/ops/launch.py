@@ -26,7 +26,7 @@ from tpuops.remote.base import LineHandler, Runner, RunResult
 from tpuops.remote.fanout import run_each
 from tpuops.remote.scripts import script_command
 from tpuops.spec import Spec
-from tpuops.state import RunRecord
+from tpuops.state import RunRecord, bucket_of
 
 JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
@@ -208,7 +208,7 @@ def compilation_cache_env(ctx: Context, access: ClusterAccess, spec: Spec,
     """JAX's persistent compilation cache in the run's bucket: a restart after preemption or autostop reuses
     the compiled step instead of paying for the compilation again (unless trainer.env sets it)."""
     framework = spec.trainer.framework if spec.trainer else None
-    bucket = spec.bucket.name if spec.bucket else None
+    bucket = bucket_of(access.state, spec)
     if framework != "jax" or not bucket or JAX_CACHE_ENV in user_env:
         return {}
     cache = f"{record_prefix(bucket, access.state.name)}/{cost_guard.JAX_CACHE_DIR}"

@@ -11,10 +11,10 @@ from __future__ import annotations
 import getpass
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from tpuops import catalog, rules
@@ -27,7 +27,7 @@ from tpuops.remote.manifest import scan_tree
 from tpuops.remote.ssh import load_private_key
 from tpuops.remote.sync import PushResult, push_tree
 from tpuops.spec import Spec, load_spec
-from tpuops.state import ClusterState, WorkerRecord
+from tpuops.state import ClusterState, WorkerRecord, epoch_seconds
 
 KEY_FILE = "id_ed25519"
 KNOWN_HOSTS_FILE = "known_hosts"
@@ -160,16 +160,10 @@ def seconds_up(state: ClusterState) -> float | None:
     """How long ago `up` last saw the SSH targets' machine ready (the TPU, or a legacy Node's client VM);
     None when it never recorded that."""
     kinds = ("client_vm",) if any(w.role == "client_vm" for w in state.workers) else ("tpu", "queued_resource")
-    times = [r.updated_at for r in state.resources if r.kind in kinds and r.status == "created"]
-    if not times:
+    times = [epoch_seconds(r.updated_at) for r in state.resources if r.kind in kinds and r.status == "created"]
+    if not times or None in times:
         return None
-    try:
-        ready = max(datetime.fromisoformat(t) for t in times)
-    except ValueError:
-        return None
-    if ready.tzinfo is None:
-        ready = ready.replace(tzinfo=timezone.utc)
-    return (datetime.now(timezone.utc) - ready).total_seconds()
+    return time.time() - max(t for t in times if t is not None)
 
 
 # ------------------------------------------------------------------------------------------------ exec

@@ -6,15 +6,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tpuops.cloud.base import QueuedResource, TpuMode
+from tpuops.cloud.base import TpuMode
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import ResourceStatus
-from tpuops.cloud.queued import waiting_age
+from tpuops.cloud.kinds.client_vm import vm_row
+from tpuops.cloud.kinds.storage import bucket_row
+from tpuops.cloud.kinds.tpu import node_row, queued_row
 from tpuops.context import Context
-from tpuops.durations import format_duration
 from tpuops.errors import ClusterNotFound, TpuopsError
 from tpuops.ops.cost_guard import GuardStatus, guard_status
-from tpuops.ops.discover import find_cluster
+from tpuops.ops.discover import find_in_project
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord
 
@@ -122,33 +123,21 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
 def status_by_label(ctx: Context, name: str, zones: Sequence[str] = ()) -> ClusterStatus:
     """No local state: everything labelled with the cluster's name in the project (every zone, or `zones`).
     SearchFailed when the search cannot run to the end; ClusterNotFound only after one that found nothing."""
-    provider = ctx.provider_for()
-    found = find_cluster(name, provider.project, lambda project: provider.cloud(), zones)
+    found, provider = find_in_project(ctx, name, zones)
     if found.empty:
         raise ClusterNotFound(f"no cluster {name}: no local state, and nothing labelled {CLUSTER_LABEL}={name} "
                               f"in {found.where}", "create it with `tpuops up SPEC`")
-    rows = [queued_row(queued) for queued in found.queued]
     nodes = (*found.tpu_vms, *found.tpu_nodes)
-    rows += [ResourceStatus("tpu", node.name, node.zone, node.state,
-                            f"{node.accelerator_type}, health {node.health or '-'}, {len(node.workers)} worker(s)")
-             for node in nodes]
-    rows += [ResourceStatus("client_vm", vm.name, vm.zone, vm.state,
-                            f"internal {vm.internal_ip or '-'}, external {vm.external_ip or '-'}") for vm in found.vms]
-    rows += [ResourceStatus("bucket", bucket.name, None, "EXISTS", f"location {bucket.location}")
-             for bucket in found.buckets]
+    by_name = {(node.zone, node.name): node for node in nodes}
+    rows = [queued_row(queued, by_name.get((queued.zone, queued.node_name or ""))) for queued in found.queued]
+    rows += [node_row(node) for node in nodes]
+    rows += [vm_row(vm) for vm in found.vms]
+    rows += [bucket_row(bucket) for bucket in found.buckets]
     tpu = nodes[0] if nodes else None
     workers = tuple(WorkerRecord(index=w.index, internal_ip=w.internal_ip, external_ip=w.external_ip,
                                  ssh_host=w.external_ip or w.internal_ip) for w in (tpu.workers if tpu else ()))
     return ClusterStatus(name, provider.name, found.project, tpu.zone if tpu else None, tuple(rows), workers,
                          tpu.state if tpu else None, tpu.health if tpu else None, found_by_label=found.where)
-
-
-def queued_row(queued: QueuedResource) -> ResourceStatus:
-    waited = waiting_age(queued)
-    detail = f"node(s) {', '.join(queued.node_names) or queued.node_name or '-'}"
-    if waited is not None:
-        detail += f", waiting for capacity for {format_duration(waited)}"
-    return ResourceStatus("queued_resource", queued.name, queued.zone, queued.state, detail)
 
 
 RUN_STATUS_CONNECT_TIMEOUT = 10.0  # status must answer quickly even when a worker is gone

@@ -18,9 +18,8 @@ from tpuops import keys
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, silent
 from tpuops.cloud.kinds.tpu import reachable_hosts
-from tpuops.cloud.queued import WAITING_STATES, withdraw_queued
+from tpuops.cloud.queued import QueuedLeftBehind, withdraw_queued
 from tpuops.context import Context
-from tpuops.errors import TpuopsError
 from tpuops.ops import cost_guard
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.specs import load_checked
@@ -125,14 +124,12 @@ def interrupted(job: Job) -> UpInterrupted:
     if record is None or record.status != "creating" or not record.zone:
         return UpInterrupted(name)
     try:
-        queued = job.cloud.queued.get_queued(record.zone, record.name)
-        if queued is None or queued.state not in WAITING_STATES:
-            return UpInterrupted(name)
-        withdraw_queued(job.cloud.queued, record.zone, record.name, cluster=name, owned_if={CLUSTER_LABEL: name})
-    except (TpuopsError, KeyboardInterrupt) as err:
-        why = err.message if isinstance(err, TpuopsError) else "interrupted again"
-        return UpInterrupted(name, left_behind=f"queued resource {record.name} in {record.zone} may still be "
-                                                f"queued ({why}): `tpuops down {name}` removes it")
+        withdrawn = withdraw_queued(job.cloud.queued, record.zone, record.name, cluster=name,
+                                    owned_if={CLUSTER_LABEL: name}, only_waiting=True)
+    except QueuedLeftBehind as err:
+        return UpInterrupted(name, left_behind=str(err))
+    if not withdrawn:
+        return UpInterrupted(name)
     job.ledger.update(lambda state: state.drop_resource("queued_resource"))
     return UpInterrupted(name, withdrawn=f"queued resource {record.name} in {record.zone}")
 

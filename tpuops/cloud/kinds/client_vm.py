@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tpuops.cloud.base import Cloud, TpuMode, VmRequest
+from tpuops.cloud.base import Cloud, TpuMode, Vm, VmRequest
 from tpuops.cloud.kinds.base import (
     MISSING,
     Described,
@@ -66,8 +66,7 @@ class ClientVmKind:
         vm = cloud.vms.get_vm(zone, record.name)
         if vm is None:
             return Described(ResourceStatus("client_vm", record.name, zone, MISSING))
-        ips = f"internal {vm.internal_ip or '-'}, external {vm.external_ip or '-'}"
-        return Described(ResourceStatus("client_vm", record.name, zone, vm.state, ips))
+        return Described(vm_row(vm))
 
     def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
         return [Finding(Doomed("client_vm", vm.name, zone)) for vm in cloud.vms.list_vms(zone)
@@ -82,3 +81,9 @@ def tpu_zone(job: Job, known: Known) -> str:
     """The zone of the TPU as known so far, else the spec's."""
     tpu = known.get(tpu_kind(job.spec))
     return tpu.node.zone if tpu is not None and tpu.node is not None else (job.spec.zone or "")
+
+
+def vm_row(vm: Vm) -> ResourceStatus:
+    """The client VM as `status` shows it."""
+    return ResourceStatus("client_vm", vm.name, vm.zone, vm.state,
+                          f"internal {vm.internal_ip or '-'}, external {vm.external_ip or '-'}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tpuops.cloud.base import Cloud, TpuMode
+from tpuops.cloud.base import Bucket, Cloud, TpuMode
 from tpuops.cloud.kinds.base import (
     MISSING,
     Described,
@@ -55,7 +55,7 @@ class BucketKind:
         bucket = cloud.storage.get_bucket(record.name)
         if bucket is None:
             return Described(ResourceStatus("bucket", record.name, None, MISSING))
-        return Described(ResourceStatus("bucket", record.name, None, "EXISTS", f"location {bucket.location}"))
+        return Described(bucket_row(bucket))
 
     def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
         return []  # not in a zone: `down` takes the bucket by its name, and only when asked to
@@ -63,6 +63,11 @@ class BucketKind:
     def labels(self, cloud: Cloud, mode: TpuMode, name: str, zone: str) -> Mapping[str, str] | None:
         bucket = cloud.storage.get_bucket(name)
         return None if bucket is None else bucket.labels
+
+
+def bucket_row(bucket: Bucket) -> ResourceStatus:
+    """The bucket as `status` shows it."""
+    return ResourceStatus("bucket", bucket.name, None, "EXISTS", f"location {bucket.location}")
 
 
 class IamKind:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from tpuops import catalog, retry
-from tpuops.cloud.base import Cloud, HostKey, TpuMode, TpuNode, TpuRequest, Worker
+from tpuops.cloud.base import Cloud, HostKey, QueuedResource, TpuMode, TpuNode, TpuRequest, Worker
 from tpuops.cloud.kinds.base import (
     MISSING,
     Described,
@@ -82,8 +82,7 @@ class TpuKind:
         node = cloud.tpu_api(mode).get_node(zone, node_name(record)) if zone else None
         if node is None:
             return Described(ResourceStatus(self.kind, record.name, zone, MISSING))
-        detail = f"{node.accelerator_type}, health {node.health or '-'}, {len(node.workers)} worker(s)"
-        return Described(ResourceStatus(self.kind, record.name, zone, node.state, detail), node)
+        return Described(node_row(node, record.name), node)
 
     def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
         return [Finding(Doomed(self.kind, node.name, zone)) for node in cloud.tpu_api(mode).list_nodes(zone)
@@ -143,12 +142,10 @@ class QueuedKind(TpuKind):
         name = node_name(record)
         node = cloud.tpu_api(mode).get_node(zone, name) if zone else None
         queued = cloud.queued.get_queued(zone, record.name) if zone else None
-        state = queued.state if queued else MISSING
-        detail = f"node {name}: {node.state if node else 'not created'}"
-        waited = waiting_age(queued) if queued else None
-        if waited is not None:  # a request left waiting may be granted later and bill a TPU nobody uses
-            detail += f", waiting for capacity for {format_duration(waited)}"
-        return Described(ResourceStatus(self.kind, record.name, zone, state, detail), node, state)
+        if queued is None:
+            return Described(ResourceStatus(self.kind, record.name, zone, MISSING, f"node {name}: "
+                                            f"{node.state if node else 'not created'}"), node, MISSING)
+        return Described(queued_row(queued, node), node, queued.state)
 
     def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
         if mode != "vm":
@@ -163,6 +160,21 @@ class QueuedKind(TpuKind):
 
 
 # ------------------------------------------------------------------------------------------ shared
+
+
+def node_row(node: TpuNode, name: str | None = None) -> ResourceStatus:
+    """A TPU as `status` shows it."""
+    detail = f"{node.accelerator_type}, health {node.health or '-'}, {len(node.workers)} worker(s)"
+    return ResourceStatus("tpu", name or node.name, node.zone, node.state, detail)
+
+
+def queued_row(queued: QueuedResource, node: TpuNode | None) -> ResourceStatus:
+    """A queued resource as `status` shows it: its node, and how long it has waited, if it still waits."""
+    detail = f"node {queued.node_name or '-'}: {node.state if node else 'not created'}"
+    waited = waiting_age(queued)
+    if waited is not None:  # a request left waiting may be granted later and bill a TPU nobody uses
+        detail += f", waiting for capacity for {format_duration(waited)}"
+    return ResourceStatus("queued_resource", queued.name, queued.zone, queued.state, detail)
 
 
 def candidate_zones(spec: Spec, recorded: ResourceRecord | None) -> list[str]:
