@@ -39,6 +39,7 @@ class Generation:
     default_runtime: dict[str, dict[str, str]]
     price_on_demand: float
     price_spot: float
+    multislice: bool = False  # several slices joined over the data-center network
 
     def types(self) -> list[str]:
         return [f"{self.name}-{size}" for size in self.sizes]
@@ -153,6 +154,7 @@ def load() -> Catalog:
             default_runtime=g["default_runtime"],
             price_on_demand=g["price_per_chip_hour"]["on_demand"],
             price_spot=g["price_per_chip_hour"]["spot"],
+            multislice=g.get("multislice", False),
         )
         for name, g in raw["generations"].items()
     }

@@ -63,6 +63,13 @@ def tpu_name(spec: Spec) -> str:
     return spec.name
 
 
+def node_names(spec: Spec) -> tuple[str, ...]:
+    """The TPU's node, or with Multislice one per slice, NAME-0..NAME-(N-1): Google names them from the prefix."""
+    if spec.tpu.multislice:
+        return tuple(f"{tpu_name(spec)}-{index}" for index in range(spec.tpu.slices))
+    return (tpu_name(spec),)
+
+
 def queued_resource_name(spec: Spec) -> str:
     return f"{spec.name}-qr"
 
@@ -73,7 +80,7 @@ def client_vm_name(spec: Spec) -> str:
 
 def tpu_kind(spec: Spec) -> Kind:
     """The TPU is created directly, or through a queued resource."""
-    return "queued_resource" if spec.tpu.queued else "tpu"
+    return "queued_resource" if spec.tpu.through_queue else "tpu"
 
 
 def bucket_reader(spec: Spec, node_account: str | None, default_account: Callable[[], str]) -> str | None:
@@ -121,8 +128,9 @@ def _wanted(spec: Spec, accelerator: catalog.Accelerator | None) -> list[tuple[K
         if spec.provider == "gcp":
             wanted.append(("iam", spec.bucket.name, None, f"{IAM_ROLE} on this bucket only for {_member_text(spec)}"))
     tpu_summary = _tpu_summary(spec, accelerator)
-    if spec.tpu.queued:
-        summary = f"node {tpu_name(spec)}: {tpu_summary}"
+    if spec.tpu.through_queue:
+        summary = _slices_summary(spec, accelerator, tpu_summary) if spec.tpu.multislice else \
+            f"node {tpu_name(spec)}: {tpu_summary}"
         wanted.append(("queued_resource", queued_resource_name(spec), spec.zone, summary))
     else:
         wanted.append(("tpu", tpu_name(spec), spec.zone, tpu_summary))
@@ -166,17 +174,27 @@ def _tpu_summary(spec: Spec, accelerator: catalog.Accelerator | None) -> str:
             f"{accelerator.chips} chips, {accelerator.cores} TensorCores, runtime {runtime}, {scheduling}")
 
 
+def _slices_summary(spec: Spec, accelerator: catalog.Accelerator | None, tpu_summary: str) -> str:
+    names = node_names(spec)
+    slices = len(names)
+    total = (f"; {slices * accelerator.hosts} hosts, {slices * accelerator.chips} chips in all"
+             if accelerator else "")
+    return f"Multislice: {slices} slices, nodes {names[0]}..{names[-1]}, each a {tpu_summary}{total}"
+
+
 def _cost(spec: Spec, accelerator: catalog.Accelerator | None) -> tuple[float, str]:
     if spec.provider == "local":
         return 0.0, "local simulator: free"
     cat = catalog.load()
-    tpu = accelerator.price_per_hour(spot=spec.tpu.spot or spec.tpu.preemptible) if accelerator else 0.0
+    slices = spec.tpu.slices
+    tpu = accelerator.price_per_hour(spot=spec.tpu.spot or spec.tpu.preemptible) * slices if accelerator else 0.0
     vm = 0.0
     if spec.client_vm:
         vm = cat.machine_prices.get(spec.client_vm.machine_type, 0.0)
         vm += spec.client_vm.disk_gb * cat.disk_price_per_gb_month / 730
     unknown_vm = spec.client_vm is not None and spec.client_vm.machine_type not in cat.machine_prices
-    note = f"list price as of {cat.as_of}: TPU ${tpu:.2f}/h" if accelerator else f"no price for {spec.tpu.type}"
+    each = f" ({slices} slices)" if slices > 1 else ""
+    note = f"list price as of {cat.as_of}: TPU ${tpu:.2f}/h{each}" if accelerator else f"no price for {spec.tpu.type}"
     note += f" + client VM ${vm:.2f}/h" if spec.client_vm else ""
     note += ", client VM machine type not in the catalog" if unknown_vm else ""
     note += "; TPU Research Cloud quota is free"

@@ -180,7 +180,10 @@ def legacy_node_rules(spec: Spec) -> Iterator[Problem]:
     if spec.client_vm is None:
         yield Problem(("tpu", "mode"), "mode: node needs a client_vm to run the trainer",
                       "add client_vm: {machine_type: n1-standard-2}")
-    if spec.tpu.queued:
+    if spec.tpu.multislice:
+        yield Problem(("tpu", "slices"), "Multislice joins TPU VM slices; a legacy TPU Node is one machine",
+                      "use mode: vm, or remove slices")
+    elif spec.tpu.queued:
         yield Problem(("tpu", "queued"), "queued resources create TPU VMs only", "use mode: vm or queued: false")
     if spec.trainer and spec.trainer.framework == "jax":
         yield Problem(("trainer", "framework"), "JAX does not run on legacy TPU Nodes", "use mode: vm")
@@ -226,11 +229,27 @@ def runtime_fits(spec: Spec) -> Iterator[Problem]:
                       "`up` will ask the zone whether it offers it", listed, "warning")
 
 
+def multislice_rules(spec: Spec) -> Iterator[Problem]:
+    if not spec.tpu.multislice or spec.tpu.mode == "node":  # (a Node with slices was refused above)
+        return
+    if spec.provider == "local":
+        yield Problem(("tpu", "slices"), "the local simulator runs one slice",
+                      "remove slices (or set slices: 1) for provider: local; Multislice needs provider: gcp")
+        return
+    cat = catalog.load()
+    generation = cat.generation_of(spec.tpu.type)
+    if generation is not None and not generation.multislice:
+        able = ", ".join(g.name for g in cat.generations.values() if g.multislice)
+        yield Problem(("tpu", "slices"), f"Multislice is not offered for {generation.name} TPUs",
+                      f"generations with Multislice: {able}; or remove slices")
+
+
 def scheduling(spec: Spec) -> Iterator[Problem]:
     if spec.tpu.preemptible and spec.tpu.spot:
         yield Problem(("tpu", "spot"), "preemptible and spot are exclusive", "spot is the newer model; keep one")
 
 
 RULES: list[Callable[[Spec], Iterator[Problem]]] = [
-    known_type, zone_offers_type, fallback_zones_in_region, legacy_node_rules, runtime_fits, scheduling,
+    known_type, zone_offers_type, fallback_zones_in_region, legacy_node_rules, multislice_rules, runtime_fits,
+    scheduling,
 ]

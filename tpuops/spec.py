@@ -39,6 +39,11 @@ class TpuSpec(Model):
     preemptible: bool = False
     spot: bool = False
     queued: bool = Field(False, description="Create the TPU through a queued resource.")
+    slices: int = Field(
+        1, ge=1, le=64,
+        description="Multislice: this many slices of `type`, joined over the data-center network, made by one "
+        "queued resource (implies queued: true; v4, v5e, v5p, v6e).",
+    )
     service_account: str | None = Field(
         None, description="Email the TPU VM runs as; default: the project's Compute default service account."
     )
@@ -51,6 +56,15 @@ class TpuSpec(Model):
     )
     network: str = "default"
     subnetwork: str | None = None
+
+    @property
+    def through_queue(self) -> bool:
+        """Created through a queued resource: asked for, or Multislice (which only a queued resource makes)."""
+        return self.queued or self.slices > 1
+
+    @property
+    def multislice(self) -> bool:
+        return self.slices > 1
 
     @field_validator("service_account")
     @classmethod

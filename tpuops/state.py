@@ -97,10 +97,16 @@ class TpuRecord(ResourceBase):
     mode: Literal["vm", "node"] | None = None
     node_ips: list[str] = Field(default_factory=list, description="A legacy Node's hosts (gRPC on IP:8470).")
     created_at: str | None = None  # when `up` first saw the TPU ready (uptime, cost, autostop's max_hours)
+    nodes: list[str] = Field(default_factory=list, description="Multislice: every slice's node, in slice order.")
 
     @property
     def node_name(self) -> str:
         return self.node or self.name
+
+    @property
+    def node_names(self) -> list[str]:
+        """Every node this record stands for: each slice's with Multislice, else the one."""
+        return self.nodes or [self.node_name]
 
     @property
     def queued_name(self) -> str | None:
@@ -126,6 +132,16 @@ class WorkerRecord(StateModel):
     ssh_port: int = 22
     home: str | None = Field(None, description="provider: local: the worker's directory.")
     role: Literal["tpu", "client_vm"] = Field("tpu", description="client_vm: a legacy Node's driver VM.")
+    slice: int = Field(0, description="Multislice: the slice this host belongs to.")
+    slice_index: int | None = Field(None, description="Multislice: the host's index within its slice "
+                                    "(`index` counts across slices); None for one slice.")
+
+    @property
+    def name(self) -> str:
+        """How output and --worker name it: w3, s1w1 with Multislice, client for a legacy Node's client VM."""
+        if self.role == "client_vm":
+            return "client"
+        return f"s{self.slice}w{self.slice_index}" if self.slice_index is not None else f"w{self.index}"
 
 
 class EventRecord(StateModel):

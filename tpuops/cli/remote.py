@@ -79,7 +79,9 @@ def exec_(
     command: list[str] = typer.Argument(..., metavar="CMD",
                                         help="The command, after `--`. One argument is a shell line "
                                         "(pipes, &&, $VARS work); several are an argv, each quoted."),
-    worker: str = typer.Option("all", "--worker", "-w", metavar="WORKERS", help="`all` or indexes like 0,2,5-7."),
+    worker: str = typer.Option("all", "--worker", "-w", metavar="WORKERS",
+                               help="`all`, indexes like 0,2,5-7 (counted across slices), or s1w3 (slice 1's host 3)."),
+    slice_: str | None = typer.Option(None, "--slice", metavar="K", help="Multislice: only slice K (or K,L)."),
     timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS",
                                          help="Stop the command after S seconds."),
     connect_timeout: float | None = CONNECT_TIMEOUT_OPTION,
@@ -92,6 +94,7 @@ def exec_(
     Examples:
       tpuops exec my-pod -- 'pgrep -af python'      # one argument: a shell line
       tpuops exec my-pod --worker 0,2 -- ls /dev    # several: an argv, each quoted
+      tpuops exec my-ms --slice 1 -- hostname       # Multislice: every host of slice 1
     """
     from tpuops.context import Context
     from tpuops.ops.remote import exec_command
@@ -99,7 +102,7 @@ def exec_(
     shell_or_argv: str | list[str] = command[0] if len(command) == 1 else command
     with ends_cleanly(lambda _: "interrupted: the command was signalled to stop on every worker"):
         report = exec_command(
-            Context.from_env(), name, shell_or_argv, workers=worker, timeout=timeout,
+            Context.from_env(), name, shell_or_argv, workers=worker, slices=slice_, timeout=timeout,
             on_line=None if json_ else LinePrinter(), on_new_host_key=note_new_host_key,
             connect_timeout=connect_timeout, max_parallel=parallel, capture=json_,
         )
@@ -229,7 +232,9 @@ def ssh(
                                       help="Cluster name (needed when a command follows)."),
     command: list[str] | None = typer.Argument(None, metavar="CMD",
                                                help="A command to run instead of a shell (after `--`)."),
-    worker: int = typer.Option(0, "--worker", "-w", metavar="N", help="Worker index."),
+    worker: str = typer.Option("0", "--worker", "-w", metavar="N",
+                               help="Worker index (counted across slices), or s1w3 (Multislice: slice 1's host 3)."),
+    slice_: str | None = typer.Option(None, "--slice", metavar="K", help="Multislice: slice K's worker (default 0)."),
     forward: list[str] | None = typer.Option(None, "--local-forward", "-L", metavar="PORT:HOST:PORT",
                                              help="Forward a local port, e.g. 6006:localhost:6006."),
     print_only: bool = typer.Option(False, "--print", help="Print the ssh command instead of running it."),
@@ -239,6 +244,7 @@ def ssh(
     \b
     Example:
       tpuops ssh my-pod --worker 3 -L 6006:localhost:6006
+      tpuops ssh my-ms --worker s1w0                # Multislice: slice 1's first host
     """
     import os
     import shlex
@@ -246,7 +252,8 @@ def ssh(
     from tpuops.context import Context
     from tpuops.ops.remote import ssh_argv
 
-    argv = ssh_argv(Context.from_env(), name, worker=worker, forwards=forward or [], command=command or [])
+    argv = ssh_argv(Context.from_env(), name, worker=worker, slice_=slice_, forwards=forward or [],
+                    command=command or [])
     if print_only:
         console.print(shlex.join(argv), markup=False)
         return

@@ -190,8 +190,7 @@ class Finder:
                 if finding.doomed in self.brought_along:
                     continue
                 self.add(finding.doomed)
-                if finding.brings_along:
-                    self.brought_along.add(finding.brings_along)
+                self.brought_along.update(finding.brings_along)
 
     def check_recorded(self, kind: Kind, name: str, zone: str | None) -> None:
         """A recorded resource the label search did not find: gone, or someone else's (left alone)."""

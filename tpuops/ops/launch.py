@@ -20,15 +20,19 @@ from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops import cost_guard
 from tpuops.ops.autostop import record_prefix
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push, tpu_paths, worker_name
+from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push, tpu_paths
 from tpuops.remote.autostop import AgentInstall
 from tpuops.remote.base import LineHandler, Runner, RunResult
 from tpuops.remote.fanout import run_each
 from tpuops.remote.scripts import script_command
 from tpuops.spec import Spec
-from tpuops.state import RunRecord, bucket_of
+from tpuops.state import RunRecord, WorkerRecord, bucket_of
 
 JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+# Multislice: the port the slices' runtimes meet on (the one Google's and xpk's examples use), and the variable
+# start.sh reads settings from that only fill gaps in the worker's own environment.
+MEGASCALE_PORT = 8080
+HOST_DEFAULTS_ENV = "TPUOPS_HOST_DEFAULTS"
 
 STOP_GRACE_SECONDS = 10
 
@@ -200,7 +204,24 @@ def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
         common |= {"TPUOPS_RESTART": str(options.restart), "TPUOPS_RESUME": "1"}
     user_env = {key: _localize(access, value) for key, value in (spec.trainer.env if spec.trainer else {}).items()}
     common |= compilation_cache_env(ctx, access, spec, user_env)
-    return {worker_name(w): {**user_env, **common, "TPUOPS_WORKER_ID": str(i)} for i, w in enumerate(workers)}
+    return {w.name: {**user_env, **common, "TPUOPS_WORKER_ID": str(i), **slice_env(w, workers, user_env)}
+            for i, w in enumerate(workers)}
+
+
+def slice_env(worker: WorkerRecord, workers: Sequence[WorkerRecord], user_env: Mapping[str, str]) -> dict[str, str]:
+    """Which slice a worker is in, and with Multislice the MEGASCALE_* settings the TPU runtime joins the
+    slices by (coordinator on slice 0's worker 0). Those are defaults: a value the worker's own environment
+    already has (the TPU runtime's) or trainer.env sets wins."""
+    slices = 1 + max(w.slice for w in workers)
+    mates = [w for w in workers if w.slice == worker.slice]
+    env = {"TPUOPS_SLICE_ID": str(worker.slice), "TPUOPS_NUM_SLICES": str(slices),
+           "TPUOPS_SLICE_WORKER_ID": str(mates.index(worker)), "TPUOPS_SLICE_NUM_WORKERS": str(len(mates))}
+    if slices == 1:
+        return env
+    megascale = {"MEGASCALE_COORDINATOR_ADDRESS": workers[0].internal_ip, "MEGASCALE_NUM_SLICES": str(slices),
+                 "MEGASCALE_SLICE_ID": str(worker.slice), "MEGASCALE_PORT": str(MEGASCALE_PORT)}
+    defaults = " ".join(f"{name}={value}" for name, value in megascale.items() if name not in user_env)
+    return env | {HOST_DEFAULTS_ENV: defaults}
 
 
 def compilation_cache_env(ctx: Context, access: ClusterAccess, spec: Spec,

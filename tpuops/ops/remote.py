@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops import catalog, rules
-from tpuops.cloud.provider import Login, Provider, WorkerTarget
+from tpuops.cloud.provider import Login, Provider
 from tpuops.context import Context
 from tpuops.errors import SpecError, TpuopsError, UsageError
+from tpuops.ops.workers import one_worker, select_workers, ssh_targets, worker_targets
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
 from tpuops.remote.manifest import scan_tree
@@ -83,12 +84,6 @@ def cluster_access(ctx: Context, name: str | None, *, need_spec: bool = False) -
                          ctx.provider_for(spec, state))
 
 
-def ssh_targets(state: ClusterState) -> list[WorkerRecord]:
-    """The workers commands go to: the client VM when there is one marked as the only target (legacy Node)."""
-    client = [w for w in state.workers if w.role == "client_vm"]
-    return client or list(state.workers)
-
-
 def _load_spec(state: ClusterState, required: bool) -> Spec | None:
     try:
         return load_spec(state.spec_path)
@@ -96,35 +91,6 @@ def _load_spec(state: ClusterState, required: bool) -> Spec | None:
         if required:
             raise
         return None  # exec and ssh only need the state; a moved spec must not stop them
-
-
-def worker_name(worker: WorkerRecord) -> str:
-    return "client" if worker.role == "client_vm" else f"w{worker.index}"
-
-
-def select_workers(workers: Sequence[WorkerRecord], selection: str | None) -> list[WorkerRecord]:
-    """`all`/None, or a list like `0,2,5-7` of worker indexes; unknown indexes are a usage error."""
-    if selection is None or selection.strip().lower() == "all":
-        return list(workers)
-    by_index = {w.index: w for w in workers}
-    chosen: list[int] = []
-    for part in selection.split(","):
-        part = part.strip().removeprefix("w")
-        try:
-            if "-" in part:
-                low, high = (int(p.strip().removeprefix("w")) for p in part.split("-", 1))
-                if low > high:
-                    raise UsageError(f"--worker {part}: the range is reversed", f"write it low to high: {high}-{low}")
-                chosen.extend(range(low, high + 1))
-            else:
-                chosen.append(int(part))
-        except ValueError:
-            raise UsageError(f"--worker {selection!r}: expected `all` or indexes like 0,2,5-7") from None
-    unknown = sorted(set(chosen) - by_index.keys())
-    if unknown:
-        valid = f"0-{max(by_index)}" if by_index else "none"
-        raise UsageError(f"--worker: no worker {unknown[0]} in this cluster", f"valid indexes: {valid}")
-    return [by_index[i] for i in sorted(set(chosen))]
 
 
 def make_runners(access: ClusterAccess, workers: Sequence[WorkerRecord], *,
@@ -150,10 +116,6 @@ def tpu_paths(access: ClusterAccess, spec: Spec) -> tuple[str, str]:
     accelerator = catalog.load().accelerator(spec.tpu.type)
     vfio = accelerator is not None and accelerator.generation.name in ("v5litepod", "v5p", "v6e")
     return access.provider.tpu_paths(vfio)
-
-
-def worker_targets(workers: Sequence[WorkerRecord]) -> list[WorkerTarget]:
-    return [WorkerTarget(worker_name(w), w.ssh_host, w.ssh_port, w.internal_ip, w.home) for w in workers]
 
 
 def seconds_up(state: ClusterState) -> float | None:
@@ -208,6 +170,7 @@ def exec_command(
     command: Command,
     *,
     workers: str | None = None,
+    slices: str | None = None,
     timeout: float | None = None,
     on_line: LineHandler | None = None,
     on_new_host_key: Callable[[str, str], None] | None = None,
@@ -217,7 +180,7 @@ def exec_command(
 ) -> ExecReport:
     """Run `command` on the chosen workers at once; one result per worker (exit code, duration, error)."""
     access = cluster_access(ctx, name)
-    chosen = select_workers(access.workers, workers)
+    chosen = select_workers(access.workers, workers, slices)
     runners = make_runners(access, chosen, connect_timeout=connect_timeout, on_new_host_key=on_new_host_key)
     results = exec_all(runners, command, timeout=timeout, on_line=on_line, capture=capture,
                        max_parallel=max_parallel)
@@ -358,8 +321,8 @@ def upload_tree(ctx: Context, access: ClusterAccess, source: Path, url: str,
 # ------------------------------------------------------------------------------------------------- ssh
 
 
-def ssh_argv(ctx: Context, name: str | None, *, worker: int = 0, forwards: Sequence[str] = (),
-             command: Sequence[str] = (), ssh_binary: str = "ssh") -> list[str]:
+def ssh_argv(ctx: Context, name: str | None, *, worker: str | int = 0, slice_: str | None = None,
+             forwards: Sequence[str] = (), command: Sequence[str] = (), ssh_binary: str = "ssh") -> list[str]:
     """The system OpenSSH command line for one worker: the cluster's key, its known_hosts, keep-alives.
 
     New host keys are accepted and recorded in the cluster's known_hosts (as our own runner does);
@@ -367,7 +330,7 @@ def ssh_argv(ctx: Context, name: str | None, *, worker: int = 0, forwards: Seque
     """
     access = cluster_access(ctx, name)
     access.provider.require_ssh(access.state.name)
-    [target] = select_workers(access.workers, str(worker)) if worker else access.workers[:1]
+    [target] = one_worker(access.workers, str(worker), slice_)
     load_private_key(access.key_path)  # same checks (exists, 0600) and message as exec and push
     argv = [
         ssh_binary,

@@ -129,7 +129,8 @@ def status_by_label(ctx: Context, name: str, zones: Sequence[str] = ()) -> Clust
                               f"in {found.where}", "create it with `tpuops up SPEC`")
     nodes = (*found.tpu_vms, *found.tpu_nodes)
     by_name = {(node.zone, node.name): node for node in nodes}
-    rows = [queued_row(queued, by_name.get((queued.zone, queued.node_name or ""))) for queued in found.queued]
+    rows = [queued_row(queued, {node: by_name.get((queued.zone, node)) for node in queued.node_names})
+            for queued in found.queued]
     rows += [node_row(node) for node in nodes]
     rows += [vm_row(vm) for vm in found.vms]
     rows += [bucket_row(bucket) for bucket in found.buckets]

@@ -179,26 +179,34 @@ def ensure_all(job: Job, plan: Plan, known: dict[Kind, Found]) -> dict[Kind, Fou
 
 
 def record_workers(ctx: Context, job: Job, tpu: Found) -> tuple[tuple[WorkerRecord, ...], str | None]:
-    """Workers tpuops connects to (the TPU VM hosts, or a legacy Node's client VM) and their pinned host keys."""
-    spec, node = job.spec, tpu.node
-    assert node is not None
-    hosts, host_keys = reachable_hosts(job.cloud, spec, node)
+    """Workers tpuops connects to (the TPU VM hosts of every slice, or a legacy Node's client VM) and their
+    pinned host keys. With Multislice `index` counts across slices, slice by slice."""
+    spec = job.spec
+    multislice = len(tpu.nodes) > 1
     port = spec.ssh.port
     role = "client_vm" if spec.tpu.mode == "node" else "tpu"
-    workers = tuple(
-        WorkerRecord(index=w.index, internal_ip=w.internal_ip, external_ip=w.external_ip,
-                     ssh_host=w.external_ip or w.internal_ip, ssh_port=port, home=w.home, role=role)
-        for w in hosts
-    )
-    by_index = {w.index: w for w in workers}
-    pinned = [keys.PinnedKey(by_index[k.worker].ssh_host, port, k.key_type, k.key)
-              for k in host_keys if k.worker in by_index]
+    workers: list[WorkerRecord] = []
+    pinned: list[keys.PinnedKey] = []
+    for slice_id, node in enumerate(tpu.nodes):
+        hosts, host_keys = reachable_hosts(job.cloud, spec, node)
+        first = len(workers)
+        by_host = {}
+        for w in hosts:
+            record = WorkerRecord(index=first + w.index, internal_ip=w.internal_ip, external_ip=w.external_ip,
+                                  ssh_host=w.external_ip or w.internal_ip, ssh_port=port, home=w.home, role=role,
+                                  slice=slice_id, slice_index=w.index if multislice else None)
+            by_host[w.index] = record
+            workers.append(record)
+        pinned += [keys.PinnedKey(by_host[k.worker].ssh_host, port, k.key_type, k.key)
+                   for k in host_keys if k.worker in by_host]
     known_hosts = str(keys.pin_host_keys(ctx.store.cluster_dir(spec.name), pinned)) if pinned else None
+    zone = tpu.nodes[0].zone
 
     def write(state: ClusterState) -> None:
         state.workers = list(workers)
-        state.zone = node.zone
-        state.log("up", f"{len(workers)} worker(s) ready in {node.zone}")
+        state.zone = zone
+        in_slices = f" in {len(tpu.nodes)} slices" if multislice else ""
+        state.log("up", f"{len(workers)} worker(s){in_slices} ready in {zone}")
 
     job.ledger.update(write)
-    return workers, known_hosts
+    return tuple(workers), known_hosts

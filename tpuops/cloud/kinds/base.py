@@ -102,6 +102,12 @@ class Found:
     resource: ObservedResource | None = None
     node: TpuNode | None = None
     member: str | None = None
+    slices: tuple[TpuNode, ...] = ()  # Multislice: every slice's node, in slice order (`node` is the first)
+
+    @property
+    def nodes(self) -> tuple[TpuNode, ...]:
+        """The TPU's node, or every slice's."""
+        return self.slices or ((self.node,) if self.node is not None else ())
 
 
 Known = Mapping[Kind, Found]
@@ -118,10 +124,11 @@ class Doomed:
 
 @dataclass(frozen=True)
 class Finding:
-    """A resource found by its label; deleting it also deletes the TPU `brings_along` (a queued resource's)."""
+    """A resource found by its label; deleting it also deletes the TPUs it `brings_along` (a queued resource's
+    node, or every slice's)."""
 
     doomed: Doomed
-    brings_along: Doomed | None = None
+    brings_along: tuple[Doomed, ...] = ()
 
 
 @dataclass(frozen=True)

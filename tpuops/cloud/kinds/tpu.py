@@ -25,7 +25,7 @@ from tpuops.cloud.kinds.base import (
 from tpuops.cloud.queued import create_queued_within, waiting_age, withdraw_queued
 from tpuops.durations import format_duration
 from tpuops.errors import CapacityError, CloudError
-from tpuops.plan import Action, Kind, ObservedResource, client_vm_name, queued_resource_name, tpu_name
+from tpuops.plan import Action, Kind, ObservedResource, client_vm_name, node_names, queued_resource_name, tpu_name
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ResourceRecord, TpuRecord, now_iso
 
@@ -61,8 +61,13 @@ class TpuKind:
             node = create_in_some_zone(job, action, self.create_in)
         else:
             node = self.wait_kept(job, action)
+        slices = self.every_slice(job, action, node)
         job.progress(self.kind, action.name, f"{node.state} in {node.zone}")
-        return Found(ObservedResource(self.kind, action.name, node.state, True, node.zone), node=node)
+        return Found(ObservedResource(self.kind, action.name, node.state, True, node.zone), node=node, slices=slices)
+
+    def every_slice(self, job: Job, action: Action, first: TpuNode) -> tuple[TpuNode, ...]:
+        """Every slice's node once the first is ready: one TPU made directly is one slice."""
+        return (first,)
 
     def create_in(self, job: Job, action: Action, request: TpuRequest) -> TpuNode:
         return job.cloud.tpu_api(request.mode).create_node(request)
@@ -70,7 +75,7 @@ class TpuKind:
     def wait_kept(self, job: Job, action: Action) -> TpuNode:
         """A kept TPU: maybe still CREATING after an interrupted `up`."""
         zone = action.zone or job.spec.zone or ""
-        node = wait_node_ready(job, zone, tpu_name(job.spec))
+        node = wait_node_ready(job, zone, node_names(job.spec)[0])
         record_created(job, action, zone, node)
         return node
 
@@ -103,7 +108,7 @@ class QueuedKind(TpuKind):
         for zone in candidate_zones(job.spec, job.ledger.recorded(self.kind)):
             queued = job.cloud.queued.get_queued(zone, name)
             if queued is not None:
-                node = job.cloud.tpus.get_node(zone, tpu_name(job.spec))
+                node = job.cloud.tpus.get_node(zone, node_names(job.spec)[0])
                 owned = owned_by(queued.labels, job.spec.name)
                 return Found(ObservedResource(self.kind, name, queued.state, owned, zone), node=node)
         return Found()
@@ -115,7 +120,7 @@ class QueuedKind(TpuKind):
         wait_seconds = job.knobs.wait_for_capacity or job.knobs.operation_timeout
         job.progress(self.kind, action.name, f"queued in {request.zone}, valid for {wait_seconds:.0f}s")
         create_queued_within(job.cloud.queued, action.name, request, wait_seconds, cluster=job.spec.name)
-        return wait_node_ready(job, request.zone, request.name)
+        return wait_node_ready(job, request.zone, node_names(job.spec)[0])
 
     def wait_kept(self, job: Job, action: Action) -> TpuNode:
         """A queued resource still waiting for capacity (after an interrupted `up`), then its TPU; withdrawn
@@ -134,24 +139,33 @@ class QueuedKind(TpuKind):
             raise
         return super().wait_kept(job, action)
 
+    def every_slice(self, job: Job, action: Action, first: TpuNode) -> tuple[TpuNode, ...]:
+        """Multislice: the other slices' nodes too (ACTIVE means all of them are granted), recorded in slice order."""
+        names = node_names(job.spec)
+        if len(names) == 1:
+            return (first,)
+        nodes = (first, *(wait_node_ready(job, first.zone, name) for name in names[1:]))
+        job.ledger.record(self.kind, action.name, first.zone, "created", nodes=list(names))
+        return nodes
+
     def delete(self, cloud: Cloud, mode: TpuMode, doomed: Doomed) -> None:
         cloud.queued.delete_queued(doomed.zone or "", doomed.name)  # with force: its TPU goes too
 
     def describe(self, cloud: Cloud, record: ResourceRecord, mode: TpuMode) -> Described:
         zone = record.zone or ""
-        name = node_name(record)
-        node = cloud.tpu_api(mode).get_node(zone, name) if zone else None
+        names = record.node_names if isinstance(record, TpuRecord) else [record.name]
+        nodes = {name: cloud.tpu_api(mode).get_node(zone, name) if zone else None for name in names}
+        node = nodes[names[0]]
         queued = cloud.queued.get_queued(zone, record.name) if zone else None
         if queued is None:
-            return Described(ResourceStatus(self.kind, record.name, zone, MISSING, f"node {name}: "
-                                            f"{node.state if node else 'not created'}"), node, MISSING)
-        return Described(queued_row(queued, node), node, queued.state)
+            return Described(ResourceStatus(self.kind, record.name, zone, MISSING, nodes_text(nodes)), node, MISSING)
+        return Described(queued_row(queued, nodes), node, queued.state)
 
     def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
         if mode != "vm":
             return []
         return [Finding(Doomed(self.kind, queued.name, zone),
-                        Doomed("tpu", queued.node_name, zone) if queued.node_name else None)
+                        tuple(Doomed("tpu", name, zone) for name in queued.node_names))
                 for queued in cloud.queued.list_queued(zone) if owned_by(queued.labels, cluster)]
 
     def labels(self, cloud: Cloud, mode: TpuMode, name: str, zone: str) -> Mapping[str, str] | None:
@@ -168,9 +182,15 @@ def node_row(node: TpuNode, name: str | None = None) -> ResourceStatus:
     return ResourceStatus("tpu", name or node.name, node.zone, node.state, detail)
 
 
-def queued_row(queued: QueuedResource, node: TpuNode | None) -> ResourceStatus:
-    """A queued resource as `status` shows it: its node, and how long it has waited, if it still waits."""
-    detail = f"node {queued.node_name or '-'}: {node.state if node else 'not created'}"
+def nodes_text(nodes: Mapping[str, TpuNode | None]) -> str:
+    """`node x: READY`, or with Multislice `nodes x-0: READY, x-1: PREEMPTED`."""
+    states = ", ".join(f"{name}: {node.state if node else 'not created'}" for name, node in nodes.items())
+    return f"node{'s' * (len(nodes) > 1)} {states or '-'}"
+
+
+def queued_row(queued: QueuedResource, nodes: Mapping[str, TpuNode | None]) -> ResourceStatus:
+    """A queued resource as `status` shows it: its nodes, and how long it has waited, if it still waits."""
+    detail = nodes_text(nodes)
     waited = waiting_age(queued)
     if waited is not None:  # a request left waiting may be granted later and bill a TPU nobody uses
         detail += f", waiting for capacity for {format_duration(waited)}"
@@ -264,6 +284,7 @@ def tpu_request(job: Job, zone: str) -> TpuRequest:
         labels=spec.resource_labels,
         ssh_keys=job.ssh_keys if tpu.mode == "vm" else None,
         workers=tpu.workers,  # only the local provider simulates a chosen number of hosts
+        slices=tpu.slices,
     )
 
 
