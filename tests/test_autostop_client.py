@@ -116,6 +116,10 @@ def test_cost_so_far_at_the_catalogs_list_price() -> None:
     node = cost_so_far(list_prices=True, accelerator_type="v2-8", spot=False, created_at=0.0, now=3600,
                        client_vm_machine_type="n1-standard-2", client_vm_disk_gb=50)
     assert node.per_hour > 4 * 1.125
+    slices = cost_so_far(list_prices=True, accelerator_type="v4-16", spot=False, created_at=0.0, now=3600,
+                         slices=2)  # Multislice: every slice is billed
+    one = cost_so_far(list_prices=True, accelerator_type="v4-16", spot=False, created_at=0.0, now=3600)
+    assert slices.dollars == pytest.approx(2 * one.dollars) and one.dollars > 0
     local = cost_so_far(list_prices=False, accelerator_type="v3-8", spot=False, created_at=0.0, now=60)
     assert local.dollars == 0.0 and local.line() == "up 1m, local simulator: free"
 

@@ -367,13 +367,14 @@ def test_jax_template_trains_on_two_devices_and_resumes(tmp_path: Path) -> None:
     assert "2 cpu device(s)" in output
 
 
-def run_workers(args: list[str], tmp_path: Path, workers: int = 2) -> list[str]:
+def run_workers(args: list[str], tmp_path: Path, workers: int = 2, **extra: str) -> list[str]:
     """Start `workers` processes of one run on loopback, wait for all (bounded), return their stdout."""
     coordinator = f"127.0.0.1:{free_port()}"
     procs = [
         subprocess.Popen([sys.executable, *args], cwd=tmp_path, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=trainer_env(tmp_path / "logs", worker_id, workers, TPUOPS_COORDINATOR=coordinator))
+                         env=trainer_env(tmp_path / "logs", worker_id, workers, TPUOPS_COORDINATOR=coordinator,
+                                         **extra))
         for worker_id in range(workers)
     ]  # fmt: skip
     outputs = []
@@ -402,6 +403,22 @@ def test_jax_template_two_processes_join_with_jax_distributed(tmp_path: Path) ->
     assert "process 0/2" in outputs[0] and "process 1/2" in outputs[1]
     # One program over both processes: the loss (a global mean) is the same number on both.
     assert final_loss(outputs[0]) == final_loss(outputs[1])
+
+
+@pytest.mark.heavy
+def test_jax_template_is_data_parallel_across_slices(tmp_path: Path) -> None:
+    """Two slices of one host each (as tpuops numbers Multislice hosts): a (slice, data) mesh, the batch sharded
+    over both axes, and the same training as one slice of two hosts: the loss matches."""
+    require_module("jax")
+    args = [str(TEMPLATES / "jax" / "train.py"), "--data", str(CORPUS), "--steps", "10", *SMALL]
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one_slice = run_workers(args, tmp_path / "one")
+    two_slices = run_workers(args, tmp_path / "two", TPUOPS_NUM_SLICES="2")
+    assert "mesh data=2" in one_slice[0]
+    assert all("mesh slice=2 x data=1" in output for output in two_slices)
+    assert final_loss(two_slices[0]) == final_loss(two_slices[1])
+    assert float(final_loss(two_slices[0])) == pytest.approx(float(final_loss(one_slice[0])), rel=1e-4)
 
 
 @pytest.mark.heavy

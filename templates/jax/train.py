@@ -5,6 +5,9 @@
   (on a Cloud TPU, initialize() could also find them by itself; the local simulator needs them).
 - One mesh over all devices of all hosts; the batch is sharded over it, the parameters are replicated,
   and `jax.jit` inserts the gradient all-reduce. The same code runs on 1 CPU, on a v3-8 and on a v4-32.
+- Multislice (TPUOPS_NUM_SLICES > 1): the mesh gets an outer "slice" axis (over the data-center network) and
+  an inner "data" axis (within a slice), and the batch is sharded over both: data-parallel across slices, the
+  gradients reduced within each slice over ICI before they cross between slices.
 - Each host feeds only its own slice of the global batch (`make_array_from_process_local_data`).
 - bfloat16 matmuls on TPU (native on every TPU generation), float32 master weights; float32 on CPU.
 - Fixed shapes (blocks of --block-size tokens, a fixed batch): XLA compiles the step once.
@@ -243,17 +246,36 @@ def log(message: str) -> None:
     print(f"[jax w{os.environ.get('TPUOPS_WORKER_ID', '0')}] {message}", flush=True)
 
 
+def data_mesh(devices: list[Any], processes: int) -> tuple[Any, Any]:
+    """The mesh the batch is sharded over, and its batch axes: ("slice", "data") with Multislice, else "data"."""
+    from jax.sharding import Mesh
+
+    slices = int(os.environ.get("TPUOPS_NUM_SLICES", "1"))
+    if slices <= 1:
+        return Mesh(np.array(devices), ("data",)), "data"
+    if len(devices) % slices:
+        raise SystemExit(f"{len(devices)} devices do not split into TPUOPS_NUM_SLICES={slices} slices")
+
+    def slice_of(device: Any) -> int:
+        known = getattr(device, "slice_index", None)  # a TPU device knows its slice
+        # elsewhere (CPU), from the host: tpuops numbers hosts slice by slice
+        return known if known is not None else device.process_index * slices // processes
+
+    ordered = sorted(devices, key=lambda device: (slice_of(device), device.id))
+    return Mesh(np.array(ordered).reshape(slices, -1), ("slice", "data")), ("slice", "data")
+
+
 def train(args: argparse.Namespace) -> int:
     init_distributed()
     import jax
     import jax.numpy as jnp
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from jax.sharding import NamedSharding, PartitionSpec
 
     devices = jax.devices()
     if args.batch_size % len(devices):
         raise SystemExit(f"--batch-size {args.batch_size} must be a multiple of the {len(devices)} devices")
-    mesh = Mesh(np.array(devices), ("data",))
-    replicated, sharded = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("data"))
+    mesh, batch_axes = data_mesh(devices, jax.process_count())
+    replicated, sharded = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec(batch_axes))
     dtype = jnp.bfloat16 if jax.default_backend() == "tpu" else jnp.float32
     process, processes = jax.process_index(), jax.process_count()
     local_batch = args.batch_size // processes
@@ -268,7 +290,8 @@ def train(args: argparse.Namespace) -> int:
 
     tokens = read_tokens(args.data)
     scalars = Scalars(args.logdir) if process == 0 else None
-    log(f"process {process}/{processes}, {len(devices)} {jax.default_backend()} device(s), {len(tokens):,} tokens, "
+    log(f"process {process}/{processes}, {len(devices)} {jax.default_backend()} device(s), mesh "
+        f"{' x '.join(f'{axis}={size}' for axis, size in mesh.shape.items())}, {len(tokens):,} tokens, "
         f"{sum(p.size for p in jax.tree.leaves(params)):,} parameters")  # fmt: skip
     step, started, seen = int(state["step"]), time.perf_counter(), 0
     while step < args.steps:

@@ -235,8 +235,9 @@ class CostSoFar:
 
 
 def cost_so_far(*, list_prices: bool, accelerator_type: str, spot: bool, created_at: float, now: float,
-                client_vm_machine_type: str | None = None, client_vm_disk_gb: int = 0) -> CostSoFar:
-    """Uptime times the catalog's list price (TPU, plus the client VM of a legacy Node). TRC quota costs
+                client_vm_machine_type: str | None = None, client_vm_disk_gb: int = 0, slices: int = 1) -> CostSoFar:
+    """Uptime times the catalog's list price (TPU, each slice of a Multislice, plus the client VM of a legacy
+    Node). TRC quota costs
     nothing, and tpuops cannot tell whether the project runs on it, so the note says so as plan does.
     `list_prices` False: the provider's TPUs are free (the local simulator)."""
     uptime = max(0.0, now - created_at)
@@ -244,7 +245,7 @@ def cost_so_far(*, list_prices: bool, accelerator_type: str, spot: bool, created
         return CostSoFar(uptime, 0.0, 0.0, "local simulator: free")
     cat = catalog.load()
     accelerator = cat.accelerator(accelerator_type)
-    per_hour = accelerator.price_per_hour(spot=spot) if accelerator is not None else 0.0
+    per_hour = accelerator.price_per_hour(spot=spot) * slices if accelerator is not None else 0.0
     if client_vm_machine_type:
         per_hour += cat.machine_prices.get(client_vm_machine_type, 0.0)
         per_hour += client_vm_disk_gb * cat.disk_price_per_gb_month / 730

@@ -160,7 +160,8 @@ def guard_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_ready
         cost = cost_so_far(list_prices=provider.list_prices, accelerator_type=accelerator_type,
                            spot=bool(spec and (spec.tpu.spot or spec.tpu.preemptible)), created_at=created,
                            now=time.time(), client_vm_machine_type=client_vm.machine_type if client_vm else None,
-                           client_vm_disk_gb=client_vm.disk_gb if client_vm else 0)
+                           client_vm_disk_gb=client_vm.disk_gb if client_vm else 0,
+                           slices=len(tpu.node_names) if tpu is not None else 1)
     view = None
     if tpu_ready and state.workers and (setting.enabled or state.autostop is not None):
         access = cluster_access(ctx, state.name)
