@@ -79,6 +79,7 @@ class SshdCluster:
     root: Path
     count: int
     workers: list[SshdWorker] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # what every session's environment already has (SetEnv)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -162,8 +163,9 @@ class SshdCluster:
             "AllowTcpForwarding yes",
             "Subsystem sftp internal-sftp",
         ]
-        if not USE_NAMESPACES:
-            lines.append(f"SetEnv HOME={worker.home}")
+        env = self.env if USE_NAMESPACES else {**self.env, "HOME": str(worker.home)}
+        if env:
+            lines.append("SetEnv " + " ".join(f"{name}={value}" for name, value in env.items()))
         path = worker.root / "sshd_config"
         path.write_text("\n".join(lines) + "\n")
         return path

@@ -82,6 +82,7 @@ class RunResult:
             "duration": round(self.duration, 3),
             "error": self.error,
             "ok": self.ok,
+            "bytes_sent": self.bytes_sent,
         }
 
 

@@ -1,0 +1,170 @@
+"""Multislice end to end through the CLI: two v4-16 slices (2 x 2 hosts) made by one queued resource, their
+hosts four real sshd workers on loopback behind the TPU v2 wire fake.
+
+The fake names the nodes NAME-0 and NAME-1 (Google's naming from the prefix); node NAME-K's host I is sshd
+worker 2K+I, with that worker's real host key. Every sshd session's environment already holds MEGASCALE_PORT
+(as a TPU runtime could provide it), which must win over the port tpuops would set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
+from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
+from tests.helpers import run_cli
+from tests.sshd import SshdCluster, sshd_available
+from tests.test_watch import ZONE, attempts, finish, make_cluster, start_cli, state_of, stop_leftovers, wait_for
+
+HOSTS_PER_SLICE = 2
+HOST_MEGASCALE_PORT = "9431"
+
+pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
+
+
+@pytest.fixture(scope="module")
+def sshd4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
+    cluster = SshdCluster(tmp_path_factory.mktemp("sshd-multislice"), 4, env={"MEGASCALE_PORT": HOST_MEGASCALE_PORT})
+    with cluster:
+        yield cluster
+
+
+def worker_of(sshd: SshdCluster, name: str, index: int) -> int:
+    """Node NAME-K's host I: sshd worker 2K+I."""
+    return HOSTS_PER_SLICE * int(name.rsplit("-", 1)[1]) + index
+
+
+@pytest.fixture
+def gcp(fake_gcp: FakeGcp, sshd4: SshdCluster, tpu_paths_in_worker_homes: None) -> FakeGcp:  # noqa: F811
+    fake_gcp.tpu.external_ip = lambda zone, name, index: sshd4.workers[worker_of(sshd4, name, index)].host
+    fake_gcp.tpu.internal_ip = lambda zone, name, index: sshd4.workers[worker_of(sshd4, name, index)].host
+    fake_gcp.tpu.host_keys = lambda name, index: [
+        tuple(sshd4.workers[worker_of(sshd4, name, index)].host_key.with_suffix(".pub").read_text().split()[:2])]
+    return fake_gcp
+
+
+def two_slice_spec(sshd: SshdCluster, home: Path, tmp_path: Path, command: str) -> tuple[str, Path]:
+    name, spec = make_cluster(sshd, home, tmp_path, command)
+    text = spec.read_text().replace("preemptible: true}", "preemptible: true, slices: 2}")
+    assert "slices: 2" in text
+    spec.write_text(text)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "weights.bin").write_bytes(os.urandom(1 << 20))  # 1 MiB, incompressible: above the relay threshold
+    spec.write_text(text + "code: {path: code}\n")
+    return name, spec
+
+
+def cli_json(gcp: FakeGcp, *args: str) -> dict:
+    at = args.index("--") if "--" in args else len(args)  # options before the remote command
+    result = run_cli(*args[:at], "--json", *args[at:], env=gcp.env, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def test_two_slices_come_up_and_every_command_reaches_all_four_hosts(
+        gcp: FakeGcp, sshd4: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    marker = f"tpuops-ms-{uuid.uuid4().hex[:8]}"
+    command = f"env | grep -E '^(TPUOPS|MEGASCALE)_' | sort > ~/env-$TPUOPS_CLUSTER; sleep 300 # {marker}"
+    name, spec = two_slice_spec(sshd4, tpuops_home, tmp_path, command)
+
+    plan = run_cli("plan", str(spec), env=gcp.env, timeout=60)
+    assert plan.returncode == 0 and "2 slices" in plan.stdout and "4 hosts, 16 chips in all" in plan.stdout
+    up = run_cli("up", str(spec), env=gcp.env, timeout=120)
+    assert up.returncode == 0, up.stderr[-3000:]
+    try:
+        # One queued resource carrying multislice_params; Google's node names; workers numbered across slices.
+        [created] = gcp.tpu_v2.server.calls("POST", r"/queuedResources$")
+        [node_spec] = created.body["tpu"]["nodeSpec"]
+        assert node_spec["multisliceParams"] == {"nodeCount": 2, "nodeIdPrefix": name}
+        state = state_of(tpuops_home, name)
+        assert [(w["index"], w["slice"], w["slice_index"], w["ssh_host"]) for w in state["workers"]] == [
+            (i, i // 2, i % 2, sshd4.workers[i].host) for i in range(4)]
+        [record] = state["resources"]
+        assert record["kind"] == "queued_resource" and record["nodes"] == [f"{name}-0", f"{name}-1"]
+        pinned = (tpuops_home / "clusters" / name / "known_hosts").read_text().splitlines()
+        assert sorted(pinned) == sorted(w.host_key_line() for w in sshd4.workers)
+
+        # exec reaches the four hosts under slice-qualified names; each name is the host it says.
+        every = cli_json(gcp, "exec", name, "--", "echo $SSH_CONNECTION")
+        assert [w["worker"] for w in every["workers"]] == ["s0w0", "s0w1", "s1w0", "s1w1"]
+        for index, worker in enumerate(every["workers"]):
+            assert worker["stdout"].split()[2] == sshd4.workers[index].host
+        assert [w["worker"] for w in cli_json(gcp, "exec", name, "--slice", "1", "--", "true")["workers"]] == \
+            ["s1w0", "s1w1"]
+        assert [w["worker"] for w in cli_json(gcp, "exec", name, "--worker", "s1w1,0", "--", "true")["workers"]] == \
+            ["s0w0", "s1w1"]
+        wrong = run_cli("exec", name, "--worker", "s2w0", "--", "true", env=gcp.env, timeout=60)
+        assert wrong.returncode == 2 and "no slice 2" in wrong.stderr and "slices 0-1" in wrong.stderr
+        ssh = run_cli("ssh", name, "--slice", "1", "--print", env=gcp.env, timeout=60)
+        assert ssh.returncode == 0 and ssh.stdout.split()[-1] == sshd4.workers[2].host
+
+        status = run_cli("status", name, env=gcp.env, timeout=60)
+        assert status.returncode == 0 and f"{name}-0: READY, {name}-1: READY" in status.stdout
+
+        # launch: the payload leaves the client once; each trainer knows its slice and the coordinator.
+        launch = cli_json(gcp, "launch", name)
+        [push] = [step for step in launch["steps"] if step["name"] == "push"]
+        sent = sum(w["bytes_sent"] for w in push["workers"])
+        assert 1 << 20 <= sent < 2 << 20, push
+        envs = wait_for_envs(sshd4, name)
+        coordinator = sshd4.workers[0].host
+        for index, env in enumerate(envs):
+            assert env["TPUOPS_WORKER_ID"] == str(index) and env["TPUOPS_NUM_WORKERS"] == "4"
+            assert env["TPUOPS_SLICE_ID"] == str(index // 2) and env["TPUOPS_NUM_SLICES"] == "2"
+            assert env["TPUOPS_SLICE_WORKER_ID"] == str(index % 2) and env["TPUOPS_SLICE_NUM_WORKERS"] == "2"
+            assert env["TPUOPS_COORDINATOR"].startswith(coordinator + ":")
+            assert env["MEGASCALE_COORDINATOR_ADDRESS"] == coordinator
+            assert env["MEGASCALE_NUM_SLICES"] == "2" and env["MEGASCALE_SLICE_ID"] == str(index // 2)
+            assert env["MEGASCALE_PORT"] == HOST_MEGASCALE_PORT  # the host's own setting wins over 8080
+    finally:
+        stop_leftovers(gcp, name, marker)
+
+    down = run_cli("down", name, "--yes", env=gcp.env, timeout=120)
+    assert down.returncode == 0, down.stderr[-3000:]
+    assert len(gcp.tpu_v2.server.calls("DELETE", rf"/queuedResources/{name}-qr")) == 1
+    assert not [key for key in gcp.tpu.nodes if key[1].startswith(f"{name}-")]
+    assert not gcp.tpu.queued
+
+
+def wait_for_envs(sshd: SshdCluster, name: str) -> list[dict[str, str]]:
+    paths = [w.home / f"env-{name}" for w in sshd.workers]
+    deadline_process = subprocess.Popen(["sleep", "60"])  # a bounded wait without a busy clock of our own
+    try:
+        wait_for(lambda: all(p.exists() and p.read_text().endswith("\n") for p in paths), "every trainer's env",
+                 deadline_process)
+    finally:
+        deadline_process.kill()
+        deadline_process.wait(timeout=10)
+    return [dict(line.split("=", 1) for line in p.read_text().splitlines()) for p in paths]
+
+
+def test_watch_recreates_the_whole_request_when_one_slice_is_preempted(
+        gcp: FakeGcp, sshd4: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    marker = f"tpuops-ms-watch-{uuid.uuid4().hex[:8]}"
+    command = (f'echo "restart=${{TPUOPS_RESTART:-0}} slice=$TPUOPS_SLICE_ID" >> ~/attempts-$TPUOPS_CLUSTER; '
+               f'[ "${{TPUOPS_RESTART:-0}}" -ge 1 ] || sleep 300 # {marker}')
+    name, spec = two_slice_spec(sshd4, tpuops_home, tmp_path, command)
+    process = start_cli(gcp, "run", str(spec), "--watch")
+    try:
+        wait_for(lambda: all(len(lines) == 1 for lines in attempts(sshd4, name)), "the first start", process)
+        gcp.tpu.preempt(ZONE, f"{name}-1")  # one slice lost: the whole request is SUSPENDED
+        code, stdout, stderr = finish(process)
+    finally:
+        stop_leftovers(gcp, name, marker)
+    assert code == 0, stderr[-3000:]
+    assert "queued resource SUSPENDED: recovering" in stderr
+    # The whole queued resource deleted (force) and created again: Multislice cannot go on with a slice missing.
+    assert len(gcp.tpu_v2.server.calls("DELETE", rf"/queuedResources/{name}-qr")) == 1
+    assert len(gcp.tpu_v2.server.calls("POST", r"/queuedResources$")) == 2
+    assert all(gcp.tpu.nodes[(ZONE, f"{name}-{k}")].state == "READY" for k in range(2))
+    assert attempts(sshd4, name) == [["restart=0 slice=0", "restart=1 slice=0"]] * 2 + \
+        [["restart=0 slice=1", "restart=1 slice=1"]] * 2
+    run_cli("down", name, "--yes", env=gcp.env, timeout=120)
