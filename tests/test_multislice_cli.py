@@ -108,6 +108,7 @@ def test_two_slices_come_up_and_every_command_reaches_all_four_hosts(
 
         status = run_cli("status", name, env=gcp.env, timeout=60)
         assert status.returncode == 0 and f"{name}-0: READY, {name}-1: READY" in status.stdout
+        assert "worker 3 (s1w1)" in status.stdout
 
         # launch: the payload leaves the client once; each trainer knows its slice and the coordinator.
         launch = cli_json(gcp, "launch", name)

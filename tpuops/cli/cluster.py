@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -12,6 +13,9 @@ from tpuops.cli.progress import ProgressView
 from tpuops.cli.render import console, err_console, print_json, size_text
 from tpuops.durations import parse_duration
 from tpuops.errors import UsageError
+
+if TYPE_CHECKING:
+    from tpuops.state import WorkerRecord
 
 ZONE_OPTION = typer.Option([], "--zone", metavar="ZONE",
                            help="Without local state: search only this zone (repeatable) instead of every zone.")
@@ -60,7 +64,7 @@ def up(
         console.print(f"{result.cluster}: {done}")
     for worker in result.workers:
         console.print(
-            f"  worker {worker.index}: internal {worker.internal_ip}, external {worker.external_ip or '-'}, "
+            f"  worker {worker_label(worker)}: internal {worker.internal_ip}, external {worker.external_ip or '-'}, "
             f"ssh {worker.ssh_host}:{worker.ssh_port}"
         )
     print_autostop_install(result.cluster, result.autostop)
@@ -123,7 +127,8 @@ def status(
         for restart in result.restarts:
             console.print(f"    {restart.at}  {restart.message}")
     for worker in result.workers:
-        console.print(f"  worker {worker.index}: internal {worker.internal_ip}, external {worker.external_ip or '-'}")
+        console.print(f"  worker {worker_label(worker)}: internal {worker.internal_ip}, "
+                      f"external {worker.external_ip or '-'}")
     if result.run:
         run = result.run
         when = "now" if run.live else "as last recorded"
@@ -202,3 +207,8 @@ def down(
         console.print(f"{result.cluster}: deleted " + ", ".join(f"{d.kind} {d.name}" for d in result.deleted))
     if result.kept_bucket:
         console.print(f"  bucket gs://{result.kept_bucket} kept (pass --delete-bucket to delete it)")
+
+
+def worker_label(worker: WorkerRecord) -> str:
+    """`3`, or with Multislice `2 (s1w0)`: both forms --worker takes."""
+    return f"{worker.index} ({worker.name})" if worker.slice_index is not None else str(worker.index)

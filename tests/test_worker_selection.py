@@ -1,0 +1,67 @@
+"""--worker and --slice: indexes counted across slices, slice names (s1w3), ranges, and one clear line for
+what does not exist."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpuops.errors import UsageError
+from tpuops.ops.workers import one_worker, select_workers
+from tpuops.state import WorkerRecord
+
+
+def workers(slices: int, hosts: int) -> list[WorkerRecord]:
+    multislice = slices > 1
+    return [WorkerRecord(index=s * hosts + i, internal_ip=f"10.0.{s}.{i}", ssh_host=f"10.0.{s}.{i}", slice=s,
+                         slice_index=i if multislice else None) for s in range(slices) for i in range(hosts)]
+
+
+def names(chosen: list[WorkerRecord]) -> list[str]:
+    return [w.name for w in chosen]
+
+
+@pytest.mark.parametrize(("selection", "slices", "expected"), [
+    (None, None, ["s0w0", "s0w1", "s1w0", "s1w1", "s2w0", "s2w1"]),
+    ("all", "1", ["s1w0", "s1w1"]),
+    (None, "0,2", ["s0w0", "s0w1", "s2w0", "s2w1"]),
+    ("3", None, ["s1w1"]),  # global index: slice by slice
+    ("w3", None, ["s1w1"]),
+    ("s1w1,0", None, ["s0w0", "s1w1"]),
+    ("s2w0-1", None, ["s2w0", "s2w1"]),
+    ("1-3", None, ["s0w1", "s1w0", "s1w1"]),
+    ("S1W0", None, ["s1w0"]),
+    ("s1w0,2", "1", ["s1w0"]),  # the same worker twice is chosen once
+])
+def test_selection_across_slices(selection: str | None, slices: str | None, expected: list[str]) -> None:
+    assert names(select_workers(workers(3, 2), selection, slices)) == expected
+
+
+@pytest.mark.parametrize(("selection", "slices", "message"), [
+    ("s3w0", None, "no slice 3"),
+    ("s1w2", None, "no worker s1w2"),
+    ("6", None, "no worker 6"),
+    ("3-1", None, "reversed"),
+    ("x1", None, "expected `all`"),
+    ("0", "5", "no slice 5"),
+    ("0", "one", "--slice 'one'"),
+    ("s1w0", "0", "not in --slice 0"),
+])
+def test_bad_selection_is_one_usage_error(selection: str, slices: str | None, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        select_workers(workers(3, 2), selection, slices)
+
+
+def test_one_slice_keeps_plain_names() -> None:
+    chosen = select_workers(workers(1, 4), "0,2-3")
+    assert names(chosen) == ["w0", "w2", "w3"]
+    with pytest.raises(UsageError, match="no slice 1") as err:
+        select_workers(workers(1, 4), "s1w0")
+    assert "one slice" in (err.value.hint or "")
+
+
+def test_ssh_goes_to_one_worker() -> None:
+    assert names(one_worker(workers(2, 2), "0", "1")) == ["s1w0"]  # --slice 1 alone: its first host
+    assert names(one_worker(workers(2, 2), "s1w1")) == ["s1w1"]
+    assert names(one_worker(workers(2, 2), "2")) == ["s1w0"]
+    with pytest.raises(UsageError, match="one worker"):
+        one_worker(workers(2, 2), "0,1")
