@@ -260,7 +260,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 def test_the_examples_are_all_there() -> None:
     names = {path.name for path in EXAMPLES}
     assert {"quickstart.yaml", "bert-trc-v3-8.yaml", "gpt2-pytorch-v3-8.yaml", "tf-legacy-node.yaml",
-            "jax-v4-32.yaml"} <= names  # fmt: skip
+            "jax-v4-32.yaml", "jax-multislice.yaml"} <= names  # fmt: skip
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
