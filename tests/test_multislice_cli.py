@@ -147,8 +147,14 @@ def wait_for_envs(sshd: SshdCluster, name: str) -> list[dict[str, str]]:
     return [dict(line.split("=", 1) for line in p.read_text().splitlines()) for p in paths]
 
 
+@pytest.mark.parametrize(("suspended_at_once", "reason"), [
+    (True, "queued resource SUSPENDED: recovering"),
+    (False, "-1 PREEMPTED (Multislice cannot go on with a slice missing): recovering"),  # still ACTIVE
+])
 def test_watch_recreates_the_whole_request_when_one_slice_is_preempted(
-        gcp: FakeGcp, sshd4: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+        gcp: FakeGcp, sshd4: SshdCluster, tpuops_home: Path, tmp_path: Path, suspended_at_once: bool,
+        reason: str) -> None:
+    gcp.tpu.suspend_on_lost_slice = suspended_at_once
     marker = f"tpuops-ms-watch-{uuid.uuid4().hex[:8]}"
     command = (f'echo "restart=${{TPUOPS_RESTART:-0}} slice=$TPUOPS_SLICE_ID" >> ~/attempts-$TPUOPS_CLUSTER; '
                f'[ "${{TPUOPS_RESTART:-0}}" -ge 1 ] || sleep 300 # {marker}')
@@ -161,7 +167,7 @@ def test_watch_recreates_the_whole_request_when_one_slice_is_preempted(
     finally:
         stop_leftovers(gcp, name, marker)
     assert code == 0, stderr[-3000:]
-    assert "queued resource SUSPENDED: recovering" in stderr
+    assert reason in stderr
     # The whole queued resource deleted (force) and created again: Multislice cannot go on with a slice missing.
     assert len(gcp.tpu_v2.server.calls("DELETE", rf"/queuedResources/{name}-qr")) == 1
     assert len(gcp.tpu_v2.server.calls("POST", r"/queuedResources$")) == 2

@@ -45,6 +45,8 @@ needs_sshd = pytest.mark.skipif(not sshd_available(), reason="needs root and Ope
     (TpuView("MISSING"), ("recover", "TPU MISSING")),
     (TpuView("MISSING", None, "SUSPENDED"), ("recover", "queued resource SUSPENDED")),
     (TpuView("MISSING", None, "FAILED"), ("recover", "queued resource FAILED")),
+    (TpuView("READY", "HEALTHY", "ACTIVE", "x-1 PREEMPTED"),
+     ("recover", "slice x-1 PREEMPTED (Multislice cannot go on with a slice missing)")),
     (TpuView("CREATING"), ("fine", "")),
     (TpuView("REPAIRING"), ("fine", "")),
 ])

@@ -129,6 +129,9 @@ class TpuModel:
         self.create_seconds = 0.0
         self.delete_seconds = 0.0
         self.queued_seconds = 0.0
+        # Google marks a Multislice request SUSPENDED when a slice is lost, though not necessarily at once:
+        # False keeps it ACTIVE meanwhile (a watcher must then notice the lost slice's node itself).
+        self.suspend_on_lost_slice = True
         self.capacity_failures: dict[str, int] = {}  # zone -> creates that fail for lack of capacity (-1: all)
         self.queued_failures: dict[str, int] = {}  # zone -> queued resources that end FAILED
         self.transient_failures: dict[str, int] = {}  # zone -> creates whose operation fails UNAVAILABLE
@@ -262,7 +265,8 @@ class TpuModel:
             return self.operations.start(location, queued.name, 0, lambda: queued)
 
     def _advance_queued(self, queued: FakeQueued) -> None:
-        if queued.state == "ACTIVE" and queued.multislice and self._a_slice_is_lost(queued):
+        if queued.state == "ACTIVE" and queued.multislice and self.suspend_on_lost_slice and \
+                self._a_slice_is_lost(queued):
             queued.state = "SUSPENDED"  # as Google: Multislice cannot go on with a slice missing
             return
         if queued.state != "ACCEPTED":

@@ -88,6 +88,7 @@ class TpuView:
     state: str
     health: str | None = None
     queued_state: str | None = None
+    lost_slice: str | None = None  # Multislice: "NAME-1 PREEMPTED", a slice the whole run cannot go on without
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,8 @@ def judge_tpu(tpu: TpuView) -> Verdict | None:
     """A verdict from the TPU alone (dead, missing, or not ready yet), or None: look at the run."""
     if tpu.queued_state in DEAD_QUEUED_STATES:
         return Verdict("recover", f"queued resource {tpu.queued_state}")
+    if tpu.lost_slice:
+        return Verdict("recover", f"slice {tpu.lost_slice} (Multislice cannot go on with a slice missing)")
     if tpu.state in DEAD_TPU_STATES or tpu.state == MISSING:
         return Verdict("recover", f"TPU {tpu.state}")
     if tpu.state != READY:
@@ -284,7 +287,8 @@ class Watcher:
         cloud = self.ctx.provider_for(spec, state).cloud()
         seen = handler(record.kind).describe(cloud, record, tpu_mode(state, spec))
         node = seen.node
-        return TpuView(node.state if node else MISSING, node.health if node else None, seen.queued_state)
+        return TpuView(node.state if node else MISSING, node.health if node else None, seen.queued_state,
+                       seen.lost_slice)
 
     # ------------------------------------------------------------------------------------- recover
     def recover(self, verdict: Verdict) -> None:

@@ -147,6 +147,7 @@ class Described:
     row: ResourceStatus
     node: TpuNode | None = None  # the TPU, for kinds that are one or make one
     queued_state: str | None = None  # a queued resource's own state
+    lost_slice: str | None = None  # Multislice: a slice's node that is gone or dead ("NAME-1 PREEMPTED")
 
 
 class Handler(Protocol):

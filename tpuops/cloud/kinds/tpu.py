@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from tpuops import catalog, retry
-from tpuops.cloud.base import Cloud, HostKey, QueuedResource, TpuMode, TpuNode, TpuRequest, Worker
+from tpuops.cloud.base import (
+    DEAD_TPU_STATES,
+    Cloud,
+    HostKey,
+    QueuedResource,
+    TpuMode,
+    TpuNode,
+    TpuRequest,
+    Worker,
+)
 from tpuops.cloud.kinds.base import (
     MISSING,
     Described,
@@ -157,9 +166,11 @@ class QueuedKind(TpuKind):
         nodes = {name: cloud.tpu_api(mode).get_node(zone, name) if zone else None for name in names}
         node = nodes[names[0]]
         queued = cloud.queued.get_queued(zone, record.name) if zone else None
+        lost = lost_slice(nodes) if len(nodes) > 1 else None
         if queued is None:
-            return Described(ResourceStatus(self.kind, record.name, zone, MISSING, nodes_text(nodes)), node, MISSING)
-        return Described(queued_row(queued, nodes), node, queued.state)
+            return Described(ResourceStatus(self.kind, record.name, zone, MISSING, nodes_text(nodes)), node, MISSING,
+                             lost)
+        return Described(queued_row(queued, nodes), node, queued.state, lost)
 
     def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
         if mode != "vm":
@@ -180,6 +191,15 @@ def node_row(node: TpuNode, name: str | None = None) -> ResourceStatus:
     """A TPU as `status` shows it."""
     detail = f"{node.accelerator_type}, health {node.health or '-'}, {len(node.workers)} worker(s)"
     return ResourceStatus("tpu", name or node.name, node.zone, node.state, detail)
+
+
+def lost_slice(nodes: Mapping[str, TpuNode | None]) -> str | None:
+    """The first slice whose node is gone or dead: the queued resource may still say ACTIVE for a while, but
+    Multislice cannot go on without it."""
+    for name, node in nodes.items():
+        if node is None or node.state in DEAD_TPU_STATES:
+            return f"{name} {node.state if node else MISSING}"
+    return None
 
 
 def nodes_text(nodes: Mapping[str, TpuNode | None]) -> str:
