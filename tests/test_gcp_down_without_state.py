@@ -23,13 +23,13 @@ def gcp(fake_gcp: FakeGcp) -> FakeGcp:  # noqa: F811  (the imported fixture, und
     return fake_gcp
 
 
-def lost_cluster(gcp: FakeGcp, tmp_path: Path, home: Path) -> str:
+def lost_cluster(gcp: FakeGcp, tmp_path: Path, home: Path, tpu: str = "queued: true") -> str:
     """A queued TPU and its bucket, brought up, then the local state (and the spec) gone."""
     name = f"lost-{uuid.uuid4().hex[:8]}"
     spec = write_spec(tmp_path, f"""
         name: {name}
         zone: {ZONE}
-        tpu: {{type: v4-8, runtime: tpu-ubuntu2204-base, queued: true}}
+        tpu: {{type: v4-8, runtime: tpu-ubuntu2204-base, {tpu}}}
         bucket: {{name: {name}-b}}
         """)
     result = run_cli("up", str(spec), env=gcp.env)
@@ -63,6 +63,21 @@ def test_down_without_state_finds_and_deletes_by_label(gcp: FakeGcp, tmp_path: P
     last = run_cli("down", name, "--project", PROJECT, "--yes", env=env)
     assert last.returncode == 0, last.stderr
     assert f"nothing was left to delete (searched project {PROJECT}, every zone)" in last.stdout
+
+
+def test_down_without_state_deletes_every_slice_with_their_queued_resource(gcp: FakeGcp, tmp_path: Path,
+                                                                         tpuops_home: Path) -> None:
+    name = lost_cluster(gcp, tmp_path, tpuops_home, tpu="slices: 3")
+    assert len(gcp.tpu.nodes) == 3
+    status = run_cli("status", name, env=gcp.env)
+    assert status.returncode == 0 and f"{name}-0: READY, {name}-1: READY, {name}-2: READY" in status.stdout
+    result = run_cli("down", name, "--yes", "--json", env=gcp.env)
+
+    assert result.returncode == 0, result.stderr
+    # The slices go with their queued resource (force): they are not deleted one by one.
+    assert [(d["kind"], d["name"]) for d in json.loads(result.stdout)["deleted"]] == [("queued_resource", f"{name}-qr")]
+    assert not gcp.tpu.queued and not gcp.tpu.nodes
+    assert not gcp.tpu_v2.server.calls("DELETE", r"/nodes/")
 
 
 def test_a_search_that_cannot_finish_deletes_nothing_and_says_so(gcp: FakeGcp, tmp_path: Path,
