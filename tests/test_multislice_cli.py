@@ -72,7 +72,8 @@ def cli_json(gcp: FakeGcp, *args: str) -> dict:
 def test_two_slices_come_up_and_every_command_reaches_all_four_hosts(
         gcp: FakeGcp, sshd4: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
     marker = f"tpuops-ms-{uuid.uuid4().hex[:8]}"
-    command = f"env | grep -E '^(TPUOPS|MEGASCALE)_' | sort > ~/env-$TPUOPS_CLUSTER; sleep 300 # {marker}"
+    command = (f"echo hello from slice $TPUOPS_SLICE_ID; env | grep -E '^(TPUOPS|MEGASCALE)_' | sort "
+               f"> ~/env-$TPUOPS_CLUSTER; sleep 300 # {marker}")
     name, spec = two_slice_spec(sshd4, tpuops_home, tmp_path, command)
 
     plan = run_cli("plan", str(spec), env=gcp.env, timeout=60)
@@ -125,6 +126,14 @@ def test_two_slices_come_up_and_every_command_reaches_all_four_hosts(
             assert env["MEGASCALE_COORDINATOR_ADDRESS"] == coordinator
             assert env["MEGASCALE_NUM_SLICES"] == "2" and env["MEGASCALE_SLICE_ID"] == str(index // 2)
             assert env["MEGASCALE_PORT"] == HOST_MEGASCALE_PORT  # the host's own setting wins over 8080
+
+        logs = run_cli("logs", name, "--workers", env=gcp.env, timeout=60)
+        assert logs.returncode == 0, logs.stderr[-3000:]
+        for worker in ("s0w0", "s0w1", "s1w0", "s1w1"):
+            assert f"[{worker}] hello from slice {worker[1]}" in logs.stdout
+        stop = cli_json(gcp, "stop", name)
+        assert stop["ok"] and sorted(stop["workers"]) == ["s0w0", "s0w1", "s1w0", "s1w1"]
+        assert set(stop["workers"].values()) != {"running"}
     finally:
         stop_leftovers(gcp, name, marker)
 

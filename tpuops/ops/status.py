@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tpuops.cloud.base import TpuMode
+from tpuops.cloud.base import TpuMode, TpuNode
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import ResourceStatus
 from tpuops.cloud.kinds.client_vm import vm_row
@@ -83,6 +83,19 @@ def list_clusters(ctx: Context) -> list[ClusterSummary]:
     return summaries
 
 
+def live_workers(nodes: Sequence[TpuNode | None], port: int) -> tuple[WorkerRecord, ...]:
+    """The hosts as the TPU API lists them now, numbered across slices as `up` numbers them."""
+    multislice = len(nodes) > 1
+    workers: list[WorkerRecord] = []
+    for slice_id, node in enumerate(nodes):
+        hosts = node.workers if node else ()
+        first = len(workers)
+        workers += [WorkerRecord(index=first + w.index, internal_ip=w.internal_ip, external_ip=w.external_ip,
+                                 ssh_host=w.external_ip or w.internal_ip, ssh_port=port, slice=slice_id,
+                                 slice_index=w.index if multislice else None) for w in hosts]
+    return tuple(workers)
+
+
 def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> ClusterStatus:
     """Live state of each recorded resource; without local state, of what carries the cluster's label."""
     state = ctx.store.load(name)
@@ -101,16 +114,7 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
             tpu_state, tpu_health, accelerator_type = node.state, node.health, node.accelerator_type
             if mode == "vm":  # the live addresses: a lost or replaced host shows here first
                 port = state.workers[0].ssh_port if state.workers else 22
-                workers = tuple(
-                    WorkerRecord(
-                        index=w.index,
-                        internal_ip=w.internal_ip,
-                        external_ip=w.external_ip,
-                        ssh_host=w.external_ip or w.internal_ip,
-                        ssh_port=port,
-                    )
-                    for w in node.workers
-                )
+                workers = live_workers(described.slice_nodes or (node,), port)
     spec = spec_of(state)
     return ClusterStatus(
         state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state, tpu_health,

@@ -148,6 +148,7 @@ class Described:
     node: TpuNode | None = None  # the TPU, for kinds that are one or make one
     queued_state: str | None = None  # a queued resource's own state
     lost_slice: str | None = None  # Multislice: a slice's node that is gone or dead ("NAME-1 PREEMPTED")
+    slice_nodes: tuple[TpuNode | None, ...] = ()  # Multislice: every slice's node (None: gone), in slice order
 
 
 class Handler(Protocol):

@@ -166,11 +166,11 @@ class QueuedKind(TpuKind):
         nodes = {name: cloud.tpu_api(mode).get_node(zone, name) if zone else None for name in names}
         node = nodes[names[0]]
         queued = cloud.queued.get_queued(zone, record.name) if zone else None
-        lost = lost_slice(nodes) if len(nodes) > 1 else None
+        lost, slices = (lost_slice(nodes), tuple(nodes.values())) if len(nodes) > 1 else (None, ())
         if queued is None:
             return Described(ResourceStatus(self.kind, record.name, zone, MISSING, nodes_text(nodes)), node, MISSING,
-                             lost)
-        return Described(queued_row(queued, nodes), node, queued.state, lost)
+                             lost, slices)
+        return Described(queued_row(queued, nodes), node, queued.state, lost, slices)
 
     def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
         if mode != "vm":
