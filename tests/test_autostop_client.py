@@ -27,6 +27,7 @@ from tpuops.cloud.local.provider import LocalProvider, autostop_target
 from tpuops.durations import format_duration, parse_autostop
 from tpuops.errors import UsageError
 from tpuops.ops.autostop import (
+    AutostopRecord,
     agent_config,
     autostop_view,
     change_setting,
@@ -105,6 +106,14 @@ def test_agent_config_takes_the_clis_endpoints_and_a_test_tick() -> None:
     assert production.tick_seconds == production.warn_seconds == 60.0
     assert production.tpu_endpoint is production.metadata_host is None  # the agent's defaults: Google's
     json.dumps(production.as_json())  # what goes to the worker is plain JSON
+
+
+def test_a_record_concerns_only_the_tpu_it_deleted() -> None:
+    record = AutostopRecord("c", "2026-11-24T10:00:00Z", "idle", "", "c", None, 60.0, "2026-11-24T09:59:00Z")
+    assert record.concerns("c", "2026-11-24T09:59:00+00:00")
+    assert record.concerns("c", None)  # state from before creation times were kept
+    assert not record.concerns("c", "2026-11-24T11:30:00+00:00")  # a later TPU of the same name
+    assert not record.concerns("other", "2026-11-24T09:59:00+00:00")
 
 
 def test_cost_so_far_at_the_catalogs_list_price() -> None:
@@ -231,8 +240,10 @@ def test_the_agent_installed_over_ssh_outlives_the_session_and_deletes_the_idle_
         assert read_agent(runner, cluster).running
         wait_for("the idle TPU to be deleted", lambda: fake_gcp.tpu.get_node(ZONE, node, "vm") is None)
         assert all(r.headers.get("metadata-flavor") == "Google" for r in metadata.token_requests())
-        log = (sshd_worker.workers[0].home / "tpuops" / cluster / "autostop.log").read_text().splitlines()
-        assert json.loads(log[-1])["action"] == "deleted"
+        log = sshd_worker.workers[0].home / "tpuops" / cluster / "autostop.log"
+        # The agent logs the deletion once the API answered, a moment after the node is gone.
+        wait_for("the agent to log the deletion", lambda: json.loads(log.read_text().splitlines()[-1])["action"]
+                 == "deleted")
     finally:
         stop_agent(runner, cluster, keep_alive=False)
         runner.close()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli
 from tests.sshd import SshdCluster, sshd_available
+from tests.test_autostop_agent import wait_for as wait_until
 from tests.test_watch import ZONE, attempts, finish, make_cluster, start_cli, state_of, stop_leftovers, wait_for
 
 HOSTS_PER_SLICE = 2
@@ -146,13 +146,7 @@ def test_two_slices_come_up_and_every_command_reaches_all_four_hosts(
 
 def wait_for_envs(sshd: SshdCluster, name: str) -> list[dict[str, str]]:
     paths = [w.home / f"env-{name}" for w in sshd.workers]
-    deadline_process = subprocess.Popen(["sleep", "60"])  # a bounded wait without a busy clock of our own
-    try:
-        wait_for(lambda: all(p.exists() and p.read_text().endswith("\n") for p in paths), "every trainer's env",
-                 deadline_process)
-    finally:
-        deadline_process.kill()
-        deadline_process.wait(timeout=10)
+    wait_until("every trainer's env", lambda: all(p.exists() and p.read_text().endswith("\n") for p in paths))
     return [dict(line.split("=", 1) for line in p.read_text().splitlines()) for p in paths]
 
 

@@ -118,19 +118,21 @@ class Agent:
                 self.decide(now, "refused", "node {} does not carry the label {}={} (labels: {}): not deleting".format(
                     self.config["node"], CLUSTER_LABEL, self.config["cluster"], json.dumps(labels)), final="refused")
                 return False
-            operation = self.backend.delete()
+            # The record goes first: whoever finds the TPU gone (watch) must find why, never a preemption.
+            record = {"cluster": self.config["cluster"], "time": iso(now), "reason": reason, "detail": text,
+                      "node": self.config["node"], "queued": self.config.get("queued"),
+                      "zone": self.config.get("zone"), "project": self.config.get("project"),
+                      "created_at": iso(self.created_at), "uptime_seconds": round(now - self.created_at, 1),
+                      "operation": None, "idle_seconds": self.idle_seconds(now)}
+            problem = self.backend.write_record(record)
+            record["operation"] = self.backend.delete()
         except Gone as gone:
             self.decide(now, "gone", str(gone), final="gone")
             return False
         except (DeleteFailed, URLError, OSError, ValueError, HTTPException) as err:
             self.failed(now, err)
             return True
-        record = {"cluster": self.config["cluster"], "time": iso(now), "reason": reason, "detail": text,
-                  "node": self.config["node"], "queued": self.config.get("queued"), "zone": self.config.get("zone"),
-                  "project": self.config.get("project"), "created_at": iso(self.created_at),
-                  "uptime_seconds": round(now - self.created_at, 1), "operation": operation,
-                  "idle_seconds": self.idle_seconds(now)}
-        problem = self.backend.write_record(record)
+        problem = self.backend.write_record(record) or problem
         self.decide(now, "deleted", "{}: deleted {}{}".format(reason, self.config.get("queued") or self.config["node"],
                                                          ("; " + problem) if problem else ""), final="deleted")
         return False

@@ -32,6 +32,7 @@ from tpuops.remote.base import Runner
 if TYPE_CHECKING:
     from tpuops.cloud.blobs import BlobStore
 from tpuops.spec_autostop import AutostopSpec
+from tpuops.state import epoch_seconds
 
 TICK_ENV = "TPUOPS_AUTOSTOP_TICK"  # seconds between the agent's decisions (tests use a fraction of a second)
 METADATA_HOST_ENV = "GCE_METADATA_HOST"  # google-auth's own name for the metadata server's host[:port]
@@ -188,11 +189,21 @@ class AutostopRecord:
     node: str
     queued: str | None
     uptime_seconds: float
+    created_at: str | None = None  # when the TPU it deleted was created (a later TPU of that name is another)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AutostopRecord:
         return cls(str(data["cluster"]), str(data["time"]), str(data["reason"]), str(data.get("detail", "")),
-                   str(data["node"]), data.get("queued"), float(data.get("uptime_seconds") or 0.0))
+                   str(data["node"]), data.get("queued"), float(data.get("uptime_seconds") or 0.0),
+                   data.get("created_at"))
+
+    def concerns(self, node: str | None, created_at: str | None) -> bool:
+        """Whether this record is about that TPU: its node name, and (when both are known) the same creation time:
+        a record left from an earlier TPU of the same name says nothing about this one."""
+        if node is None or self.node != node:
+            return False
+        mine, theirs = epoch_seconds(self.created_at), epoch_seconds(created_at)
+        return mine is None or theirs is None or abs(mine - theirs) < 2.0
 
     def line(self) -> str:
         return (f"deleted by autostop at {self.time} ({self.reason}: {self.detail}) "

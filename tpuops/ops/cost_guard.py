@@ -189,8 +189,9 @@ def deleted_by_autostop(ctx: Context, state: ClusterState, spec: Spec | None) ->
     provider = ctx.provider_for(spec, state)
     record = read_record(provider.blob_store(record_prefix(bucket, state.name)))
     tpu = state.tpu_record()
-    node = tpu.node_name if tpu else None
-    return record if record is not None and record.node == node else None
+    if record is None or tpu is None:
+        return None
+    return record if record.concerns(tpu.node_name, tpu.created_at) else None
 
 
 # ------------------------------------------------------------------------------------------------ parts
