@@ -275,7 +275,8 @@ def push(
             for source, dest, exclude in tree_jobs:
                 cache_dir = cache_root / hashlib.sha256(dest.encode()).hexdigest()[:12]
                 trees.append(push_tree(runners, source, dest, exclude=exclude, cache_dir=cache_dir,
-                                       relay_hosts=relay, max_parallel=max_parallel))
+                                       relay_hosts=relay, max_parallel=max_parallel,
+                                       slice_of={w.name: w.slice for w in access.workers}))
         finally:
             for runner in runners:
                 runner.close()

@@ -332,10 +332,15 @@ def apply_main(dest, base, new, options):
     os.makedirs(trees, exist_ok=True)
     lock(trees)
     payload = os.path.join(trees, f".payload-{os.getpid()}")
-    if options and options[0] == "--fetch":
-        source = ("url", options[1], int(options[2]), options[3])
-    elif options and options[0] == "--serve":
-        relay = Relay(payload, options[1], options[2], float(options[3]))
+    # --fetch URL SIZE SHA256 and --serve HOST TOKEN SECONDS, either or both (a slice's first worker fetches
+    # the payload from the seed and serves it on to the rest of its slice)
+    while options:
+        if options[0] == "--fetch":
+            source, options = ("url", options[1], int(options[2]), options[3]), options[4:]
+        elif options[0] == "--serve":
+            relay, options = Relay(payload, options[1], options[2], float(options[3])), options[4:]
+        else:
+            raise Fail(EXIT_OTHER, f"unknown option {options[0]}")
     try:
         try:
             action_apply(dest, base, new, source, payload, relay.start if relay else None)

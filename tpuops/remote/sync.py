@@ -26,7 +26,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,6 +125,7 @@ class _Pusher:
     relay_hosts: Mapping[str, str]  # worker name -> address the other workers can reach it at
     max_parallel: int
     relay_min_bytes: int
+    slice_of: Mapping[str, int] = field(default_factory=dict)  # worker name -> its slice (Multislice)
     outcomes: dict[str, WorkerPush] = field(default_factory=dict)
     payload_bytes: int = 0
     changed_files: int = 0
@@ -174,11 +175,18 @@ class _Pusher:
         try:
             seed_host = self.relay_hosts.get(runners[0].name)
             if len(runners) > 1 and seed_host and payload.size >= self.relay_min_bytes:
-                self._relay(runners, base, payload, seed_host)
+                self._relay(self._by_slice(runners), base, payload, seed_host)
             else:
                 run_each(runners, lambda r: self._direct(r, base, payload), self.max_parallel)
         finally:
             payload.path.unlink(missing_ok=True)
+
+    def _by_slice(self, runners: Sequence[Runner]) -> list[list[Runner]]:
+        """The group's workers slice by slice (all in one without slices), the first runner's slice first."""
+        slices: dict[int, list[Runner]] = {}
+        for runner in runners:
+            slices.setdefault(self.slice_of.get(runner.name, 0), []).append(runner)
+        return list(slices.values())
 
     def _apply_args(self, base: str | None) -> list[str]:
         return ["apply", self.dest, base or "-", self.manifest.tree_id]
@@ -196,63 +204,107 @@ class _Pusher:
         self.record(WorkerPush(runner.name, "sent" if result.ok else "failed", sent, error, result.duration))
         return result
 
-    def _relay(self, runners: Sequence[Runner], base: str | None, payload: Payload, seed_host: str) -> None:
-        seed, others = runners[0], runners[1:]
-        token = secrets.token_hex(16)
-        ready = threading.Event()
-        port: list[int] = []
-        others_done = threading.Event()
-
-        def seed_stdin() -> Iterator[bytes]:
-            yield from payload.chunks()
-            others_done.wait(RELAY_SERVE_SECONDS)  # keep stdin open: the relay serves until it closes
-
-        def watch(worker: str, stream: str, line: str) -> None:
-            if stream == "stdout" and line.startswith('{"serving"'):
-                served_on = json.loads(line)["serving"]
-                if served_on is not None:
-                    port.append(int(served_on))
-                ready.set()  # with no port, the others get direct copies
-
-        def run_seed() -> None:
-            args = [*self._apply_args(base), "--serve", seed_host, token, str(RELAY_SERVE_SECONDS)]
-            try:
-                result = seed.run(agent_command(*args), stdin=seed_stdin(), on_line=watch, capture=True)
-            except Exception as err:  # noqa: BLE001  reported for the seed; the others fall back to direct
-                result = RunResult(seed.name, None, 0.0, f"{seed.name}: {err}")
-            finally:
-                ready.set()
-            if after_apply(result.exit_code, base) == RESEND_FULL:
-                self._direct(seed, base, payload)  # which resends everything if the base is still unusable
-                return
-            error = None if result.ok else _agent_error(result, self.dest)
-            self.record(WorkerPush(seed.name, "sent" if result.ok else "failed", result.bytes_sent, error,
-                                   result.duration))
-
-        def fetch(runner: Runner) -> RunResult:
-            # Wait as long as worker 0 is still receiving (a big payload over a slow uplink takes a while).
-            while not ready.wait(1.0) and seed_thread.is_alive():
-                pass
-            if port:
-                url = f"http://{_url_host(seed_host)}:{port[0]}/{token}"
-                args = [*self._apply_args(base), "--fetch", url, str(payload.size), payload.digest]
-                result = runner.run(agent_command(*args), capture=True, timeout=RELAY_SERVE_SECONDS)
-                if result.ok:
-                    self.record(WorkerPush(runner.name, "relayed", 0, None, result.duration))
-                    return result
-                if after_apply(result.exit_code, base, fetched=True) != SEND_DIRECT:
-                    self.record(WorkerPush(runner.name, "failed", 0, _agent_error(result, self.dest),
-                                           result.duration))
-                    return result
-            return self._direct(runner, base, payload)  # no relay reachable from this worker: copy directly
-
-        seed_thread = threading.Thread(target=run_seed, name="tpuops-relay", daemon=True)
-        seed_thread.start()
+    def _relay(self, slices: Sequence[Sequence[Runner]], base: str | None, payload: Payload, seed_host: str) -> None:
+        """The first worker of the first slice receives the payload over SSH and serves it; the first worker of
+        every other slice fetches it from there and serves its own slice; everyone else fetches from their
+        slice's server (then the seed, then a direct copy, whichever works first). One slice: one server."""
+        seed = _Server(slices[0][0], seed_host)
+        heads = [_Server(group[0], self.relay_hosts[group[0].name]) for group in slices[1:]
+                 if self.relay_hosts.get(group[0].name)]
+        head_of = {server.runner.name: server for server in heads}
+        servers_of: dict[str, list[_Server]] = {runner.name: [seed] for runner in slices[0][1:]}
+        for group in slices[1:]:
+            head = head_of.get(group[0].name)
+            servers_of |= {r.name: [head, seed] for r in group[1:]} if head else {r.name: [seed] for r in group}
+        fetchers = [runner for group in slices for runner in group if runner.name in servers_of]
+        seed.start(lambda: self._serve(seed, base, payload, received=payload.chunks()))
+        for head in heads:
+            head.start(lambda head=head: self._serve(head, base, payload, fetch_from=seed))
         try:
-            run_each(others, fetch, self.max_parallel)
+            run_each(fetchers, lambda r: self._fetch(r, servers_of[r.name], base, payload), self.max_parallel)
         finally:
-            others_done.set()
-            seed_thread.join(RELAY_SERVE_SECONDS)
+            for server in (*heads, seed):  # the heads fetched from the seed before they served: close in this order
+                server.finish()
+
+    def _serve(self, server: _Server, base: str | None, payload: Payload, *, received: Iterator[bytes] | None = None,
+               fetch_from: _Server | None = None) -> None:
+        """Run the agent on a serving worker: given the payload on stdin (`received`), or fetching it first."""
+        source: list[str] = []
+        if fetch_from is not None:
+            url = fetch_from.wait_url()
+            if url is None:  # the seed cannot serve: this head gets a direct copy and serves nobody
+                server.ready.set()
+                self._direct(server.runner, base, payload)
+                return
+            source = ["--fetch", url, str(payload.size), payload.digest]
+
+        def stdin() -> Iterator[bytes]:
+            yield from received or ()
+            server.done.wait(RELAY_SERVE_SECONDS)  # keep stdin open: the relay serves until it closes
+
+        args = [*self._apply_args(base), *source, "--serve", server.host, server.token, str(RELAY_SERVE_SECONDS)]
+        try:
+            result = server.runner.run(agent_command(*args), stdin=stdin(), on_line=server.watch, capture=True)
+        except Exception as err:  # noqa: BLE001  reported for this worker; its fetchers fall back
+            result = RunResult(server.runner.name, None, 0.0, f"{server.runner.name}: {err}")
+        finally:
+            server.ready.set()
+        verdict = after_apply(result.exit_code, base, fetched=fetch_from is not None)
+        if verdict in (RESEND_FULL, SEND_DIRECT):
+            self._direct(server.runner, base, payload)  # which resends everything if the base is still unusable
+            return
+        error = None if result.ok else _agent_error(result, self.dest)
+        status = "failed" if error else "relayed" if fetch_from is not None else "sent"
+        self.record(WorkerPush(server.runner.name, status, result.bytes_sent, error, result.duration))
+
+    def _fetch(self, runner: Runner, servers: Sequence[_Server], base: str | None, payload: Payload) -> RunResult:
+        for server in servers:
+            url = server.wait_url()
+            if url is None:
+                continue
+            args = [*self._apply_args(base), "--fetch", url, str(payload.size), payload.digest]
+            result = runner.run(agent_command(*args), capture=True, timeout=RELAY_SERVE_SECONDS)
+            if result.ok:
+                self.record(WorkerPush(runner.name, "relayed", 0, None, result.duration))
+                return result
+            if after_apply(result.exit_code, base, fetched=True) != SEND_DIRECT:
+                self.record(WorkerPush(runner.name, "failed", 0, _agent_error(result, self.dest), result.duration))
+                return result
+        return self._direct(runner, base, payload)  # no relay reachable from this worker: copy directly
+
+
+@dataclass
+class _Server:
+    """A worker serving the payload to others over the internal network until `finish`."""
+
+    runner: Runner
+    host: str  # the address the others reach it at
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    ready: threading.Event = field(default_factory=threading.Event)  # serving, or never will
+    done: threading.Event = field(default_factory=threading.Event)  # its fetchers are done: close its stdin
+    port: int | None = None
+    thread: threading.Thread | None = None
+
+    def start(self, serve: Callable[[], None]) -> None:
+        self.thread = threading.Thread(target=serve, name=f"tpuops-relay-{self.runner.name}", daemon=True)
+        self.thread.start()
+
+    def watch(self, worker: str, stream: str, line: str) -> None:
+        if stream == "stdout" and line.startswith('{"serving"'):
+            self.port = json.loads(line)["serving"]
+            self.ready.set()  # with no port, the others go elsewhere
+
+    def wait_url(self) -> str | None:
+        """Where to fetch, once it serves; None when it cannot (its agent failed or it could not listen)."""
+        # As long as it is still receiving (a big payload over a slow uplink takes a while), keep waiting.
+        while not self.ready.wait(1.0) and self.thread is not None and self.thread.is_alive():
+            pass
+        return f"http://{_url_host(self.host)}:{self.port}/{self.token}" if self.port else None
+
+    def finish(self) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(RELAY_SERVE_SECONDS)
 
 
 def _url_host(host: str) -> str:
@@ -284,12 +336,15 @@ def push_tree(
     relay_hosts: Mapping[str, str] | None = None,
     max_parallel: int = DEFAULT_MAX_PARALLEL,
     relay_min_bytes: int = RELAY_MIN_BYTES,
+    slice_of: Mapping[str, int] | None = None,
 ) -> PushResult:
     """Make `dest` on every worker hold exactly the (filtered) tree at `source`, sending changed bytes once.
 
     `relay_hosts` maps worker names to addresses the other workers reach them at (internal IPs); without
     it (or for payloads under `relay_min_bytes`, where a direct copy costs less than starting a relay) every
-    worker gets a direct copy. `cache_dir` keeps manifests and file hashes between pushes.
+    worker gets a direct copy. `slice_of` (worker name -> slice, Multislice) makes the relay two-level: the
+    payload crosses between slices once per slice, and each slice's first worker serves its slice.
+    `cache_dir` keeps manifests and file hashes between pushes.
     Runners are left open (the caller closes them). Errors are per worker, in the result.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -301,7 +356,8 @@ def push_tree(
         _write_json(hash_cache_path, hash_cache)
     (cache_dir / f"{manifest.tree_id}.json").write_text(manifest.text)
 
-    pusher = _Pusher(source, dest, manifest, cache_dir, relay_hosts or {}, max_parallel, relay_min_bytes)
+    pusher = _Pusher(source, dest, manifest, cache_dir, relay_hosts or {}, max_parallel, relay_min_bytes,
+                     slice_of or {})
     started = time.monotonic()
     trees = pusher.current_trees(runners)
     groups: dict[str | None, list[Runner]] = {}
