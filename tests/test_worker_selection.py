@@ -41,6 +41,7 @@ def test_selection_across_slices(selection: str | None, slices: str | None, expe
     ("s1w2", None, "no worker s1w2"),
     ("6", None, "no worker 6"),
     ("3-1", None, "reversed"),
+    ("s1w1-0", None, "reversed"),
     ("x1", None, "expected `all`"),
     ("0", "5", "no slice 5"),
     ("0", "one", "--slice 'one'"),
@@ -49,6 +50,14 @@ def test_selection_across_slices(selection: str | None, slices: str | None, expe
 def test_bad_selection_is_one_usage_error(selection: str, slices: str | None, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         select_workers(workers(3, 2), selection, slices)
+
+
+def test_a_reversed_range_says_how_to_write_it() -> None:
+    with pytest.raises(UsageError) as plain:
+        select_workers(workers(3, 2), "3-1")
+    with pytest.raises(UsageError) as sliced:
+        select_workers(workers(3, 2), "s1w1-0")
+    assert plain.value.hint == "write it low to high: 1-3" and sliced.value.hint == "write it low to high: s1w0-1"
 
 
 def test_one_slice_keeps_plain_names() -> None:

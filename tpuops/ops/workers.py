@@ -60,7 +60,8 @@ def _one_item(workers: Sequence[WorkerRecord], part: str, selection: str) -> lis
         raise UsageError(f"--worker {selection!r}: expected {FORMS}")
     low, high = int(match["low"]), int(match["high"] if match["high"] is not None else match["low"])
     if low > high:
-        raise UsageError(f"--worker {part}: the range is reversed", "write it low to high")
+        prefix = f"s{match['slice']}w" if match["slice"] is not None else ""
+        raise UsageError(f"--worker {part}: the range is reversed", f"write it low to high: {prefix}{high}-{low}")
     if match["slice"] is None:
         by_key = {w.index: w for w in workers}
         wanted = list(range(low, high + 1))
