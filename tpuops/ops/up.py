@@ -190,7 +190,7 @@ def record_workers(ctx: Context, job: Job, tpu: Found) -> tuple[tuple[WorkerReco
     for slice_id, node in enumerate(tpu.nodes):
         hosts, host_keys = reachable_hosts(job.cloud, spec, node)
         first = len(workers)
-        by_host = {}
+        by_host: dict[int, WorkerRecord] = {}
         for w in hosts:
             record = WorkerRecord(index=first + w.index, internal_ip=w.internal_ip, external_ip=w.external_ip,
                                   ssh_host=w.external_ip or w.internal_ip, ssh_port=port, home=w.home, role=role,
