@@ -62,16 +62,15 @@ def _one_item(workers: Sequence[WorkerRecord], part: str, selection: str) -> lis
     if low > high:
         prefix = f"s{match['slice']}w" if match["slice"] is not None else ""
         raise UsageError(f"--worker {part}: the range is reversed", f"write it low to high: {prefix}{high}-{low}")
+    wanted = list(range(low, high + 1))
     if match["slice"] is None:
         by_key = {w.index: w for w in workers}
-        wanted = list(range(low, high + 1))
         valid = f"valid indexes: 0-{max(by_key)}" if by_key else "the cluster has no workers"
     else:
         slice_id = int(match["slice"])
         by_key = {w.slice_index: w for w in workers if w.slice == slice_id and w.slice_index is not None}
         if not by_key:
             raise UsageError(f"--worker {part}: no slice {slice_id} in this cluster", _slice_hint(workers))
-        wanted = list(range(low, high + 1))
         valid = f"slice {slice_id} has s{slice_id}w0-{max(by_key)}"  # type: ignore[type-var]
     unknown = [key for key in wanted if key not in by_key]
     if unknown:
