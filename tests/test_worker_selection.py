@@ -28,6 +28,7 @@ def names(chosen: list[WorkerRecord]) -> list[str]:
     ("w3", None, ["s1w1"]),
     ("s1w1,0", None, ["s0w0", "s1w1"]),
     ("s2w0-1", None, ["s2w0", "s2w1"]),
+    ("s2w0-s2w1", None, ["s2w0", "s2w1"]),
     ("1-3", None, ["s0w1", "s1w0", "s1w1"]),
     ("S1W0", None, ["s1w0"]),
     ("s1w0,2", "1", ["s1w0"]),  # the same worker twice is chosen once
@@ -42,6 +43,8 @@ def test_selection_across_slices(selection: str | None, slices: str | None, expe
     ("6", None, "no worker 6"),
     ("3-1", None, "reversed"),
     ("s1w1-0", None, "reversed"),
+    ("s0w1-s1w0", None, "stays within one slice"),  # never read as s0w1-0
+    ("1-s1w0", None, "stays within one slice"),
     ("x1", None, "expected `all`"),
     ("0", "5", "no slice 5"),
     ("0", "one", "--slice 'one'"),

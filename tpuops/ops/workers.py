@@ -14,7 +14,7 @@ from tpuops.errors import UsageError
 from tpuops.state import ClusterState, WorkerRecord
 
 # 3, w3, s1w3; a range of either: 5-7, w5-w7, s1w0-3 (hosts 0..3 of slice 1)
-ITEM_RE = re.compile(r"^(?:s(?P<slice>\d+))?w?(?P<low>\d+)(?:-(?:s\d+)?w?(?P<high>\d+))?$")
+ITEM_RE = re.compile(r"^(?:s(?P<slice>\d+))?w?(?P<low>\d+)(?:-(?:s(?P<high_slice>\d+))?w?(?P<high>\d+))?$")
 FORMS = "`all`, indexes like 0,2,5-7, or slice names like s1w3, s1w0-3"
 
 
@@ -59,6 +59,9 @@ def _one_item(workers: Sequence[WorkerRecord], part: str, selection: str) -> lis
     if match is None:
         raise UsageError(f"--worker {selection!r}: expected {FORMS}")
     low, high = int(match["low"]), int(match["high"] if match["high"] is not None else match["low"])
+    if match["high_slice"] is not None and match["high_slice"] != match["slice"]:
+        raise UsageError(f"--worker {part}: a slice-named range stays within one slice",
+                         "count across slices with global indexes (e.g. 1-2), or list both ranges: s0w1,s1w0")
     if low > high:
         prefix = f"s{match['slice']}w" if match["slice"] is not None else ""
         raise UsageError(f"--worker {part}: the range is reversed", f"write it low to high: {prefix}{high}-{low}")
