@@ -123,18 +123,19 @@ class Agent:
                       "node": self.config["node"], "queued": self.config.get("queued"),
                       "zone": self.config.get("zone"), "project": self.config.get("project"),
                       "created_at": iso(self.created_at), "uptime_seconds": round(now - self.created_at, 1),
-                      "operation": None, "idle_seconds": self.idle_seconds(now)}
+                      "idle_seconds": self.idle_seconds(now)}
             problem = self.backend.write_record(record)
-            record["operation"] = self.backend.delete()
+            operation = self.backend.delete()
         except Gone as gone:
             self.decide(now, "gone", str(gone), final="gone")
             return False
         except (DeleteFailed, URLError, OSError, ValueError, HTTPException) as err:
             self.failed(now, err)
             return True
-        problem = self.backend.write_record(record) or problem
-        self.decide(now, "deleted", "{}: deleted {}{}".format(reason, self.config.get("queued") or self.config["node"],
-                                                         ("; " + problem) if problem else ""), final="deleted")
+        what = self.config.get("queued") or self.config["node"]
+        detail = f"{reason}: deleted {what}" + (f" ({operation})" if operation else "")
+        detail += f"; {problem}" if problem else ""
+        self.decide(now, "deleted", detail, final="deleted")
         return False
 
     def failed(self, now, err):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tpuops.cloud.base import TpuMode, TpuNode
+from tpuops.cloud.base import TpuMode
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import ResourceStatus
 from tpuops.cloud.kinds.client_vm import vm_row
@@ -16,6 +16,7 @@ from tpuops.context import Context
 from tpuops.errors import ClusterNotFound, TpuopsError
 from tpuops.ops.cost_guard import GuardStatus, guard_status
 from tpuops.ops.discover import find_in_project
+from tpuops.ops.workers import number_hosts
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord
 
@@ -83,19 +84,6 @@ def list_clusters(ctx: Context) -> list[ClusterSummary]:
     return summaries
 
 
-def live_workers(nodes: Sequence[TpuNode | None], port: int) -> tuple[WorkerRecord, ...]:
-    """The hosts as the TPU API lists them now, numbered across slices as `up` numbers them."""
-    multislice = len(nodes) > 1
-    workers: list[WorkerRecord] = []
-    for slice_id, node in enumerate(nodes):
-        hosts = node.workers if node else ()
-        first = len(workers)
-        workers += [WorkerRecord(index=first + w.index, internal_ip=w.internal_ip, external_ip=w.external_ip,
-                                 ssh_host=w.external_ip or w.internal_ip, ssh_port=port, slice=slice_id,
-                                 slice_index=w.index if multislice else None) for w in hosts]
-    return tuple(workers)
-
-
 def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> ClusterStatus:
     """Live state of each recorded resource; without local state, of what carries the cluster's label."""
     state = ctx.store.load(name)
@@ -114,7 +102,8 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
             tpu_state, tpu_health, accelerator_type = node.state, node.health, node.accelerator_type
             if mode == "vm":  # the live addresses: a lost or replaced host shows here first
                 port = state.workers[0].ssh_port if state.workers else 22
-                workers = live_workers(described.slice_nodes or (node,), port)
+                slices = described.slice_nodes or (node,)
+                workers = tuple(number_hosts([n.workers if n else () for n in slices], port))
     spec = spec_of(state)
     return ClusterStatus(
         state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state, tpu_health,
@@ -139,8 +128,9 @@ def status_by_label(ctx: Context, name: str, zones: Sequence[str] = ()) -> Clust
     rows += [vm_row(vm) for vm in found.vms]
     rows += [bucket_row(bucket) for bucket in found.buckets]
     tpu = nodes[0] if nodes else None
-    workers = tuple(WorkerRecord(index=w.index, internal_ip=w.internal_ip, external_ip=w.external_ip,
-                                 ssh_host=w.external_ip or w.internal_ip) for w in (tpu.workers if tpu else ()))
+    # the hosts of the cluster's TPU: with Multislice, of every slice its queued resource made
+    slices = [by_name[(q.zone, n)] for q in found.queued[:1] for n in q.node_names if (q.zone, n) in by_name]
+    workers = tuple(number_hosts([n.workers for n in slices or nodes[:1]], port=22))
     return ClusterStatus(name, provider.name, found.project, tpu.zone if tpu else None, tuple(rows), workers,
                          tpu.state if tpu else None, tpu.health if tpu else None, found_by_label=found.where)
 

@@ -23,6 +23,7 @@ from tpuops.context import Context
 from tpuops.ops import cost_guard
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.specs import load_checked
+from tpuops.ops.workers import number_hosts
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
 from tpuops.remote.autostop import AgentInstall
 from tpuops.spec import CLUSTER_LABEL
@@ -184,19 +185,12 @@ def record_workers(ctx: Context, job: Job, tpu: Found) -> tuple[tuple[WorkerReco
     spec = job.spec
     multislice = len(tpu.nodes) > 1
     port = spec.ssh.port
-    role = "client_vm" if spec.tpu.mode == "node" else "tpu"
-    workers: list[WorkerRecord] = []
+    reachable = [reachable_hosts(job.cloud, spec, node) for node in tpu.nodes]
+    workers = number_hosts([hosts for hosts, _ in reachable], port, "client_vm" if spec.tpu.mode == "node" else "tpu")
+    records = iter(workers)  # in the order of the hosts they were made from
     pinned: list[keys.PinnedKey] = []
-    for slice_id, node in enumerate(tpu.nodes):
-        hosts, host_keys = reachable_hosts(job.cloud, spec, node)
-        first = len(workers)
-        by_host: dict[int, WorkerRecord] = {}
-        for w in hosts:
-            record = WorkerRecord(index=first + w.index, internal_ip=w.internal_ip, external_ip=w.external_ip,
-                                  ssh_host=w.external_ip or w.internal_ip, ssh_port=port, home=w.home, role=role,
-                                  slice=slice_id, slice_index=w.index if multislice else None)
-            by_host[w.index] = record
-            workers.append(record)
+    for hosts, host_keys in reachable:
+        by_host = {w.index: next(records) for w in hosts}
         pinned += [keys.PinnedKey(by_host[k.worker].ssh_host, port, k.key_type, k.key)
                    for k in host_keys if k.worker in by_host]
     known_hosts = str(keys.pin_host_keys(ctx.store.cluster_dir(spec.name), pinned)) if pinned else None

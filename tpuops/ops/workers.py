@@ -1,4 +1,5 @@
-"""Which workers a command goes to: the SSH targets `up` recorded, chosen with --worker and --slice.
+"""The workers of a cluster: numbered across slices from the TPU API's hosts, and which of them a command goes
+to (the SSH targets `up` recorded, chosen with --worker and --slice).
 
 Workers are counted across slices (`index`), and with Multislice also named by slice (`s1w3`: slice 1, its host 3),
 so `--worker` takes either form; `--slice` narrows to whole slices.
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Literal
 
+from tpuops.cloud.base import Worker
 from tpuops.cloud.provider import WorkerTarget
 from tpuops.errors import UsageError
 from tpuops.state import ClusterState, WorkerRecord
@@ -16,6 +19,20 @@ from tpuops.state import ClusterState, WorkerRecord
 # 3, w3, s1w3; a range of either: 5-7, w5-w7, s1w0-3 (hosts 0..3 of slice 1)
 ITEM_RE = re.compile(r"^(?:s(?P<slice>\d+))?w?(?P<low>\d+)(?:-(?:s(?P<high_slice>\d+))?w?(?P<high>\d+))?$")
 FORMS = "`all`, indexes like 0,2,5-7, or slice names like s1w3, s1w0-3"
+
+
+def number_hosts(slices: Sequence[Sequence[Worker]], port: int,
+                 role: Literal["tpu", "client_vm"] = "tpu") -> list[WorkerRecord]:
+    """Each slice's hosts as worker records, numbered across slices, slice by slice (`index`), and with Multislice
+    within their slice too (`slice_index`, the I of s{K}wI)."""
+    multislice = len(slices) > 1
+    records: list[WorkerRecord] = []
+    for slice_id, hosts in enumerate(slices):
+        first = len(records)
+        records += [WorkerRecord(index=first + w.index, internal_ip=w.internal_ip, external_ip=w.external_ip,
+                                 ssh_host=w.external_ip or w.internal_ip, ssh_port=port, home=w.home, role=role,
+                                 slice=slice_id, slice_index=w.index if multislice else None) for w in hosts]
+    return records
 
 
 def ssh_targets(state: ClusterState) -> list[WorkerRecord]:
