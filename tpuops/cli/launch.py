@@ -24,7 +24,9 @@ PREFLIGHT_OPTION = typer.Option(False, "--preflight", help="Run `tpuops check` o
 @app.command()
 def launch(
     name: str = CLUSTER_ARGUMENT,
-    command: list[str] = typer.Argument(None, metavar="CMD", help="Run this instead of trainer.command (after `--`)."),
+    command: list[str] = typer.Argument(None, metavar="CMD",
+                                        help="Run this instead of trainer.command (after `--`). One argument is a "
+                                        "shell line; several are an argv, passed to the trainer exactly as given."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream the workers' output until the run ends."),
     setup: bool = typer.Option(False, "--setup", help="Run trainer.setup even if its text did not change."),
     replace: bool = typer.Option(False, "--replace", help="Stop a run that is still going, then start."),
@@ -41,10 +43,11 @@ def launch(
     """
     from tpuops.context import Context
     from tpuops.ops.launch import LaunchOptions, follow_and_wait, launch_run
+    from tpuops.remote.base import command_of_words
 
     ctx = Context.from_env(project=project)
     printer = None if json_ else LinePrinter()
-    options = LaunchOptions(command=" ".join(command) if command else None, force_setup=setup, replace=replace,
+    options = LaunchOptions(command=command_of_words(command) if command else None, force_setup=setup, replace=replace,
                             push_data=not no_data, preflight=preflight)
     report = launch_run(ctx, name, options, on_line=printer,
                         on_step=None if json_ else lambda step: _show_step(step.name, step.results))

@@ -98,11 +98,11 @@ def exec_(
     """
     from tpuops.context import Context
     from tpuops.ops.remote import exec_command
+    from tpuops.remote.base import command_of_words
 
-    shell_or_argv: str | list[str] = command[0] if len(command) == 1 else command
     with ends_cleanly(lambda _: "interrupted: the command was signalled to stop on every worker"):
         report = exec_command(
-            Context.from_env(), name, shell_or_argv, workers=worker, slices=slice_, timeout=timeout,
+            Context.from_env(), name, command_of_words(command), workers=worker, slices=slice_, timeout=timeout,
             on_line=None if json_ else LinePrinter(), on_new_host_key=note_new_host_key,
             connect_timeout=connect_timeout, max_parallel=parallel, capture=json_,
         )

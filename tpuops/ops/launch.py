@@ -22,7 +22,7 @@ from tpuops.ops import cost_guard
 from tpuops.ops.autostop import record_prefix
 from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push, tpu_paths
 from tpuops.remote.autostop import AgentInstall
-from tpuops.remote.base import LineHandler, Runner, RunResult
+from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_text
 from tpuops.remote.fanout import run_each
 from tpuops.remote.scripts import script_command
 from tpuops.spec import Spec
@@ -51,7 +51,7 @@ class FollowInterrupted(KeyboardInterrupt):
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    command: str | None = None  # default: trainer.command
+    command: Command | None = None  # default: trainer.command; an argv arrives as given, a str is a shell line
     force_setup: bool = False
     replace: bool = False
     push_data: bool = True
@@ -134,7 +134,7 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
                 return LaunchReport(access.state.name, None, tuple(steps))
         record(_free_tpu(ctx, access, runners, spec, options.max_parallel, on_line))
         run_id = new_run_id()
-        command = options.command or (spec.trainer.command if spec.trainer else "")
+        command = command_text(options.command) if options.command else (spec.trainer.command if spec.trainer else "")
         envs = trainer_envs(ctx, access, spec, run_id, options)
         started = record(Step("start", tuple(run_each(
             runners, lambda r: r.run(script_command("start", access.state.name, run_id,

@@ -22,7 +22,7 @@ from tpuops.cloud.provider import Login, Provider
 from tpuops.context import Context
 from tpuops.errors import SpecError, TpuopsError, UsageError
 from tpuops.ops.workers import one_worker, select_workers, ssh_targets, worker_targets
-from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_text
+from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_of_words, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
 from tpuops.remote.manifest import scan_tree
 from tpuops.remote.ssh import load_private_key
@@ -353,5 +353,5 @@ def ssh_argv(ctx: Context, name: str | None, *, worker: str | int = 0, slice_: s
     if command:
         # ssh joins its arguments with spaces for the remote shell: as with exec, one argument is a shell
         # line, several are an argv quoted one by one so that they arrive as given.
-        argv += ["--", command_text(command[0] if len(command) == 1 else list(command))]
+        argv += ["--", command_text(command_of_words(command))]
     return argv

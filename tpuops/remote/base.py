@@ -123,6 +123,12 @@ def remote_path(path: str) -> str:
     return shlex.quote(path)
 
 
+def command_of_words(words: Sequence[str]) -> Command:
+    """What the words after `--` mean, for every command that takes them (exec, launch, ssh): one word is a
+    shell line (`-- 'pgrep -af python'`), several are an argv that must arrive exactly as given."""
+    return words[0] if len(words) == 1 else tuple(words)
+
+
 def command_text(command: Command) -> str:
     """The command as the shell should see it: a shell line as is, an argv quoted element by element."""
     if isinstance(command, str):
