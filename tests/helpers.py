@@ -37,9 +37,10 @@ def require_module(name: str) -> None:
         pytest.skip(f"{name} is not installed")
 
 
-def interrupt(process: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, str]:
-    """Ctrl-C to a CLI subprocess, then its output; killed if it does not end within `timeout`."""
-    process.send_signal(signal.SIGINT)
+def interrupt(process: subprocess.Popen[str], timeout: float = 60.0,
+              signum: int = signal.SIGINT) -> tuple[str, str]:
+    """Ctrl-C (or `signum`) to a CLI subprocess, then its output; killed if it does not end within `timeout`."""
+    process.send_signal(signum)
     try:
         return process.communicate(timeout=timeout)
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -93,7 +94,9 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = WAIT
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_ctrl_c_during_exec_signals_the_remote_command(sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_ctrl_c_sigterm_or_sighup_during_exec_signals_the_remote_command(
+        sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path, signum: int, exit_code: int) -> None:
     name = make_cluster(sshd2, tpuops_home, tmp_path, "execint")
     seconds = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 1000:03d}"  # a unique `sleep` to look for
     process = cli("exec", name, "--", f"echo started; sleep {seconds}")
@@ -102,8 +105,8 @@ def test_ctrl_c_during_exec_signals_the_remote_command(sshd2: SshdCluster, tpuop
     except AssertionError:
         process.kill()
         raise
-    _, stderr = interrupt(process)
-    assert process.returncode == 130, stderr
+    _, stderr = interrupt(process, signum=signum)
+    assert process.returncode == exit_code, stderr
     assert_clean_exit(stderr)
     assert "interrupted" in stderr and "signalled to stop" in stderr
     wait_until(lambda: not pids_running(f"sleep {seconds}"), "the remote sleeps to end (as with ssh -t)")
@@ -166,7 +169,9 @@ def test_refused_connection_fails_fast_on_a_cluster_up_for_a_while(
     assert "w1: " in done.stderr and "refused the connection" in done.stderr
 
 
-def test_ctrl_c_during_launch_follow_and_logs_follow(sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_during_launch_follow_and_logs_follow(sshd2: SshdCluster, tpuops_home: Path,
+                                                                tmp_path: Path, signum: int, exit_code: int) -> None:
     name = make_cluster(sshd2, tpuops_home, tmp_path, "follows")
     seconds = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 1000:03d}"
     process = cli("launch", name, "--follow", "--", f"echo trainer up; sleep {seconds}")
@@ -177,8 +182,8 @@ def test_ctrl_c_during_launch_follow_and_logs_follow(sshd2: SshdCluster, tpuops_
             assert line, "launch --follow ended before the trainer spoke"
             if "trainer up" in line:
                 seen.append(line)
-        _, stderr = interrupt(process)
-        assert process.returncode == 130, stderr
+        _, stderr = interrupt(process, signum=signum)
+        assert process.returncode == exit_code, stderr
         assert_clean_exit(stderr)
         assert "stopped following" in stderr and f"`tpuops stop {name}`" in stderr
         # The trainer goes on (detached); only the followers (remote `tail`s) were stopped.
@@ -190,8 +195,8 @@ def test_ctrl_c_during_launch_follow_and_logs_follow(sshd2: SshdCluster, tpuops_
         line = follower.stdout.readline()  # type: ignore[union-attr]
         assert "trainer up" in line
         wait_until(lambda: len(remote_tails(name)) == 2, "logs -f to follow both workers")
-        _, stderr = interrupt(follower)
-        assert follower.returncode == 130, stderr
+        _, stderr = interrupt(follower, signum=signum)
+        assert follower.returncode == exit_code, stderr
         assert_clean_exit(stderr)
         assert f"`tpuops stop {name}`" in stderr
         assert set(run_states(ctx, name).values()) == {"running"}

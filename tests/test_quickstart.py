@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import run_cli, write_spec
 
 QUICKSTART = Path(__file__).parent.parent / "examples" / "quickstart.yaml"
@@ -77,7 +79,10 @@ def test_a_failing_worker_fails_the_run_and_is_named(tmp_path: Path, tpuops_home
     assert not any((tpuops_home / "local" / "workers").iterdir())  # --down after a failure too
 
 
-def test_ctrl_c_during_run_down_cleans_up(tmp_path: Path, tpuops_home: Path) -> None:
+@pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_ctrl_c_sigterm_or_sighup_during_run_down_cleans_up(tmp_path: Path, tpuops_home: Path, signum: int,
+                                                            exit_code: int) -> None:
+    """`timeout 20 tpuops run spec --down`, a `kill`, a closed terminal: each tears down as Ctrl-C does."""
     spec = write_spec(tmp_path, """
         name: interrupted
         provider: local
@@ -96,13 +101,15 @@ def test_ctrl_c_during_run_down_cleans_up(tmp_path: Path, tpuops_home: Path) -> 
                 break
         else:
             raise AssertionError("the run did not start: " + "".join(seen))
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=60)
+        process.send_signal(signum)
+        out, _ = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
-    assert process.returncode == 130
+    assert process.returncode == exit_code, out
+    assert "==> down" in out and "deleted the cluster interrupted" in out, out
+    assert "Traceback" not in out
     workers = tpuops_home / "local" / "workers"
     assert not any(workers.iterdir())
     assert processes_under(workers) == []

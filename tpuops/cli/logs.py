@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, app, complete_cluster
+from tpuops.cli.interrupts import terminated_exit
 from tpuops.cli.render import console, print_json_line
 from tpuops.errors import TpuopsError, UsageError
 
@@ -103,8 +104,10 @@ def logs(
             first_view = batch if (index > 0 or since is not None) else list(latest_values(batch).values())
             out.stream(batch, first_view)
     except KeyboardInterrupt:
-        pass  # Ctrl-C is how a follow normally ends
+        pass  # Ctrl-C is how a follow normally ends; SIGTERM or SIGHUP end it with their own exit code
     _report_download(source, download)
+    if terminated_exit() is not None:
+        raise typer.Exit(terminated_exit())
 
 
 def _worker_output(name: str | None, follow: bool) -> None:

@@ -8,9 +8,8 @@ import sys
 import typer
 
 from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, YES_OPTION, app
+from tpuops.cli.interrupts import interrupted_exit
 from tpuops.cli.render import err_console, print_json
-
-INTERRUPTED_EXIT = 130
 
 MAX_RESTARTS_OPTION = typer.Option(10, "--max-restarts", metavar="N", help="Give up after this many recoveries.")
 RESTART_ON_FAILURE_OPTION = typer.Option(
@@ -80,4 +79,4 @@ def interruptible(watch_call):  # noqa: ANN001, ANN201
     except KeyboardInterrupt:
         print("tpuops: stopped watching; nothing was deleted. The run (if alive) goes on: "
               "`tpuops watch` attaches again, `tpuops down` deletes everything", file=sys.stderr, flush=True)
-        os._exit(INTERRUPTED_EXIT)  # threads of an interrupted `up` or push would block a normal exit
+        os._exit(interrupted_exit())  # threads of an interrupted `up` or push would block a normal exit
