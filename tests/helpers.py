@@ -8,18 +8,20 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 
 def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-            timeout: float = 120, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`tpuops ARGS` in a subprocess (the real entry point), with the test's environment."""
+            timeout: float = 120, input_text: str | None = None,
+            prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    """`tpuops ARGS` in a subprocess (the real entry point), with the test's environment; `prefix` runs it under
+    another program (e.g. setpriv)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "tpuops", *args], env=full_env, cwd=cwd, capture_output=True, text=True,
+        [*prefix, sys.executable, "-m", "tpuops", *args], env=full_env, cwd=cwd, capture_output=True, text=True,
         timeout=timeout, input=input_text,
     )
 

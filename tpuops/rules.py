@@ -45,10 +45,10 @@ def check_files(spec: Spec, base_dir: Path, source: str = "<spec>", lines: LineI
 
 
 def require_local_paths(spec: Spec, base_dir: Path, source: str = "<spec>", *, code: bool = True,
-                        data: bool = True) -> None:
+                        data: bool = True, lines: LineIndex | None = None) -> None:
     """Before a push sends anything: the local paths it pushes exist (SpecError for the first missing)."""
     for problem in missing_local_paths(spec, base_dir, "error", code=code, data=data):
-        raise _spec_error(problem, source, None)
+        raise _spec_error(problem, source, lines)
 
 
 def missing_local_paths(spec: Spec, base_dir: Path, severity: Literal["error", "warning"], *, code: bool = True,
@@ -56,7 +56,12 @@ def missing_local_paths(spec: Spec, base_dir: Path, severity: Literal["error", "
     todo = "create it before `tpuops push`" if severity == "warning" else "create it or fix the spec"
     hint = f"{todo}; {PATHS_HINT}"
     problems: list[Problem] = []
-    if code and not (base_dir / spec.code.path).is_dir():
+    code_dir = base_dir / spec.code.path
+    if code and code_dir.exists() and not code_dir.is_dir():
+        problems.append(Problem(("code", "path"), f"{spec.code.path} is a file; code.path names the directory "
+                                "pushed to every worker", f"give its directory (code: {{path: "
+                                f"{Path(spec.code.path).parent.as_posix() or '.'}}}); {PATHS_HINT}", severity))
+    elif code and not code_dir.is_dir():
         problems.append(Problem(("code", "path"), f"code directory {spec.code.path} does not exist", hint, severity))
     for index, item in enumerate(spec.data if data else []):
         if not (base_dir / Path(item.from_).expanduser()).exists():

@@ -234,8 +234,12 @@ def _print_points(points) -> None:  # noqa: ANN001  (list[ScalarPoint])
 def _print_summary(summary) -> None:  # noqa: ANN001  (RunSummary)
     from rich.table import Table
 
+    from tpuops.ops.run import still_up
+
     if summary.failed_step is not None:
         err_console.print(f"[red]{summary.failed_step.name} failed:[/] {'; '.join(summary.failed_step.failures())}")
+        err_console.print(f"the cluster {summary.cluster} was deleted (--down; the bucket stays)" if summary.torn_down
+                          else still_up(summary.cluster), markup=False)
         return
     if summary.watched is not None:
         watched = summary.watched

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tpuops.context import Context
+from tpuops.errors import TpuopsError
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.tail import latest_values
 from tpuops.ops import down as down_ops
@@ -20,6 +21,7 @@ from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
 from tpuops.ops import watch as watch_ops
 from tpuops.ops.logs import LogsRequest, logs_provider, open_source, resolve_logdir
+from tpuops.ops.specs import check_local_inputs
 from tpuops.remote.base import LineHandler, RunResult
 
 SCALAR_POLL_SECONDS = 2.0
@@ -91,6 +93,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
     phase = on_phase or (lambda text: None)
     started = time.monotonic()
     cluster: str | None = None
+    check_local_inputs(spec_path)  # before `up`: a missing code directory must not cost a TPU
     if preflight:  # before `up`: a finding costs no TPU time
         from tpuops.ops.check import require_clean
 
@@ -121,6 +124,10 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
         workers = _follow_run(ctx, cluster, report.run_id, on_line, scalars)
         return RunSummary(cluster, report.run_id, time.monotonic() - started, workers,
                           latest_values(scalars.points), torn_down=down)
+    except TpuopsError as err:
+        if cluster is not None and not down:  # say what stays up, billing, and how to remove it
+            err.hint = "; ".join(filter(None, [err.hint, still_up(cluster)]))
+        raise
     except KeyboardInterrupt as interrupt:
         interrupted = True
         during_up = interrupt if isinstance(interrupt, up_ops.UpInterrupted) else None
@@ -133,11 +140,14 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
                                  during_up=during_up) from None
 
 
+def still_up(cluster: str) -> str:
+    return (f"the cluster {cluster} is still up (a TPU bills until deleted): `tpuops launch {cluster}` tries "
+            f"again, `tpuops down {cluster}` deletes it")
+
+
 def _tear_down(ctx: Context, cluster: str, stop_run: str | None, phase: Phase,
                progress: up_ops.Progress | None) -> None:
     """`--down`: stop the run first when it may still be going (it was interrupted), then delete the cluster."""
-    from tpuops.errors import TpuopsError
-
     try:
         if stop_run is not None:
             phase("stop")
@@ -205,8 +215,6 @@ class ScalarFollower:
             self.on_points(new)
 
     def _read(self) -> list[ScalarPoint]:
-        from tpuops.errors import TpuopsError
-
         try:
             if self._source is None:
                 self._source = open_source(self.ctx, logs_request(self.ctx, self.cluster), warn=lambda text: None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -11,6 +12,7 @@ from tpuops import rules
 from tpuops.context import Context
 from tpuops.errors import UsageError
 from tpuops.plan import Plan, make_plan
+from tpuops.remote.manifest import scan_tree
 from tpuops.spec import Spec, load_spec_with_lines
 
 INIT_TEMPLATES = {
@@ -35,6 +37,25 @@ def check_spec_file(path: str | Path) -> CheckedSpec:
     warnings = rules.check(spec, source=source, lines=lines)
     warnings += rules.check_files(spec, Path(path).resolve().parent, source=source, lines=lines)
     return CheckedSpec(spec, warnings)
+
+
+def check_local_inputs(path: str | Path) -> Spec:
+    """What `run` and `launch` will need from this machine, checked before the first cloud call: the code
+    directory and data sources exist, every file `push` would send from the code directory can be read, and
+    the ignore files parse. One SpecError/UsageError for the first problem."""
+    spec, lines = load_spec_with_lines(path)
+    base_dir = Path(path).resolve().parent
+    rules.require_local_paths(spec, base_dir, str(path), lines=lines)
+    try:
+        scan_tree(base_dir / spec.code.path, spec.code.exclude)  # reads what push reads: unreadable files show
+    except PermissionError as err:
+        raise UsageError(f"cannot read {err.filename}, which push would send: permission denied",
+                         "make it readable, or leave it out with code.exclude or a .tpuopsignore line") from None
+    for item in spec.data:
+        source = base_dir / Path(item.from_).expanduser()
+        if not os.access(source, os.R_OK):
+            raise UsageError(f"cannot read data source {source}: permission denied", "make it readable")
+    return spec
 
 
 def load_checked(path: str | Path) -> Spec:
