@@ -83,3 +83,30 @@ def test_a_failed_step_after_up_says_what_stays_up(tmp_path: Path, tpuops_home: 
     assert torn.returncode == 1, torn.stderr
     assert "the cluster inputs was deleted" in torn.stderr
     assert nothing_created(tpuops_home)
+
+
+def preflight_spec(tmp_path: Path, train_py: str) -> Path:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(train_py)
+    return spec_with(tmp_path, "code").parent / "spec.yaml"
+
+
+def test_run_preflight_stops_at_the_lint_finding_without_running_the_trainer(tmp_path: Path,
+                                                                             tpuops_home: Path) -> None:
+    marker = tmp_path / "trainer-ran"
+    spec = preflight_spec(tmp_path, f"import torch\nopen({str(marker)!r}, 'w')\nx = torch.zeros(2).half()\n")
+    done = run_cli("run", str(spec), "--preflight", timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "preflight: train.py:3: XLA005 fp16" in done.stderr
+    assert not marker.exists()  # the lint decided: the trainer never ran
+    assert nothing_created(tpuops_home)
+
+
+def test_run_preflight_shows_the_trainers_output_as_it_runs(tmp_path: Path, tpuops_home: Path) -> None:
+    spec = preflight_spec(tmp_path, "import os\nprint('preflight steps', os.environ.get('TPUOPS_MAX_STEPS'))\n")
+    try:
+        done = run_cli("run", str(spec), "--preflight", timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "[preflight] preflight steps 20" in done.stdout, done.stdout
+    finally:
+        run_cli("down", "inputs", "--yes")

@@ -15,6 +15,7 @@ from tpuops.check.lint import lint_tree
 from tpuops.check.run import Outcome, prepare_workspace, run_trainer, trainer_environment
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops.specs import load_checked
+from tpuops.remote.base import LineHandler
 from tpuops.spec import Spec
 
 DEFAULT_STEPS = 20
@@ -26,6 +27,7 @@ class CheckOptions:
     steps: int = DEFAULT_STEPS
     timeout: float = DEFAULT_TIMEOUT
     run: bool = True
+    run_after_lint_findings: bool = True  # False (the preflight): a lint finding already decides, skip the run
 
 
 def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
@@ -41,7 +43,7 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
     lint = lint_tree(code_root, spec.code.exclude, legacy_node=spec.tpu.mode == "node")
     findings = list(lint.findings)
     record = None
-    if options.run:
+    if options.run and (options.run_after_lint_findings or not findings):
         if spec.trainer is None:
             raise UsageError(f"{spec_path} has no trainer to run", "add trainer: {framework, command}, or pass "
                              "--no-run to only lint")
@@ -100,9 +102,15 @@ class PreflightFailed(TpuopsError):
         self.report = report
 
 
+def preflight_output(on_line: LineHandler | None) -> Callable[[str], None] | None:
+    """The preflight trainer's output, shown as the workers' is, prefixed [preflight]."""
+    return None if on_line is None else lambda line: on_line("preflight", "stdout", line)
+
+
 def require_clean(spec_path: str | Path, on_output: Callable[[str], None] | None = None) -> CheckReport:
-    """The preflight of launch/run: `check` with the defaults; raises PreflightFailed on any finding."""
-    report = check_spec(spec_path, CheckOptions(), on_output)
+    """The preflight of launch/run: `check` with the defaults, but no run after a lint finding (the finding
+    decides already); `on_output` shows the trainer's output as it runs. Raises PreflightFailed on any finding."""
+    report = check_spec(spec_path, CheckOptions(run_after_lint_findings=False), on_output)
     if report.findings:
         raise PreflightFailed(spec_path, report)
     return report

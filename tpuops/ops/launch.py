@@ -105,9 +105,9 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
     spec = access.spec
     assert spec is not None
     if options.preflight:
-        from tpuops.ops.check import require_clean
+        from tpuops.ops.check import preflight_output, require_clean
 
-        require_clean(access.state.spec_path)
+        require_clean(access.state.spec_path, preflight_output(on_line))
     if spec.trainer is None and options.command is None:
         raise UsageError(f"the spec of '{access.state.name}' has no trainer", "add trainer: {framework, command}")
     steps: list[Step] = []

@@ -95,10 +95,10 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
     cluster: str | None = None
     check_local_inputs(spec_path)  # before `up`: a missing code directory must not cost a TPU
     if preflight:  # before `up`: a finding costs no TPU time
-        from tpuops.ops.check import require_clean
+        from tpuops.ops.check import preflight_output, require_clean
 
         phase("preflight")
-        require_clean(spec_path)
+        require_clean(spec_path, preflight_output(on_line))
     run_id: str | None = None
     interrupted = False
     during_up: up_ops.UpInterrupted | None = None
