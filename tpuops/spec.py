@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tpuops.errors import SpecError
 from tpuops.spec_autostop import AutostopSpec
+from tpuops.spec_watch import WatchSpec
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")
@@ -145,6 +146,7 @@ class Spec(Model):
     autostop: AutostopSpec = Field(
         default_factory=AutostopSpec, description="The cost guard on worker 0: delete the TPU when idle, or later."
     )
+    watch: WatchSpec = Field(default_factory=WatchSpec, description="The hang watchdog of `tpuops watch`.")
 
     @field_validator("name")
     @classmethod

@@ -105,6 +105,9 @@ class Tail:
         self.last = PollStats(files=0, bytes_read=0, points=0)
         self.total_bytes_read = 0
         self.polls = 0
+        # (count, bytes, newest update) of the files that are not event files: the hang watchdog takes a change
+        # here for a checkpoint being written, from the listing this poll makes anyway.
+        self.others: tuple[int, int, float] = (0, 0, 0.0)
 
     @property
     def runs(self) -> list[str]:
@@ -116,7 +119,9 @@ class Tail:
 
     def poll(self) -> list[ScalarPoint]:
         """One listing, then the grown part of each event file. Raises when the listing fails."""
-        listing = [info for info in self.store.list("") if is_event_file(info.name) and self._run_wanted(info.name)]
+        everything = self.store.list("")
+        listing = [info for info in everything if is_event_file(info.name) and self._run_wanted(info.name)]
+        self.others = others_signature(everything)
         listed = {info.name for info in listing}
         for gone in set(self._cursors) - listed:
             del self._cursors[gone]  # deleted (or moved away): nothing more will come from it
@@ -186,6 +191,11 @@ class Tail:
 
     def _where(self, name: str) -> str:
         return f"{self.store.url.rstrip('/')}/{name}"
+
+
+def others_signature(listing: Iterable[BlobInfo]) -> tuple[int, int, float]:
+    others = [info for info in listing if not is_event_file(info.name)]
+    return len(others), sum(info.size for info in others), max((info.updated or 0.0 for info in others), default=0.0)
 
 
 class Pollable(Protocol):

@@ -27,6 +27,7 @@ from tpuops.remote.fanout import run_each
 from tpuops.remote.scripts import script_command
 from tpuops.spec import Spec
 from tpuops.state import RunRecord, WorkerRecord, bucket_of
+from tpuops.watchdog.launch_hooks import install_tools, with_hang_abort
 
 JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 # Multislice: the port the slices' runtimes meet on (the one Google's and xpk's examples use), and the variable
@@ -148,6 +149,7 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
             # A multi-host trainer waits forever for a missing peer: stop the part that did start.
             record(_stop_run(access.state.name, run_id, runners, options.max_parallel))
             return LaunchReport(access.state.name, None, tuple(steps))
+        install_tools(runners, access.state.name, spec, ctx.env, options.max_parallel)  # the watchdog's py-spy
         return LaunchReport(access.state.name, run_id, tuple(steps), cost_guard.install(ctx, access.state.name))
     finally:
         for runner in runners:
@@ -204,8 +206,9 @@ def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
         common |= {"TPUOPS_RESTART": str(options.restart), "TPUOPS_RESUME": "1"}
     user_env = {key: _localize(access, value) for key, value in (spec.trainer.env if spec.trainer else {}).items()}
     common |= compilation_cache_env(ctx, access, spec, user_env)
-    return {w.name: {**user_env, **common, "TPUOPS_WORKER_ID": str(i), **slice_env(w, workers, user_env)}
+    envs = {w.name: {**user_env, **common, "TPUOPS_WORKER_ID": str(i), **slice_env(w, workers, user_env)}
             for i, w in enumerate(workers)}
+    return with_hang_abort(envs, user_env)
 
 
 def slice_env(worker: WorkerRecord, workers: Sequence[WorkerRecord], user_env: Mapping[str, str]) -> dict[str, str]:

@@ -45,6 +45,7 @@ from tpuops.ops import up as up_ops
 from tpuops.ops.remote import resolve_name
 from tpuops.ops.status import spec_of, tpu_mode
 from tpuops.state import ClusterState
+from tpuops.watchdog.judge import Watchdog
 
 EventHandler = Callable[[str, str, str], None]  # (time, kind, message)
 # Worker states in which the trainer is gone without leaving an exit code (a fresh host has no run: "none").
@@ -97,6 +98,7 @@ class Verdict:
     reason: str = ""
     exit_code: int = 0
     recreate: bool = True  # recover: delete and create the TPU again (False: relaunch only)
+    keep_tpu: bool = False  # ended: keep the TPU even with --down (the watchdog stopped restarting a hung run)
 
 
 FINE = Verdict("fine")
@@ -110,6 +112,7 @@ class WatchResult:
     reason: str
     restarts: int  # restarts carried out by this watch
     torn_down: bool = False
+    keep_tpu: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return {"cluster": self.cluster, "run_id": self.run_id, "exit_code": self.exit_code, "reason": self.reason,
@@ -177,7 +180,7 @@ def watch(ctx: Context, name: str | None, options: WatchOptions, on_event: Event
         if options.down:
             watcher.tear_down()
         raise
-    if options.down:
+    if options.down and not result.keep_tpu:
         watcher.tear_down()
         return replace(result, torn_down=True)
     return result
@@ -196,6 +199,7 @@ class Watcher:
     first_restart: int = 0  # the restart number of the run being watched: TPUOPS_RESTART continues from it
     blind: bool = False  # the last poll could not read the TPU's state (kept once in the state, not every poll)
     awaited_record: bool = False  # a TPU gone with autostop on: one more poll for the agent's record
+    watchdog: Watchdog | None = None  # the hang watchdog, asked while the run is running
 
     # ------------------------------------------------------------------------------------ the loop
     def run(self) -> WatchResult:
@@ -205,6 +209,7 @@ class Watcher:
             raise UsageError(f"'{self.cluster}' has no run to watch",
                              "start one with `tpuops launch`, or use `tpuops run SPEC --watch`")
         self.first_restart = run.restart
+        self.watchdog = Watchdog(self.ctx, self.cluster, self.event, self.say, sleep=self.sleep)
         self.event("watch", f"watching run {run.id} (restart {run.restart}) of '{self.cluster}', "
                             f"polling every {self.options.poll_interval:g}s, at most "
                             f"{self.options.max_restarts} restart(s)")
@@ -220,7 +225,7 @@ class Watcher:
         if verdict.kind == "ended":
             run = self.state().current_run
             return WatchResult(self.cluster, run.id if run else None, verdict.exit_code, verdict.reason,
-                               self.restarts)
+                               self.restarts, keep_tpu=verdict.keep_tpu)
         if verdict.kind == "recover":
             self.recover(verdict)
         return None
@@ -244,6 +249,11 @@ class Watcher:
             why = f"TPU health {tpu.health}" if is_unhealthy(tpu) else "every worker unreachable"
             return self.after_grace(why)
         self.trouble_since = None
+        if verdict.kind == "fine" and "running" in states.values() and self.watchdog is not None:
+            hang = self.watchdog.verdict()  # None: progressing (or not yet started)
+            if hang is not None:
+                return Verdict("ended", hang.reason, exit_code=1, keep_tpu=True) if hang.stop else \
+                    Verdict("recover", hang.reason, recreate=hang.recreate)
         return verdict
 
     def unless_autostopped(self, verdict: Verdict) -> Verdict:

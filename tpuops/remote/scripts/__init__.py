@@ -11,6 +11,12 @@ def script(name: str) -> str:
     return resources.files(__name__).joinpath(f"{name}.sh").read_text()
 
 
+@cache
+def script_text(filename: str) -> str:
+    """A host program that is not a shell script (e.g. a Python reader passed as an argument)."""
+    return resources.files(__name__).joinpath(filename).read_text()
+
+
 def script_command(name: str, *args: str) -> list[str]:
     """An argv for Runner.run: the script's text runs under sh with `args` as $1, $2, ... (quoted)."""
     return ["sh", "-c", script(name), name, *args]
