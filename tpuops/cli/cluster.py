@@ -135,6 +135,21 @@ def status(
         console.print(f"  run {run.id} (started {run.started_at}, restart {run.restart}): {run.command}", markup=False)
         for worker, worker_state in run.workers.items():
             console.print(f"    {worker}: {worker_state} ({when})")
+    print_watchdog(result.watchdog)
+
+
+def print_watchdog(view) -> None:  # noqa: ANN001  (WatchdogView | None; import kept lazy)
+    """The last step, how long ago the watch saw it, and the hang watchdog's verdict."""
+    if view is None:
+        return
+    import time
+
+    from tpuops.durations import format_duration
+
+    step = "no step yet" if view.last_step is None else f"last step {view.last_step}"
+    if view.last_step_at is not None:
+        step += f", {format_duration(max(0.0, time.time() - view.last_step_at))} ago"
+    console.print(f"  watchdog: {step}; {view.verdict}", markup=False)
 
 
 def print_guard(guard) -> None:  # noqa: ANN001  (GuardStatus | None; import kept lazy)

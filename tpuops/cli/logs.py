@@ -49,6 +49,8 @@ def logs(
     workers: bool = typer.Option(
         False, "--workers", help="The trainer's own output on every worker instead, prefixed [wN] (-f: follow "
                                  "it to the end of the run)."),
+    incidents: bool = typer.Option(
+        False, "--incidents", help="The hangs the watchdog captured (stacks, output tails, metrics) and where."),
 ) -> None:
     """TensorBoard scalars of a cluster's run (or any logdir), read incrementally.
 
@@ -78,6 +80,9 @@ def logs(
         raise UsageError("--until-idle only applies with --follow", "add -f")
     if workers:
         _worker_output(name, follow)
+        return
+    if incidents:
+        _incidents(name, json_output)
         return
     if png is not None and not png_available():
         raise TpuopsError("--png needs matplotlib", "pip install 'tpuops[png]'")
@@ -121,6 +126,24 @@ def _worker_output(name: str | None, follow: bool) -> None:
         code = worker_output(Context.from_env(), name, follow=follow, on_line=LinePrinter(), on_error=_warn)
     if code:
         raise typer.Exit(code)
+
+
+def _incidents(name: str | None, json_output: bool) -> None:
+    from tpuops.context import Context
+    from tpuops.watchdog.report import list_incidents
+
+    found = list_incidents(Context.from_env(), name)
+    if json_output:
+        for incident in found:
+            print_json_line(incident.as_dict())
+        return
+    if not found:
+        console.print("no hangs captured for this cluster (`tpuops watch` captures them)")
+        return
+    for incident in found:
+        console.print(f"{incident.at}  {incident.kind:<11} run {incident.run_id}  step {incident.last_step}  "
+                      f"odd worker {incident.odd_worker or '-'}  {incident.action}\n"
+                      f"    {incident.reason}\n    {incident.url}", markup=False, highlight=False)
 
 
 class _Output:

@@ -19,6 +19,7 @@ from tpuops.ops.discover import find_in_project
 from tpuops.ops.workers import number_hosts
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord
+from tpuops.watchdog.records import WatchdogView, watchdog_view
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class ClusterStatus:
     run: RunStatus | None = None  # the current run, each worker's state of it
     found_by_label: str | None = None  # no local state: where the search by label looked
     guard: GuardStatus | None = None  # uptime, cost so far, autostop
+    watchdog: WatchdogView | None = None  # the hang watchdog's last step and verdict, as a watch last wrote it
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "workers": [w.model_dump() for w in self.workers],
@@ -110,6 +112,7 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
         tuple(RestartEvent(e.at, e.message) for e in state.events if e.kind == "restart"),
         run_status(ctx, state, reachable=tpu_state == "READY"),
         guard=guard_status(ctx, state, spec, tpu_state == "READY", accelerator_type),
+        watchdog=watchdog_view(ctx, state, spec),
     )
 
 

@@ -199,7 +199,9 @@ class Watchdog:
                   f"{odd or 'none found'}: {finding.detail}")
         self.event(EVENT, f"{reason}; {finding.metrics_note}; {stacks} and output tails in {url}; "
                           f"{decision.why}: {what[decision.action]}")
-        self.publish(now, f"{decision.action} after a hang ({finding.kind}, odd worker {odd or 'none found'}; "
+        done = {"restart": "restarted after a hang", "recreate": "re-created the TPU after a hang",
+                "stop": "stopped restarting after a hang, the TPU and the hung run are kept for you"}
+        self.publish(now, f"{done[decision.action]} ({finding.kind}, odd worker {odd or 'none found'}; "
                           f"{decision.why}); incident {url}", force=True)
         return HangVerdict(decision.action, f"{reason} ({decision.why})")
 

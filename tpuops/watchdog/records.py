@@ -138,3 +138,15 @@ def read_view(store: BlobStore) -> WatchdogView | None:
         return WatchdogView(**data)
     except TypeError:
         return None
+
+
+def watchdog_view(ctx: Context, state: ClusterState, spec: Spec | None) -> WatchdogView | None:
+    """What the last watch wrote of the current run (None: no watch has looked at it)."""
+    run = state.current_run
+    if run is None:
+        return None
+    try:
+        view = read_view(records_store(ctx, state, spec))
+    except TpuopsError:
+        return None
+    return view if view is not None and view.run_id == run.id else None

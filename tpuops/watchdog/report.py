@@ -1,0 +1,13 @@
+"""`tpuops logs NAME --incidents`: the hangs the watchdog captured, oldest first."""
+
+from __future__ import annotations
+
+from tpuops.context import Context
+from tpuops.ops.remote import resolve_name
+from tpuops.ops.status import spec_of
+from tpuops.watchdog.records import Incident, incidents, records_store
+
+
+def list_incidents(ctx: Context, name: str | None) -> list[Incident]:
+    state = ctx.store.require(resolve_name(ctx, name))
+    return incidents(records_store(ctx, state, spec_of(state)))
