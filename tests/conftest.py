@@ -20,6 +20,7 @@ for _name in ("GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CORE_PROJECT", "GOOGLE
     os.environ.pop(_name, None)
 os.environ["CLOUDSDK_CONFIG"] = "/nonexistent-gcloud-config"
 os.environ["NO_GCE_CHECK"] = "true"  # google-auth must not probe the metadata server
+os.environ["TPUOPS_WATCHDOG_INSTALL"] = "0"  # launch must not `pip install py-spy` on loopback workers (PyPI)
 os.environ["CUDA_VISIBLE_DEVICES"] = ""  # a CUDA build of torch/jax/tf stays on the CPU, GPU or not
 
 

@@ -119,6 +119,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
         if watch is not None:  # watch (and recover) instead of following: `tpuops logs -f` shows the output
             phase("watch")
             watched = watch_ops.watch(ctx, cluster, replace(watch, down=False), on_event)  # --down is ours
+            down = down and not watched.keep_tpu  # the watchdog kept a hung run's TPU for the user
             return RunSummary(cluster, watched.run_id, time.monotonic() - started, torn_down=down, watched=watched)
         phase("follow")
         workers = _follow_run(ctx, cluster, report.run_id, on_line, scalars)

@@ -116,7 +116,7 @@ class WatchResult:
 
     def as_dict(self) -> dict[str, object]:
         return {"cluster": self.cluster, "run_id": self.run_id, "exit_code": self.exit_code, "reason": self.reason,
-                "restarts": self.restarts, "torn_down": self.torn_down}
+                "restarts": self.restarts, "torn_down": self.torn_down, "keep_tpu": self.keep_tpu}
 
 
 # ------------------------------------------------------------------------------------------------ verdicts

@@ -203,7 +203,9 @@ class Watchdog:
                 "stop": "stopped restarting after a hang, the TPU and the hung run are kept for you"}
         self.publish(now, f"{done[decision.action]} ({finding.kind}, odd worker {odd or 'none found'}; "
                           f"{decision.why}); incident {url}", force=True)
-        return HangVerdict(decision.action, f"{reason} ({decision.why})")
+        if decision.action == "stop":
+            reason += f"; stopped restarting ({decision.why}): {what['stop']}"
+        return HangVerdict(decision.action, reason if decision.action == "stop" else f"{reason} ({decision.why})")
 
     # ---------------------------------------------------------------------------------------- status
     def publish(self, now: float, verdict: str, force: bool) -> None:

@@ -17,7 +17,8 @@ case "$pid" in ''|*[!0-9]*) echo "no run $2 on this worker";; *)
 for p in $(ps -eo pid=,pgid= 2>/dev/null | awk -v g="$pid" '$2 == g {print $1}'); do
     args=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-300)
     echo "--- pid $p: $args"
-    case "$args" in *python*) ;; *) echo "state $(sed -n 's/^State:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null), wchan $(cat "/proc/$p/wchan" 2>/dev/null)"; continue;; esac
+    exe=$($as_root readlink "/proc/$p/exe" 2>/dev/null) || exe=$(cat "/proc/$p/comm" 2>/dev/null)
+    case "${exe##*/}" in python*) ;; *) echo "state $(sed -n 's/^State:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null), wchan $(cat "/proc/$p/wchan" 2>/dev/null)"; continue;; esac
     if [ -n "$spy" ] && $as_root timeout 30 "$spy" dump --pid "$p" 2>&1; then continue; fi
     if [ -z "$spy" ]; then echo "py-spy is not installed here: fallback"; else echo "py-spy could not attach: fallback"; fi
     echo "state $(sed -n 's/^State:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null)"

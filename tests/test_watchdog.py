@@ -1,0 +1,180 @@
+"""The hang watchdog end to end: `tpuops run SPEC --watch` with a trainer that writes steps and then blocks on
+worker 1 while the others wait for it (tests/watchdog_trainer/hang_trainer.py). On the local provider: three
+hangs in an hour are a restart, a re-creation (worker 1 was the odd one twice) and then no more restarts, the
+TPU kept; on real sshd workers behind the TPU API fake: detected, captured with py-spy (and the fallback where
+py-spy is missing), relaunched with TPUOPS_RESUME=1, and the resumed run finishes.
+
+The knobs are seconds here (TPUOPS_WATCHDOG_*): T between 1 and 2 s, a confirmation gap of half a second. The
+trainer "compiles" for 3 s before its first step, longer than T: the first compile must not count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
+from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
+from tests.helpers import run_cli, write_spec
+from tests.sshd import SshdCluster, sshd_available
+
+TRAINER = Path(__file__).parent / "watchdog_trainer" / "hang_trainer.py"
+WAIT_S = 120.0
+FAST = {"TPUOPS_WATCH_INTERVAL": "0.3", "TPUOPS_WATCH_BACKOFF": "0.1", "TPUOPS_WATCHDOG_MIN_HANG": "1",
+        "TPUOPS_WATCHDOG_MAX_HANG": "2", "TPUOPS_WATCHDOG_CONFIRM_GAP": "0.5"}
+COMPILE_S = 3  # longer than T
+
+
+def code_dir(tmp_path: Path) -> Path:
+    code = tmp_path / "code"
+    code.mkdir()
+    shutil.copy(TRAINER, code / TRAINER.name)
+    return code
+
+
+def starts(log: Path) -> list[str]:
+    return sorted(log.read_text().splitlines()) if log.exists() else []
+
+
+def incidents_in(folder: Path) -> list[tuple[Path, dict]]:
+    return [(path.parent, json.loads(path.read_text())) for path in sorted(folder.glob("incidents/*/incident.json"))]
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        stdout, stderr = process.communicate(timeout=WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=10)
+    return process.returncode, stdout, stderr
+
+
+def test_three_hangs_in_an_hour_restart_recreate_then_stop_and_keep_the_tpu(tmp_path: Path,
+                                                                           tpuops_home: Path) -> None:
+    name = f"wd-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "attempts"
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        provider: local
+        tpu: {{type: v2-8, workers: 3}}
+        bucket: {{name: {name}-data}}
+        code: {{path: {code_dir(tmp_path)}}}
+        trainer: {{framework: jax, command: "python3 {TRAINER.name} {log} 99 {COMPILE_S}"}}
+        """)
+    env = {**os.environ, **FAST}
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", "run", str(spec), "--watch", "--down", "--json"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        code, stdout, stderr = finish(process)
+        assert code == 1, stderr[-4000:]
+        # Relaunched twice, resuming, on every worker; then no more.
+        assert starts(log) == sorted(f"w{w} restart={r} resume={min(r, 1)}" for w in range(3) for r in range(3))
+        summary = json.loads(stdout)
+        assert summary["watch"]["restarts"] == 2 and summary["watch"]["keep_tpu"] and not summary["torn_down"]
+        assert "stopped restarting (hung again after the TPU was re-created within 1h)" in stderr
+        assert (tpuops_home / "local" / "tpus" / f"{name}.json").exists()  # --down did not delete the TPU
+
+        records = tpuops_home / "local" / "buckets" / f"{name}-data" / ".tpuops" / name
+        found = incidents_in(records)
+        assert [(i["kind"], i["odd_worker"], i["action"], i["last_step"]) for _, i in found] == [
+            ("stall", "w1", "restart", 5), ("stall", "w1", "recreate", 5), ("stall", "w1", "stop", 5)]
+        folder = found[0][0]
+        assert "stuck_reading_data (hang_trainer.py" in (folder / "w1" / "stacks.txt").read_text()
+        for worker in ("w0", "w2"):
+            assert "wait_for_peers (hang_trainer.py" in (folder / worker / "stacks.txt").read_text()
+            assert (folder / worker / "output.txt").read_text().splitlines()[-1] == "step 5"
+            assert "no libtpu metrics server on localhost:8431" in (folder / worker / "metrics.txt").read_text()
+        assert "not a hang" not in stderr  # the 3 s compile before step 1 was never taken for one
+
+        shown = run_cli("status", name, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert "watchdog: last step 5, " in shown.stdout
+        assert "stopped restarting after a hang, the TPU and the hung run are kept for you" in shown.stdout
+        listed = run_cli("logs", name, "--incidents", "--json", timeout=60)
+        assert [json.loads(line)["action"] for line in listed.stdout.splitlines()] == ["restart", "recreate", "stop"]
+    finally:
+        if process.poll() is None:
+            process.kill()
+        run_cli("down", name, "--yes", timeout=60)
+    assert not any(line.startswith("w") for line in run_cli("exec", name, "--", "true").stdout.splitlines())
+
+
+# ------------------------------------------------------------------------------------------------- sshd
+
+
+def py_spy_binary() -> Path:
+    """The real py-spy executable (not pyenv's shim script), which the dev extras install."""
+    found = shutil.which("py-spy")
+    if found is None:
+        pytest.skip("py-spy is not installed (pip install -e '.[dev]')")
+    beside_python = Path(sys.executable).parent / "py-spy"
+    return beside_python if beside_python.exists() else Path(found).resolve()
+
+
+@pytest.fixture(scope="module")
+def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
+    if not sshd_available():
+        pytest.skip("needs root and OpenSSH sshd")
+    with SshdCluster(tmp_path_factory.mktemp("sshd-watchdog"), 2) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def gcp(fake_gcp: FakeGcp, sshd2: SshdCluster, tpu_paths_in_worker_homes: None) -> FakeGcp:  # noqa: F811
+    fake_gcp.tpu.external_ip = lambda zone, name, index: sshd2.workers[index].host
+    fake_gcp.tpu.internal_ip = lambda zone, name, index: sshd2.workers[index].host
+    fake_gcp.tpu.host_keys = lambda name, index: [
+        tuple(sshd2.workers[index].host_key.with_suffix(".pub").read_text().split()[:2])]
+    return fake_gcp
+
+
+def test_a_hang_on_ssh_workers_is_captured_and_the_run_resumes(gcp: FakeGcp, sshd2: SshdCluster,
+                                                               tpuops_home: Path, tmp_path: Path) -> None:
+    py_spy = py_spy_binary()
+    for worker in sshd2.workers[1:]:  # where `pip install --user py-spy` puts it; w0 has none: the fallback
+        local_bin = worker.home / ".local" / "bin"
+        local_bin.mkdir(parents=True, exist_ok=True)
+        shutil.copy(py_spy, local_bin / "py-spy")  # a copy: /root inside the worker's namespace is its home
+    name = f"wd-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "attempts"
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        zone: us-central2-b
+        tpu: {{type: v4-16, runtime: tpu-ubuntu2204-base, preemptible: true}}
+        ssh: {{user: root, port: {sshd2.port}}}
+        code: {{path: {code_dir(tmp_path)}}}
+        trainer: {{framework: jax, command: "python3 {TRAINER.name} {log} 1 {COMPILE_S}"}}
+        """)
+    cluster_dir = tpuops_home / "clusters" / name
+    cluster_dir.mkdir(parents=True)
+    shutil.copy(sshd2.client_key, cluster_dir / "id_ed25519")
+    (cluster_dir / "id_ed25519").chmod(0o600)
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", "run", str(spec), "--watch"],
+                               env={**os.environ, **gcp.env, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        code, stdout, stderr = finish(process)
+    finally:
+        run_cli("stop", name, env=gcp.env, timeout=60)
+    assert code == 0, stderr[-4000:]
+    assert starts(log) == sorted(f"w{w} restart={r} resume={r}" for w in range(2) for r in range(2))
+    assert len(gcp.tpu_v2.server.calls("DELETE", rf"/nodes/{name}$")) == 0  # relaunched on the same TPU
+    (folder, found), = incidents_in(cluster_dir / "watchdog")  # no bucket: beside the cluster's state
+    assert (found["kind"], found["action"], found["last_step"]) == ("stall", "restart", 5)
+    assert "stuck_reading_data (hang_trainer.py" in (folder / "w1" / "stacks.txt").read_text()
+    fallback = (folder / "w0" / "stacks.txt").read_text()
+    assert "py-spy is not installed here: fallback" in fallback and "wchan hrtimer_nanosleep" in fallback
+    assert (folder / "w0" / "output.txt").read_text().splitlines()[-1] == "step 5"
+    state = json.loads((cluster_dir / "state.json").read_text())
+    hangs = [e["message"] for e in state["events"] if e["kind"] == "hang"]
+    assert any("hang (stall) of run" in m and "restarting the run (the TPU is kept)" in m for m in hangs), hangs
+    assert [run["restart"] for run in state["runs"]] == [0, 1]
