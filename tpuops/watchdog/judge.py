@@ -72,6 +72,7 @@ class Watchdog:
     scalars: ScalarProgress | None = None
     output: OutputProgress | None = None
     store: BlobStore | None = None
+    output_explicit: bool = False  # the spec names a progress pattern: read worker 0's output even with scalars
     _view_written: tuple[float, str] | None = None
 
     # --------------------------------------------------------------------------------------- per run
@@ -86,9 +87,9 @@ class Watchdog:
             store = self.ctx.provider_for(spec, state).blob_store(logdir)
             self.scalars = ScalarProgress(store, warn=lambda text: self.say(EVENT, text))
         # Output lines count when the spec names a pattern, or while no scalars have come.
-        explicit = spec is not None and spec.watch.progress is not None
+        self.output_explicit = spec is not None and spec.watch.progress is not None
         self.output = OutputProgress(self.settings.progress, self.cluster, run.id) \
-            if explicit or self.scalars is None or not self.scalars.wrote_scalars else None
+            if self.output_explicit or self.scalars is None or not self.scalars.wrote_scalars else None
         if self.settings.enabled:
             source = "TensorBoard scalars" if self.scalars is not None else ""
             if self.output is not None:
@@ -135,6 +136,9 @@ class Watchdog:
             self.series.add_points(points, now)
             if writing:
                 self.series.saw_checkpoint(now)
+        if self.output is not None and not self.output_explicit and self.scalars is not None and \
+                self.scalars.wrote_scalars:
+            self.output = None  # the scalars came: one source is enough, and it costs no SSH call
         if self.output is not None:
             runners = self.runners(first_only=True)
             try:
