@@ -209,3 +209,34 @@ def test_the_tools_script_finds_py_spy_or_installs_it_for_the_user_detached(tmp_
     spy.write_text("#!/bin/sh\n")
     spy.chmod(0o755)
     assert runner.run(script_command("watchdog_tools", "c"), capture=True).stdout.decode().strip() == "py-spy present"
+
+
+def test_the_probe_finds_the_trainers_metrics_port_and_says_why_there_are_no_metrics(tmp_path: Path) -> None:
+    import socket
+
+    from tpuops.remote.scripts import script_text
+    from tpuops.watchdog.confirm import probe_all
+
+    home = tmp_path / "home"
+    run_dir = home / "tpuops" / "c" / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        runner = LocalRunner("w0", home)
+        # A "trainer" in its own process group, with the metrics port in its environment, as libtpu would read it.
+        start = (f"TPU_RUNTIME_METRICS_PORTS={port},{port + 1} setsid sleep 30 > /dev/null 2>&1 & "
+                 f"echo $! > {run_dir}/pid")
+        assert runner.run(start).ok
+        try:
+            (probe,) = probe_all([runner], "c", "r1")
+            assert probe.alive and probe.state == "running"
+            assert probe.unavailable and probe.unavailable.startswith("tpu-info is not installed here")
+            server.close()
+            (probe,) = probe_all([runner], "c", "r1")
+            assert probe.unavailable == (f"no libtpu metrics server on localhost:{port} (not a TPU VM, or the "
+                                         "runtime has not started)")
+        finally:
+            runner.run(f"kill -KILL -$(cat {run_dir}/pid)")
+    assert "tpuops: libtpu's runtime metrics" in script_text("tpu_metrics.py")
