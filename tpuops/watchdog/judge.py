@@ -106,8 +106,8 @@ class Watchdog:
         so and lets the watch go on: only a confirmed hang is ever acted on."""
         try:
             return self.judge()
-        except TpuopsError as err:
-            self.say(EVENT, f"watchdog: {err.message}; looking again at the next poll")
+        except (TpuopsError, OSError) as err:
+            self.say(EVENT, f"watchdog: {getattr(err, 'message', err)}; looking again at the next poll")
             return None
 
     def judge(self) -> HangVerdict | None:
