@@ -87,6 +87,9 @@ def test_scalar_source_reads_steps_incrementally_and_sees_checkpoint_files(tmp_p
     points, writing = source.poll()
     assert [step for step, _ in points] == [1, 2, 3] and not writing
     read = source.tail.total_bytes_read
+    (tmp_path / ".tpuops" / "c").mkdir(parents=True)  # the watchdog's own records, with a logdir at the bucket root
+    (tmp_path / ".tpuops" / "c" / "watchdog.json").write_text("{}")
+    assert source.poll() == ([], False)
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "state.bin").write_bytes(b"x" * 100)
     points, writing = source.poll()

@@ -194,7 +194,8 @@ class Tail:
 
 
 def others_signature(listing: Iterable[BlobInfo]) -> tuple[int, int, float]:
-    others = [info for info in listing if not is_event_file(info.name)]
+    # tpuops' own records (.tpuops/: the watchdog's view, incidents) are not the trainer's sign of life
+    others = [info for info in listing if not is_event_file(info.name) and ".tpuops" not in info.name.split("/")]
     return len(others), sum(info.size for info in others), max((info.updated or 0.0 for info in others), default=0.0)
 
 
