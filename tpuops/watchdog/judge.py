@@ -179,9 +179,11 @@ class Watchdog:
             captures = capture_all(runners, self.cluster, self.run.id)
         finally:
             close(runners)
-        odd = finding.odd_worker or odd_by_stacks({c.worker: c.stacks for c in captures}, stack_signature)
-        return self.act(finding, odd, quiet, threshold, incident_files(captures, first, second),
-                        fallback=used_fallback(captures))
+        fallback = used_fallback(captures)
+        # Stacks are compared only when py-spy read them all: a fallback's wait channels would differ by themselves.
+        odd = finding.odd_worker or (None if fallback else
+                                     odd_by_stacks({c.worker: c.stacks for c in captures}, stack_signature))
+        return self.act(finding, odd, quiet, threshold, incident_files(captures, first, second), fallback=fallback)
 
     def act(self, finding: Finding, odd: str | None, quiet: float, threshold: float, files: dict[str, str],
             fallback: bool) -> HangVerdict:
