@@ -29,9 +29,10 @@ from tpuops.spec import Spec
 from tpuops.state import RunRecord, WorkerRecord, bucket_of
 
 JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
-# Multislice: the port the slices' runtimes meet on (the one Google's and xpk's examples use), and the variable
-# start.sh reads settings from that only fill gaps in the worker's own environment.
-MEGASCALE_PORT = 8080
+# Multislice: the port the slices' runtimes meet on when neither the host's environment nor its tpu-env metadata
+# gives one (8081, as Ray's get_tpu_coordinator_env_vars and levanter use), and the variable start.sh reads
+# settings from that only fill gaps in what the host already has.
+MEGASCALE_PORT = 8081
 HOST_DEFAULTS_ENV = "TPUOPS_HOST_DEFAULTS"
 
 STOP_GRACE_SECONDS = 10
@@ -211,7 +212,7 @@ def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
 def slice_env(worker: WorkerRecord, workers: Sequence[WorkerRecord], user_env: Mapping[str, str]) -> dict[str, str]:
     """Which slice a worker is in, and with Multislice the MEGASCALE_* settings the TPU runtime joins the
     slices by (coordinator on slice 0's worker 0). Those are defaults: a value the worker's own environment
-    already has (the TPU runtime's) or trainer.env sets wins."""
+    already has, its `tpu-env` metadata lists (Google's runtime's, read by start.sh) or trainer.env sets wins."""
     slices = 1 + max(w.slice for w in workers)
     mates = [w for w in workers if w.slice == worker.slice]
     env = {"TPUOPS_SLICE_ID": str(worker.slice), "TPUOPS_NUM_SLICES": str(slices),
