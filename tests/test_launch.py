@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -240,3 +243,164 @@ def test_a_partial_start_is_stopped_everywhere(sshd3: SshdCluster, tpuops_home: 
     assert (start.name, stop_step.name) == ("start", "stop")
     assert [r.worker for r in start.results if not r.ok] == ["w2"]
     assert _processes_with(marker) == []  # w0 and w1 did start, and were stopped again
+
+
+# ---------------------------------------------------------------------------------------------- one at a time
+
+
+def start_cli(*args: str) -> subprocess.Popen[str]:
+    """`tpuops ARGS` in the background, as a second terminal would run it (stopped by the test)."""
+    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+
+
+def end_cli(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    return process.returncode, out, err
+
+
+def wait_for_line(process: subprocess.Popen[str], *texts: str, timeout: float = 20.0) -> list[str]:
+    """Read the process's stdout until each of `texts` was in a line (a thread: every wait has its timeout)."""
+    seen: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            seen.append(line)
+            if all(any(text in line for line in seen) for text in texts):
+                found.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    assert found.wait(timeout), f"not all of {texts} within {timeout:g} s: {seen}"
+    return seen
+
+
+def test_a_second_launch_of_a_cluster_refuses_while_the_first_starts(sshd3: SshdCluster, tpuops_home: Path,
+                                                                     tmp_path: Path) -> None:
+    marker = f"tpuops-lock-{uuid.uuid4().hex[:8]}"
+    name = make_cluster(sshd3, tpuops_home, tmp_path, setup="echo setting up; sleep 4")
+    owner = sshd3.workers[0].home / "tpuops" / name / "launch.owner"
+    owner.unlink(missing_ok=True)
+    first = start_cli("launch", name, "--setup", "--", f"sleep 300 # {marker}")
+    try:
+        wait_for_line(first, "[w0] setting up")  # the first holds the lock (its setup runs)
+        run_id = owner.read_text().split()[0]
+        second = run_cli("launch", name, "--", "true", timeout=60)
+        assert second.returncode == 1, second.stderr
+        [line] = second.stderr.splitlines()
+        assert f"run {run_id} of '{name}' is being launched right now" in line and " UTC, from " in line
+        assert "--replace" in line and "@" in line
+        code, _out, err = end_cli(first)
+        assert code == 0, err
+        # Started: a launch now finds it running, and says whose it is.
+        third = run_cli("launch", name, "--", "true", timeout=60)
+        assert third.returncode == 1
+        [line] = third.stderr.splitlines()
+        assert f"run {run_id} of '{name}' is still running on w0, w1, w2 (launched " in line
+        assert "from " in line and "--replace" in line
+        assert _processes_with(marker)
+    finally:
+        stop(Context.from_env(), name)
+    assert _processes_with(marker) == []
+
+
+def test_a_launcher_that_died_holding_the_lock_blocks_nobody(sshd3: SshdCluster, tpuops_home: Path,
+                                                             tmp_path: Path) -> None:
+    marker = f"tpuops-dead-{uuid.uuid4().hex[:8]}"
+    # The first setup hangs; the next one (the killed launch's setup never finished) passes at once.
+    name = make_cluster(sshd3, tpuops_home, tmp_path,
+                        setup=f"test -f ~/{marker} && exit 0; touch ~/{marker}; echo setting up; sleep 60")
+    first = start_cli("launch", name, "--setup", "--", "true")
+    wait_for_line(first, "[w0] setting up", "[w1] setting up", "[w2] setting up")
+    first.kill()  # no cleanup of its own: its sessions just end
+    end_cli(first)
+    started = time.monotonic()
+    again = run_cli("launch", name, "--", f"sleep 300 # {marker}", timeout=60)
+    try:
+        assert again.returncode == 0, again.stderr
+        assert time.monotonic() - started < 20
+    finally:
+        stop(Context.from_env(), name)
+    assert _processes_with(marker) == []
+
+
+def test_replace_waits_for_the_launch_in_progress_then_replaces_its_run(sshd3: SshdCluster, tpuops_home: Path,
+                                                                        tmp_path: Path) -> None:
+    name = make_cluster(sshd3, tpuops_home, tmp_path, setup="echo setting up; sleep 3")
+    old, new = f"tpuops-old-{uuid.uuid4().hex[:8]}", f"tpuops-new-{uuid.uuid4().hex[:8]}"
+    first = start_cli("launch", name, "--setup", "--", f"sleep 300 # {old}")
+    try:
+        wait_for_line(first, "[w0] setting up")
+        second = run_cli("launch", name, "--replace", "--", f"sleep 300 # {new}", timeout=90)
+        assert second.returncode == 0, second.stderr
+        assert "waiting for run" in second.stdout + second.stderr
+        assert end_cli(first)[0] == 0
+        assert _processes_with(old) == [] and _processes_with(new)
+    finally:
+        stop(Context.from_env(), name)
+
+
+# -------------------------------------------------------------------------------------- setup is part of the run
+
+
+def test_setup_streams_shows_in_status_and_stop_ends_it(sshd3: SshdCluster, tpuops_home: Path,
+                                                        tmp_path: Path) -> None:
+    marker = f"tpuops-setup-{uuid.uuid4().hex[:8]}"
+    # Python's output into a pipe is block-buffered: only an unbuffered setup shows its first line at once.
+    setup = f"python3 -c \"import time; print('setup begins'); time.sleep(300); '{marker}'\""
+    name = make_cluster(sshd3, tpuops_home, tmp_path, setup=setup)
+    launch = start_cli("launch", name, "--setup", "--", "echo never started")
+    try:
+        wait_for_line(launch, "[w2] setup begins")
+        assert _wait_for(lambda: set(run_states(Context.from_env(), name).values()) == {"setup"})
+        stopped = run_cli("stop", name, timeout=60)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "w0: killed (stopped setup of run " in stopped.stdout, stopped.stdout
+        code, out, err = end_cli(launch)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    assert code == 1
+    assert "setup stopped by `tpuops stop`; the trainer was not started" in " ".join(err.split()), err
+    assert "Terminated" not in err
+    assert "never started" not in out
+    assert _processes_with(marker) == []
+    assert run_states(Context.from_env(), name) == {"w0": "killed", "w1": "killed", "w2": "killed"}
+
+
+# ------------------------------------------------------------------------------------ stop ends the whole run
+
+
+@pytest.mark.parametrize("cgroup", ["on", "off"])
+def test_stop_ends_the_run_and_everything_it_started(sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path,
+                                                     cgroup: str) -> None:
+    marker = f"tpuops-tree-{uuid.uuid4().hex[:8]}"
+    name = make_cluster(sshd3, tpuops_home, tmp_path)
+    spec = Path(Context.from_env().store.require(name).spec_path)
+    spec.write_text(spec.read_text().replace('env: {MY_SETTING: "a b\'c"}', f"env: {{TPUOPS_RUN_CGROUP: '{cgroup}'}}"))
+    # Children in their own sessions (setsid, and a double fork), which the run's process group does not hold;
+    # with a cgroup, even one that clears its environment. And with it, a trainer that ignores TERM.
+    children = (f"setsid sh -c 'sleep 300; : {marker}-a' & "
+                f"setsid sh -c '(sleep 300; : {marker}-b) & :' & ")
+    if cgroup == "on":
+        children += f"setsid env -i sh -c 'sleep 300; : {marker}-c' & trap 'echo TERM ignored' TERM; "
+    launched = run_cli("launch", name, "--", children + f"while :; do sleep 1; done # {marker}", timeout=60)
+    assert launched.returncode == 0, launched.stderr
+    expected = 4 if cgroup == "on" else 3
+    assert _wait_for(lambda: len(_processes_with(marker)) >= expected * 3), _processes_with(marker)
+    started = time.monotonic()
+    stopped = run_cli("stop", name, timeout=90)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert [line.split(" (")[0] for line in stopped.stdout.splitlines() if line.startswith("w")] == \
+        ["w0: killed", "w1: killed", "w2: killed"]
+    if cgroup == "on":  # TERM ignored: KILL after the grace period, and stop waited for it to work
+        assert time.monotonic() - started >= 10
+        assert "ignored TERM for 10 s: KILLed" in stopped.stdout
+    assert _processes_with(marker) == []

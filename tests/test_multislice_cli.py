@@ -212,7 +212,7 @@ def test_a_host_exports_only_what_its_tpu_env_lacks(tmp_path: Path, tpu_env: str
                                                    exported: dict[str, str]) -> None:
     """start.sh on one host: the tpu-env metadata first, then tpuops's defaults (port 8081) for what it lacks."""
     from tests.sshd import free_port
-    from tpuops.ops.launch import slice_env
+    from tpuops.ops.trainer_env import slice_env
     from tpuops.state import WorkerRecord
 
     fake = MetadataFake().start()

@@ -102,7 +102,7 @@ def stop(
     run: str | None = typer.Option(None, "--run", metavar="RUN_ID", help="Run id (default: the current run)."),
     json_: bool = JSON_OPTION,
 ) -> None:
-    """Stop the run's process group on every worker (TERM, grace period, KILL) and free the TPU.
+    """Stop the run on every worker, its setup or trainer and all they started (TERM, grace, KILL); free the TPU.
 
     \b
     Example:
@@ -117,8 +117,9 @@ def stop(
     else:
         for step in report.steps:
             _show_step(step.name, step.results)
+        said = report.said()  # e.g. "stopped setup of run ...", "... ignored TERM for 10 s: KILLed"
         for worker, state in report.worker_states.items():
-            console.print(f"{worker}: {state}")
+            console.print(f"{worker}: {state}" + (f" ({said[worker]})" if worker in said else ""), markup=False)
     if not report.ok:
         raise typer.Exit(1)
 

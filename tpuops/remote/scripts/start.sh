@@ -1,10 +1,14 @@
 # tpuops: start a run detached on this worker.  sh -c "$(cat start.sh)" start CLUSTER RUN_ID COMMAND
-# The trainer gets its own session and process group (setsid): it outlives the SSH connection and
-# `stop` can signal the whole group. Its exit code lands in the run directory when it ends.
+# The trainer gets its own session and process group (setsid): it outlives the SSH connection. It runs in the
+# run's scope (run_scope.sh: TPUOPS_RUN_ID and TPUOPS_WORKER_ID come with its environment), which `stop`
+# ends whole. Its exit code lands in the run directory when it ends. A run stopped during its setup stays
+# stopped (exit 143).
 set -eu
 base="$HOME/tpuops/$1"
 run_dir="$base/runs/$2"
 mkdir -p "$run_dir" "$base/code"
+if [ -f "$run_dir/killed" ]; then echo "tpuops: run $2 was stopped (tpuops stop) before its trainer started" >&2; exit 143; fi
+scope_create "$run_dir" "$1" "$2" "${TPUOPS_WORKER_ID:-}"
 printf '%s\n' "$3" > "$run_dir/command"
 # NAME=VALUE settings (Multislice's MEGASCALE_*) that only fill gaps: what this host's environment already has
 # wins, and so does what its `tpu-env` metadata lists (Google's runtime writes the MEGASCALE_* values of a
@@ -33,7 +37,8 @@ for setting in ${TPUOPS_HOST_DEFAULTS:-}; do
     export "$setting"
 done
 set +f
-setsid sh -c 'cd "$1" && sh -c "$2"; echo $? > "$3/exit_code.tmp" && mv "$3/exit_code.tmp" "$3/exit_code"' \
+setsid sh -c 'c=$(cat "$3/cgroup" 2>/dev/null) && { echo $$ > "$c/cgroup.procs"; } 2>/dev/null
+cd "$1" && sh -c "$2"; echo $? > "$3/exit_code.tmp" && mv "$3/exit_code.tmp" "$3/exit_code"' \
     tpuops-run "$base/code" "$3" "$run_dir" > "$run_dir/output.log" 2>&1 < /dev/null &
 echo $! > "$run_dir/pid"
 printf '%s\n' "$2" > "$base/current_run"
