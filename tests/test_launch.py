@@ -404,3 +404,39 @@ def test_stop_ends_the_run_and_everything_it_started(sshd3: SshdCluster, tpuops_
         assert time.monotonic() - started >= 10
         assert "ignored TERM for 10 s: KILLed" in stopped.stdout
     assert _processes_with(marker) == []
+
+
+# ---------------------------------------------------------------------------------------- an unreachable worker
+
+
+def test_one_unreachable_worker_fails_the_launch_once_within_the_connect_timeout(
+        sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from tests.sshd import free_port
+    from tpuops.ops.remote import REFUSED_TIMEOUT
+
+    name = make_cluster(sshd3, tpuops_home, tmp_path)
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "a.txt").write_text("data")
+    spec = Path(Context.from_env().store.require(name).spec_path)
+    spec.write_text(spec.read_text() + "data: [{from: shards, to: shards}]\n")  # a second tree to push
+    state_path = tpuops_home / "clusters" / name / "state.json"
+    state = json.loads(state_path.read_text())
+    # A 4-worker cluster whose worker 3 is down (nothing listens on its port), up for an hour (so a refusing
+    # worker is a dead one, not one still booting: the remote commands give up on it after REFUSED_TIMEOUT).
+    state["workers"].append(dict(state["workers"][0], index=3, internal_ip="127.0.0.1", external_ip="127.0.0.1",
+                                 ssh_host="127.0.0.1", ssh_port=free_port()))
+    an_hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()
+    state["resources"] = [{"kind": "tpu", "name": name, "zone": "europe-west4-a", "status": "created",
+                           "updated_at": an_hour_ago}]
+    state_path.write_text(json.dumps(state))
+
+    started = time.monotonic()
+    launched = run_cli("launch", name, "--", "true", timeout=120)
+    took = time.monotonic() - started
+    assert launched.returncode == 1, launched.stderr
+    assert "1 of 4 workers failed: w3" in launched.stderr, launched.stderr
+    assert launched.stderr.count("w3: 127.0.0.1") == 1, launched.stderr  # its one error, in the table
+    assert "push" not in launched.stderr  # nothing sent to the others: the trainer could not start anyway
+    assert took < 2 * REFUSED_TIMEOUT + 5, took  # one connect timeout, not one per step
