@@ -440,3 +440,41 @@ def test_one_unreachable_worker_fails_the_launch_once_within_the_connect_timeout
     assert launched.stderr.count("w3: 127.0.0.1") == 1, launched.stderr  # its one error, in the table
     assert "push" not in launched.stderr  # nothing sent to the others: the trainer could not start anyway
     assert took < 2 * REFUSED_TIMEOUT + 5, took  # one connect timeout, not one per step
+
+
+def test_on_the_local_provider_too_one_launch_at_a_time_and_setup_is_part_of_the_run(tmp_path: Path) -> None:
+    marker = f"tpuops-local-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "code").mkdir()
+    spec = write_spec(tmp_path, f"""
+        name: onelaunch
+        provider: local
+        tpu: {{type: v2-8, workers: 2}}
+        bucket: {{name: onelaunch-b}}
+        code: {{path: code}}
+        trainer:
+          framework: jax
+          setup: echo setting up; sleep 60; echo {marker}
+          command: echo never started
+        """)
+    assert run_cli("up", str(spec), timeout=60).returncode == 0
+    first = start_cli("launch", "onelaunch")
+    try:
+        wait_for_line(first, "[w0] setting up", "[w1] setting up")
+        status = run_cli("status", "onelaunch", timeout=60)
+        assert "w0: setup (now)" in status.stdout and "w1: setup (now)" in status.stdout, status.stdout
+        second = run_cli("launch", "onelaunch", timeout=60)
+        assert second.returncode == 1
+        [line] = second.stderr.splitlines()
+        assert "of 'onelaunch' is being launched right now (since " in line and "--replace" in line
+        stopped = run_cli("stop", "onelaunch", timeout=60)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "w1: killed (stopped setup of run " in stopped.stdout
+        code, out, err = end_cli(first)
+        assert code == 1 and "never started" not in out
+        assert "setup stopped by `tpuops stop`" in " ".join(err.split())
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=10)
+        run_cli("down", "onelaunch", "--yes", timeout=60)
+    assert _processes_with(marker) == []
