@@ -109,7 +109,7 @@ class LaunchLock:
 
     def _failure(self, result: RunResult) -> RemoteError:
         if result.error:
-            return RemoteError(result.error, "is the worker up (`tpuops status`)?")
+            return RemoteError(result.error)  # it names the worker and what to do
         said = "; ".join(self._stderr[-3:]) or f"exit {result.exit_code}"
         return RemoteError(f"{self.runner.name}: could not take the launch lock: {said}")
 
