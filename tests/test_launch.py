@@ -462,10 +462,11 @@ def test_on_the_local_provider_too_one_launch_at_a_time_and_setup_is_part_of_the
         wait_for_line(first, "[w0] setting up", "[w1] setting up")
         status = run_cli("status", "onelaunch", timeout=60)
         assert "w0: setup (now)" in status.stdout and "w1: setup (now)" in status.stdout, status.stdout
-        second = run_cli("launch", "onelaunch", timeout=60)
+        second = run_cli("run", str(spec), "--down", timeout=60)
         assert second.returncode == 1
-        [line] = second.stderr.splitlines()
+        [line] = [line for line in second.stderr.splitlines() if line.startswith("tpuops: error:")]
         assert "of 'onelaunch' is being launched right now (since " in line and "--replace" in line
+        assert "==> down" not in second.stderr  # the cluster is the first launch's: not deleted under it
         stopped = run_cli("stop", "onelaunch", timeout=60)
         assert stopped.returncode == 0, stopped.stderr
         assert "w1: killed (stopped setup of run " in stopped.stdout

@@ -23,8 +23,7 @@ from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops import cost_guard
 from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push
-from tpuops.ops.run_control import (  # noqa: F401  (the run's other commands, as callers know them from here)
-    STOP_GRACE_SECONDS,
+from tpuops.ops.run_control import (  # noqa: F401  (also the run's other commands, where callers find them)
     UNREACHABLE,
     FollowInterrupted,
     Step,
