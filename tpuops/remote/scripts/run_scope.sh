@@ -17,7 +17,10 @@ scope_create() {  # RUN_DIR CLUSTER RUN_ID WORKER_ID: record the worker id; make
     scope_own=$(sed -n 's/^0:://p' /proc/self/cgroup 2>/dev/null) || scope_own=""
     [ -n "$scope_mount" ] && [ -n "$scope_own" ] || return 0
     scope_parent="${scope_mount}${scope_own%/}"
-    for scope_old in "$scope_parent/tpuops-$2-"*; do rmdir "$scope_old" 2>/dev/null || true; done  # ended runs
+    for scope_old in "$scope_parent/tpuops-$2-"*; do  # earlier runs' that nothing holds any more (not this
+        case "$scope_old" in *"-$3-w"*) continue ;; esac  # run's: its other workers may share this host)
+        rmdir "$scope_old" 2>/dev/null || true
+    done
     # One cgroup per run, worker and home: the workers of the local simulator share one host.
     scope_dir="$scope_parent/tpuops-$2-$3-w$4-$(printf %s "$HOME" | cksum | cut -d' ' -f1)"
     if mkdir "$scope_dir" 2>/dev/null || [ -d "$scope_dir" ]; then

@@ -31,6 +31,7 @@ hangup() {  # our session ended: so does the setup (TERM, then KILL what is left
 trap hangup HUP INT TERM
 wait "$pid" 2>/dev/null  # (no "Terminated" from the shell: the line below says it)
 code=$?
+scope_remove "$run_dir"  # (when nothing the setup started still runs in it; start.sh makes it again)
 if [ -f "$run_dir/killed" ]; then
     echo "tpuops: setup stopped (tpuops stop)" >&2
     exit 143

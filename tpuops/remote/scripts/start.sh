@@ -37,8 +37,11 @@ for setting in ${TPUOPS_HOST_DEFAULTS:-}; do
     export "$setting"
 done
 set +f
+# The wrapper joins the run's cgroup first; when the trainer has ended it leaves it and removes it (unless
+# something the trainer started still runs there: then `stop` does).
 setsid sh -c 'c=$(cat "$3/cgroup" 2>/dev/null) && { echo $$ > "$c/cgroup.procs"; } 2>/dev/null
-cd "$1" && sh -c "$2"; echo $? > "$3/exit_code.tmp" && mv "$3/exit_code.tmp" "$3/exit_code"' \
+cd "$1" && sh -c "$2"; echo $? > "$3/exit_code.tmp" && mv "$3/exit_code.tmp" "$3/exit_code"
+[ -z "$c" ] || { echo $$ > "${c%/*}/cgroup.procs" && rmdir "$c"; } 2>/dev/null; :' \
     tpuops-run "$base/code" "$3" "$run_dir" > "$run_dir/output.log" 2>&1 < /dev/null &
 echo $! > "$run_dir/pid"
 printf '%s\n' "$2" > "$base/current_run"
