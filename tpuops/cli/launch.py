@@ -27,7 +27,8 @@ def launch(
     command: list[str] = typer.Argument(None, metavar="CMD", help="Run this instead of trainer.command (after `--`)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream the workers' output until the run ends."),
     setup: bool = typer.Option(False, "--setup", help="Run trainer.setup even if its text did not change."),
-    replace: bool = typer.Option(False, "--replace", help="Stop a run that is still going, then start."),
+    replace: bool = typer.Option(False, "--replace", help="Stop a run that is still going, then start (a launch "
+                                 "in progress elsewhere is waited for, up to 15 min, then replaced)."),
     no_data: bool = typer.Option(False, "--no-data", help="Push code only, not the spec's data."),
     preflight: bool = PREFLIGHT_OPTION,
     json_: bool = JSON_OPTION,

@@ -110,7 +110,7 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
         try:
             last = lock.acquire()
         except LockBusy as busy:
-            raise _launching_elsewhere(access.state.name, busy.owner) from None
+            raise _launching_elsewhere(access.state.name, busy.owner, waited=options.replace) from None
         try:
             return _Launch(ctx, access, options, runners, run_id, on_line, on_step).run(last)
         finally:
@@ -246,9 +246,12 @@ def _still_going(cluster: str, live: Sequence[WorkerRun], last: LockOwner | None
                          f"stop it with `tpuops stop {cluster}`, or pass --replace to stop it and start anew")
 
 
-def _launching_elsewhere(cluster: str, owner: LockOwner | None) -> RunInProgress:
+def _launching_elsewhere(cluster: str, owner: LockOwner | None, waited: bool) -> RunInProgress:
     what = (f"run {owner.run_id} of '{cluster}' is being launched right now (since {owner.when()}, from "
             f"{owner.origin})") if owner else f"another launch of '{cluster}' is starting a run right now"
+    if waited:
+        return RunInProgress(f"{what}, still after {LOCK_WAIT_SECONDS / 60:.0f} min of waiting",
+                             f"see `tpuops status {cluster}`; try again once it has started")
     return RunInProgress(what, f"wait for it, then `tpuops stop {cluster}`; or pass --replace to wait for it "
                                "to start and then replace it")
 
