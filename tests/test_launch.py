@@ -347,6 +347,45 @@ def test_replace_waits_for_the_launch_in_progress_then_replaces_its_run(sshd3: S
         stop(Context.from_env(), name)
 
 
+def test_a_launch_lock_whose_launcher_fell_silent_is_let_go_after_its_ttl(tmp_path: Path) -> None:
+    """The launcher's machine went away without closing the connection: its heartbeat stops, and the holder on
+    worker 0 lets go after the TTL (here 3 s; 60 s in use)."""
+    from tpuops.remote.launch_lock import LaunchLock, LockBusy
+    from tpuops.remote.local import LocalRunner
+    from tpuops.remote.scripts import script_command
+
+    runner = LocalRunner("w0", tmp_path, {"PATH": os.environ["PATH"]})
+    gone = threading.Event()
+
+    def asleep():  # noqa: ANN202  one heartbeat, then silence with the input still open (a laptop asleep)
+        yield b"."
+        gone.wait(30)
+
+    holder = threading.Thread(target=runner.run, args=(script_command("lock", "c", "r1", "me@laptop", "0", "3"),),
+                              kwargs={"stdin": asleep()}, daemon=True)
+    holder.start()
+    try:
+        assert _wait_for(lambda: (tmp_path / "tpuops" / "c" / "launch.owner").exists())
+        with pytest.raises(LockBusy) as busy:
+            LaunchLock(runner, "c", "r2", "you@desk").acquire()
+        assert busy.value.owner is not None and (busy.value.owner.run_id, busy.value.owner.origin) == \
+            ("r1", "me@laptop")
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                lock = LaunchLock(runner, "c", "r2", "you@desk")
+                last = lock.acquire()
+                break
+            except LockBusy:
+                assert time.monotonic() < deadline, "the silent holder never let go"
+                time.sleep(0.5)
+        lock.release()
+        assert last is not None and last.run_id == "r1"
+    finally:
+        gone.set()
+        holder.join(timeout=10)
+
+
 # -------------------------------------------------------------------------------------- setup is part of the run
 
 
