@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -240,3 +243,278 @@ def test_a_partial_start_is_stopped_everywhere(sshd3: SshdCluster, tpuops_home: 
     assert (start.name, stop_step.name) == ("start", "stop")
     assert [r.worker for r in start.results if not r.ok] == ["w2"]
     assert _processes_with(marker) == []  # w0 and w1 did start, and were stopped again
+
+
+# ---------------------------------------------------------------------------------------------- one at a time
+
+
+def start_cli(*args: str) -> subprocess.Popen[str]:
+    """`tpuops ARGS` in the background, as a second terminal would run it (stopped by the test)."""
+    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+
+
+def end_cli(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    return process.returncode, out, err
+
+
+def wait_for_line(process: subprocess.Popen[str], *texts: str, timeout: float = 20.0) -> list[str]:
+    """Read the process's stdout until each of `texts` was in a line (a thread: every wait has its timeout)."""
+    seen: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            seen.append(line)
+            if all(any(text in line for line in seen) for text in texts):
+                found.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    assert found.wait(timeout), f"not all of {texts} within {timeout:g} s: {seen}"
+    return seen
+
+
+def test_a_second_launch_of_a_cluster_refuses_while_the_first_starts(sshd3: SshdCluster, tpuops_home: Path,
+                                                                     tmp_path: Path) -> None:
+    marker = f"tpuops-lock-{uuid.uuid4().hex[:8]}"
+    name = make_cluster(sshd3, tpuops_home, tmp_path, setup="echo setting up; sleep 4")
+    owner = sshd3.workers[0].home / "tpuops" / name / "launch.owner"
+    owner.unlink(missing_ok=True)
+    first = start_cli("launch", name, "--setup", "--", f"sleep 300 # {marker}")
+    try:
+        wait_for_line(first, "[w0] setting up")  # the first holds the lock (its setup runs)
+        run_id = owner.read_text().split()[0]
+        second = run_cli("launch", name, "--", "true", timeout=60)
+        assert second.returncode == 1, second.stderr
+        [line] = second.stderr.splitlines()
+        assert f"run {run_id} of '{name}' is being launched right now" in line and " UTC, from " in line
+        assert "--replace" in line and "@" in line
+        code, _out, err = end_cli(first)
+        assert code == 0, err
+        # Started: a launch now finds it running, and says whose it is.
+        third = run_cli("launch", name, "--", "true", timeout=60)
+        assert third.returncode == 1
+        [line] = third.stderr.splitlines()
+        assert f"run {run_id} of '{name}' is still running on w0, w1, w2 (launched " in line
+        assert "from " in line and "--replace" in line
+        assert _processes_with(marker)
+    finally:
+        stop(Context.from_env(), name)
+    assert _processes_with(marker) == []
+
+
+def test_a_launcher_that_died_holding_the_lock_blocks_nobody(sshd3: SshdCluster, tpuops_home: Path,
+                                                             tmp_path: Path) -> None:
+    marker = f"tpuops-dead-{uuid.uuid4().hex[:8]}"
+    # The first setup hangs; the next one (the killed launch's setup never finished) passes at once.
+    name = make_cluster(sshd3, tpuops_home, tmp_path,
+                        setup=f"test -f ~/{marker} && exit 0; touch ~/{marker}; echo setting up; sleep 60")
+    first = start_cli("launch", name, "--setup", "--", "true")
+    wait_for_line(first, "[w0] setting up", "[w1] setting up", "[w2] setting up")
+    first.kill()  # no cleanup of its own: its sessions just end
+    end_cli(first)
+    started = time.monotonic()
+    again = run_cli("launch", name, "--", f"sleep 300 # {marker}", timeout=60)
+    try:
+        assert again.returncode == 0, again.stderr
+        assert time.monotonic() - started < 20
+    finally:
+        stop(Context.from_env(), name)
+    assert _processes_with(marker) == []
+
+
+def test_replace_waits_for_the_launch_in_progress_then_replaces_its_run(sshd3: SshdCluster, tpuops_home: Path,
+                                                                        tmp_path: Path) -> None:
+    name = make_cluster(sshd3, tpuops_home, tmp_path, setup="echo setting up; sleep 3")
+    old, new = f"tpuops-old-{uuid.uuid4().hex[:8]}", f"tpuops-new-{uuid.uuid4().hex[:8]}"
+    first = start_cli("launch", name, "--setup", "--", f"sleep 300 # {old}")
+    try:
+        wait_for_line(first, "[w0] setting up")
+        second = run_cli("launch", name, "--replace", "--", f"sleep 300 # {new}", timeout=90)
+        assert second.returncode == 0, second.stderr
+        assert "waiting for run" in second.stdout + second.stderr
+        assert end_cli(first)[0] == 0
+        assert _processes_with(old) == [] and _processes_with(new)
+    finally:
+        stop(Context.from_env(), name)
+
+
+def test_a_launch_lock_whose_launcher_fell_silent_is_let_go_after_its_ttl(tmp_path: Path) -> None:
+    """The launcher's machine went away without closing the connection: its heartbeat stops, and the holder on
+    worker 0 lets go after the TTL (here 3 s; 60 s in use)."""
+    from tpuops.remote.launch_lock import LaunchLock, LockBusy
+    from tpuops.remote.local import LocalRunner
+    from tpuops.remote.scripts import script_command
+
+    runner = LocalRunner("w0", tmp_path, {"PATH": os.environ["PATH"]})
+    gone = threading.Event()
+
+    def asleep():  # noqa: ANN202  one heartbeat, then silence with the input still open (a laptop asleep)
+        yield b"."
+        gone.wait(30)
+
+    holder = threading.Thread(target=runner.run, args=(script_command("lock", "c", "r1", "me@laptop", "0", "3"),),
+                              kwargs={"stdin": asleep()}, daemon=True)
+    holder.start()
+    try:
+        assert _wait_for(lambda: (tmp_path / "tpuops" / "c" / "launch.owner").exists())
+        with pytest.raises(LockBusy) as busy:
+            LaunchLock(runner, "c", "r2", "you@desk").acquire()
+        assert busy.value.owner is not None and (busy.value.owner.run_id, busy.value.owner.origin) == \
+            ("r1", "me@laptop")
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                lock = LaunchLock(runner, "c", "r2", "you@desk")
+                last = lock.acquire()
+                break
+            except LockBusy:
+                assert time.monotonic() < deadline, "the silent holder never let go"
+                time.sleep(0.5)
+        lock.release()
+        assert last is not None and last.run_id == "r1"
+    finally:
+        gone.set()
+        holder.join(timeout=10)
+
+
+# -------------------------------------------------------------------------------------- setup is part of the run
+
+
+def test_setup_streams_shows_in_status_and_stop_ends_it(sshd3: SshdCluster, tpuops_home: Path,
+                                                        tmp_path: Path) -> None:
+    marker = f"tpuops-setup-{uuid.uuid4().hex[:8]}"
+    # Python's output into a pipe is block-buffered: only an unbuffered setup shows its first line at once.
+    setup = f"python3 -c \"import time; print('setup begins'); time.sleep(300); '{marker}'\""
+    name = make_cluster(sshd3, tpuops_home, tmp_path, setup=setup)
+    launch = start_cli("launch", name, "--setup", "--", "echo never started")
+    try:
+        wait_for_line(launch, "[w2] setup begins")
+        assert _wait_for(lambda: set(run_states(Context.from_env(), name).values()) == {"setup"})
+        stopped = run_cli("stop", name, timeout=60)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "w0: killed (stopped setup of run " in stopped.stdout, stopped.stdout
+        code, out, err = end_cli(launch)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    assert code == 1
+    assert "setup stopped by `tpuops stop`; the trainer was not started" in " ".join(err.split()), err
+    assert "Terminated" not in err
+    assert "never started" not in out
+    assert _processes_with(marker) == []
+    assert run_states(Context.from_env(), name) == {"w0": "killed", "w1": "killed", "w2": "killed"}
+
+
+# ------------------------------------------------------------------------------------ stop ends the whole run
+
+
+@pytest.mark.parametrize("cgroup", ["on", "off"])
+def test_stop_ends_the_run_and_everything_it_started(sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path,
+                                                     cgroup: str) -> None:
+    marker = f"tpuops-tree-{uuid.uuid4().hex[:8]}"
+    name = make_cluster(sshd3, tpuops_home, tmp_path)
+    spec = Path(Context.from_env().store.require(name).spec_path)
+    spec.write_text(spec.read_text().replace('env: {MY_SETTING: "a b\'c"}', f"env: {{TPUOPS_RUN_CGROUP: '{cgroup}'}}"))
+    # Children in their own sessions (setsid, and a double fork), which the run's process group does not hold;
+    # with a cgroup, even one that clears its environment. And with it, a trainer that ignores TERM.
+    children = (f"setsid sh -c 'sleep 300; : {marker}-a' & "
+                f"setsid sh -c '(sleep 300; : {marker}-b) & :' & ")
+    if cgroup == "on":
+        children += f"setsid env -i sh -c 'sleep 300; : {marker}-c' & trap 'echo TERM ignored' TERM; "
+    launched = run_cli("launch", name, "--", children + f"while :; do sleep 1; done # {marker}", timeout=60)
+    assert launched.returncode == 0, launched.stderr
+    expected = 4 if cgroup == "on" else 3
+    assert _wait_for(lambda: len(_processes_with(marker)) >= expected * 3), _processes_with(marker)
+    started = time.monotonic()
+    stopped = run_cli("stop", name, timeout=90)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert [line.split(" (")[0] for line in stopped.stdout.splitlines() if line.startswith("w")] == \
+        ["w0: killed", "w1: killed", "w2: killed"]
+    if cgroup == "on":  # TERM ignored: KILL after the grace period, and stop waited for it to work
+        assert time.monotonic() - started >= 10
+        assert "ignored TERM for 10 s: KILLed" in stopped.stdout
+    assert _processes_with(marker) == []
+
+
+# ---------------------------------------------------------------------------------------- an unreachable worker
+
+
+def test_one_unreachable_worker_fails_the_launch_once_within_the_connect_timeout(
+        sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from tests.sshd import free_port
+    from tpuops.ops.remote import REFUSED_TIMEOUT
+
+    name = make_cluster(sshd3, tpuops_home, tmp_path)
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "a.txt").write_text("data")
+    spec = Path(Context.from_env().store.require(name).spec_path)
+    spec.write_text(spec.read_text() + "data: [{from: shards, to: shards}]\n")  # a second tree to push
+    state_path = tpuops_home / "clusters" / name / "state.json"
+    state = json.loads(state_path.read_text())
+    # A 4-worker cluster whose worker 3 is down (nothing listens on its port), up for an hour (so a refusing
+    # worker is a dead one, not one still booting: the remote commands give up on it after REFUSED_TIMEOUT).
+    state["workers"].append(dict(state["workers"][0], index=3, internal_ip="127.0.0.1", external_ip="127.0.0.1",
+                                 ssh_host="127.0.0.1", ssh_port=free_port()))
+    an_hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()
+    state["resources"] = [{"kind": "tpu", "name": name, "zone": "europe-west4-a", "status": "created",
+                           "updated_at": an_hour_ago}]
+    state_path.write_text(json.dumps(state))
+
+    started = time.monotonic()
+    launched = run_cli("launch", name, "--", "true", timeout=120)
+    took = time.monotonic() - started
+    assert launched.returncode == 1, launched.stderr
+    assert "1 of 4 workers failed: w3" in launched.stderr, launched.stderr
+    assert launched.stderr.count("w3: 127.0.0.1") == 1, launched.stderr  # its one error, in the table
+    assert "push" not in launched.stderr  # nothing sent to the others: the trainer could not start anyway
+    assert took < 2 * REFUSED_TIMEOUT + 5, took  # one connect timeout, not one per step
+
+
+def test_on_the_local_provider_too_one_launch_at_a_time_and_setup_is_part_of_the_run(tmp_path: Path) -> None:
+    marker = f"tpuops-local-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "code").mkdir()
+    spec = write_spec(tmp_path, f"""
+        name: onelaunch
+        provider: local
+        tpu: {{type: v2-8, workers: 2}}
+        bucket: {{name: onelaunch-b}}
+        code: {{path: code}}
+        trainer:
+          framework: jax
+          setup: echo setting up; sleep 60; echo {marker}
+          command: echo never started
+        """)
+    assert run_cli("up", str(spec), timeout=60).returncode == 0
+    first = start_cli("launch", "onelaunch")
+    try:
+        wait_for_line(first, "[w0] setting up", "[w1] setting up")
+        status = run_cli("status", "onelaunch", timeout=60)
+        assert "w0: setup (now)" in status.stdout and "w1: setup (now)" in status.stdout, status.stdout
+        second = run_cli("run", str(spec), "--down", timeout=60)
+        assert second.returncode == 1
+        [line] = [line for line in second.stderr.splitlines() if line.startswith("tpuops: error:")]
+        assert "of 'onelaunch' is being launched right now (since " in line and "--replace" in line
+        assert "==> down" not in second.stderr  # the cluster is the first launch's: not deleted under it
+        stopped = run_cli("stop", "onelaunch", timeout=60)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "w1: killed (stopped setup of run " in stopped.stdout
+        code, out, err = end_cli(first)
+        assert code == 1 and "never started" not in out
+        assert "setup stopped by `tpuops stop`" in " ".join(err.split())
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=10)
+        run_cli("down", "onelaunch", "--yes", timeout=60)
+    assert _processes_with(marker) == []

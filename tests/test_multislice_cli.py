@@ -3,7 +3,8 @@ hosts four real sshd workers on loopback behind the TPU v2 wire fake.
 
 The fake names the nodes NAME-0 and NAME-1 (Google's naming from the prefix); node NAME-K's host I is sshd
 worker 2K+I, with that worker's real host key. Every sshd session's environment already holds MEGASCALE_PORT
-(as a TPU runtime could provide it), which must win over the port tpuops would set.
+(as a TPU runtime could provide it), which must win over the port tpuops would set; the hosts' metadata server
+(a fake, through GCE_METADATA_HOST) serves a `tpu-env` whose MEGASCALE_* values tpuops must not override.
 """
 
 from __future__ import annotations
@@ -17,21 +18,37 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
+from tests.fakes.metadata import MetadataFake
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli
 from tests.sshd import SshdCluster, sshd_available
 from tests.test_autostop_agent import wait_for as wait_until
 from tests.test_watch import ZONE, attempts, finish, make_cluster, start_cli, state_of, stop_leftovers, wait_for
+from tpuops.remote.local import LocalRunner
+from tpuops.remote.scripts import script_command
 
 HOSTS_PER_SLICE = 2
 HOST_MEGASCALE_PORT = "9431"
+# What Google's runtime writes into a Multislice host's tpu-env (a part of it): JAX reads these when unset.
+TPU_ENV = "ACCELERATOR_TYPE: 'v4-16'\nMEGASCALE_NUM_SLICES: '2'\nWORKER_ID: '0'\n"
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 
 
 @pytest.fixture(scope="module")
-def sshd4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
-    cluster = SshdCluster(tmp_path_factory.mktemp("sshd-multislice"), 4, env={"MEGASCALE_PORT": HOST_MEGASCALE_PORT})
+def metadata() -> Iterator[MetadataFake]:
+    fake = MetadataFake().start()
+    fake.attributes["tpu-env"] = TPU_ENV
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture(scope="module")
+def sshd4(tmp_path_factory: pytest.TempPathFactory, metadata: MetadataFake) -> Iterator[SshdCluster]:
+    cluster = SshdCluster(tmp_path_factory.mktemp("sshd-multislice"), 4,
+                          env={"MEGASCALE_PORT": HOST_MEGASCALE_PORT, "GCE_METADATA_HOST": metadata.host})
     with cluster:
         yield cluster
 
@@ -124,8 +141,9 @@ def test_two_slices_come_up_and_every_command_reaches_all_four_hosts(
             assert env["TPUOPS_SLICE_WORKER_ID"] == str(index % 2) and env["TPUOPS_SLICE_NUM_WORKERS"] == "2"
             assert env["TPUOPS_COORDINATOR"].startswith(coordinator + ":")
             assert env["MEGASCALE_COORDINATOR_ADDRESS"] == coordinator
-            assert env["MEGASCALE_NUM_SLICES"] == "2" and env["MEGASCALE_SLICE_ID"] == str(index // 2)
-            assert env["MEGASCALE_PORT"] == HOST_MEGASCALE_PORT  # the host's own setting wins over 8080
+            assert env["MEGASCALE_SLICE_ID"] == str(index // 2)
+            assert "MEGASCALE_NUM_SLICES" not in env  # tpu-env has it: JAX reads Google's value
+            assert env["MEGASCALE_PORT"] == HOST_MEGASCALE_PORT  # the host's own setting wins over 8081
 
         logs = run_cli("logs", name, "--workers", env=gcp.env, timeout=60)
         assert logs.returncode == 0, logs.stderr[-3000:]
@@ -178,3 +196,42 @@ def test_watch_recreates_the_whole_request_when_one_slice_is_preempted(
     assert attempts(sshd4, name) == [["restart=0 slice=0", "restart=1 slice=0"]] * 2 + \
         [["restart=0 slice=1", "restart=1 slice=1"]] * 2
     run_cli("down", name, "--yes", env=gcp.env, timeout=120)
+
+
+@pytest.mark.parametrize(("tpu_env", "exported"), [
+    (None, {"MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.2", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1",
+            "MEGASCALE_PORT": "8081"}),
+    ("MEGASCALE_COORDINATOR_ADDRESS: '10.9.9.9'\nMEGASCALE_NUM_SLICES: '2'\nMEGASCALE_SLICE_ID: '1'\n"
+     "MEGASCALE_PORT: '8080'\n", {}),
+    ("TPU_ACCELERATOR_TYPE: 'v4-16'\nMEGASCALE_SLICE_ID: '1'\n",
+     {"MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.2", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_PORT": "8081"}),
+    ("unreachable", {"MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.2", "MEGASCALE_NUM_SLICES": "2",
+                     "MEGASCALE_SLICE_ID": "1", "MEGASCALE_PORT": "8081"}),
+], ids=["no-tpu-env", "full-tpu-env", "partial-tpu-env", "metadata-unreachable"])
+def test_a_host_exports_only_what_its_tpu_env_lacks(tmp_path: Path, tpu_env: str | None,
+                                                   exported: dict[str, str]) -> None:
+    """start.sh on one host: the tpu-env metadata first, then tpuops's defaults (port 8081) for what it lacks."""
+    from tests.sshd import free_port
+    from tpuops.ops.trainer_env import slice_env
+    from tpuops.state import WorkerRecord
+
+    fake = MetadataFake().start()
+    try:
+        if tpu_env not in (None, "unreachable"):
+            fake.attributes["tpu-env"] = tpu_env
+        host = f"127.0.0.1:{free_port()}" if tpu_env == "unreachable" else fake.host
+        runner = LocalRunner("s1w0", tmp_path, {"PATH": os.environ["PATH"], "GCE_METADATA_HOST": host})
+        workers = [WorkerRecord(index=i, internal_ip=f"10.0.0.{2 + i}", ssh_host="h", slice=i // 2) for i in range(4)]
+        env = slice_env(workers[2], workers, {})
+        result = runner.run(script_command("start", "ms", "run1", "env | grep ^MEGASCALE_ | sort"), env=env,
+                            timeout=30)
+        assert result.ok, result
+        exit_code = tmp_path / "tpuops" / "ms" / "runs" / "run1" / "exit_code"
+        wait_until("the trainer's exit", exit_code.exists)
+        output = (tmp_path / "tpuops" / "ms" / "runs" / "run1" / "output.log").read_text()
+        assert dict(line.split("=", 1) for line in output.split()) == exported
+        if tpu_env != "unreachable":
+            [request] = [r for r in fake.requests if r.path.endswith("/attributes/tpu-env")]
+            assert request.headers["metadata-flavor"] == "Google"
+    finally:
+        fake.stop()

@@ -1,6 +1,7 @@
 """The GCE metadata server as a VM sees it, on a free loopback port: the default service account's token
-and email. Like the real one it answers only requests carrying `Metadata-Flavor: Google` (403 otherwise)
-and records every request with its headers, so tests can check what a caller sent.
+and email, and the instance's attributes (`attributes`, e.g. a TPU host's `tpu-env`; 404 when absent). Like the
+real one it answers only requests carrying `Metadata-Flavor: Google` (403 otherwise) and records every request
+with its headers, so tests can check what a caller sent.
 
 Point a caller at it with GCE_METADATA_HOST=<fake.host> (google-auth's own variable), or pass the host to
 the autostop agent's configuration.
@@ -15,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 ACCOUNT_PATH = "/computeMetadata/v1/instance/service-accounts/default"
+ATTRIBUTES_PATH = "/computeMetadata/v1/instance/attributes/"
 DEFAULT_EMAIL = "123456789012-compute@developer.gserviceaccount.com"
 
 
@@ -31,6 +33,7 @@ class MetadataFake:
         self.expires_in = expires_in
         self.requests: list[MetadataRequest] = []
         self.tokens_issued: list[str] = []
+        self.attributes: dict[str, str] = {}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -67,6 +70,9 @@ class MetadataFake:
                 return 200, "application/json", json.dumps(body)
             if request.path == ACCOUNT_PATH + "/email":
                 return 200, "application/text", self.email
+            attribute = request.path.removeprefix(ATTRIBUTES_PATH)
+            if request.path.startswith(ATTRIBUTES_PATH) and attribute in self.attributes:
+                return 200, "application/text", self.attributes[attribute]
         return 404, "text/html", "not found"
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:

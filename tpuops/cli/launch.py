@@ -29,7 +29,8 @@ def launch(
                                         "shell line; several are an argv, passed to the trainer exactly as given."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream the workers' output until the run ends."),
     setup: bool = typer.Option(False, "--setup", help="Run trainer.setup even if its text did not change."),
-    replace: bool = typer.Option(False, "--replace", help="Stop a run that is still going, then start."),
+    replace: bool = typer.Option(False, "--replace", help="Stop a run that is still going, then start (a launch "
+                                 "in progress elsewhere is waited for, up to 15 min, then replaced)."),
     no_data: bool = typer.Option(False, "--no-data", help="Push code only, not the spec's data."),
     preflight: bool = PREFLIGHT_OPTION,
     json_: bool = JSON_OPTION,
@@ -105,7 +106,7 @@ def stop(
     run: str | None = typer.Option(None, "--run", metavar="RUN_ID", help="Run id (default: the current run)."),
     json_: bool = JSON_OPTION,
 ) -> None:
-    """Stop the run's process group on every worker (TERM, grace period, KILL) and free the TPU.
+    """Stop the run on every worker, its setup or trainer and all they started (TERM, grace, KILL); free the TPU.
 
     \b
     Example:
@@ -120,8 +121,9 @@ def stop(
     else:
         for step in report.steps:
             _show_step(step.name, step.results)
+        said = report.said()  # e.g. "stopped setup of run ...", "... ignored TERM for 10 s: KILLed"
         for worker, state in report.worker_states.items():
-            console.print(f"{worker}: {state}")
+            console.print(f"{worker}: {state}" + (f" ({said[worker]})" if worker in said else ""), markup=False)
     if not report.ok:
         raise typer.Exit(1)
 

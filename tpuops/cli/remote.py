@@ -128,9 +128,10 @@ def print_results_table(results) -> None:  # noqa: ANN001  (Sequence[RunResult];
         table.add_row(result.worker, f"[{style}]{code}[/]" if style else code, f"{result.duration:.2f}s",
                       _escape(result.error or ""))
     err_console.print(table)
-    failed = [r.worker for r in results if not r.ok]
+    failed = list(dict.fromkeys(r.worker for r in results if not r.ok))  # each worker once, however many rows
     if failed:
-        err_console.print(f"[red]{len(failed)} of {len(results)} workers failed:[/] {', '.join(failed)}")
+        total = len({r.worker for r in results})
+        err_console.print(f"[red]{len(failed)} of {total} workers failed:[/] {', '.join(failed)}")
 
 
 def _escape(text: str) -> str:

@@ -1,53 +1,62 @@
-"""Start, follow and stop the trainer on every worker of a cluster.
+"""Start the trainer on every worker of a cluster (`launch`).
 
-`launch`: push, run `trainer.setup` once per distinct text, free the TPU from stale holders, then start the
-command detached on all workers at once (own session and process group, pid file and log under
-`~/tpuops/NAME/runs/RUN_ID/`), with the environment each framework needs. The run outlives the SSH
-connections; `follow` reattaches to it, `stop` ends it. The host side is in `remote/scripts/*.sh`.
+One launch at a time per cluster: the launch lock on worker 0 (`remote/launch_lock.py`) is held from the check
+that nothing runs until the new run is recorded. Then: push, run `trainer.setup` once per distinct text (the
+first part of the run: its output streams here, `status` shows it, `stop` ends it), free the TPU from stale
+holders, and start the command detached on all workers at once (own session, pid file and log under
+`~/tpuops/NAME/runs/RUN_ID/`), with the environment each framework needs (`ops/trainer_env.py`). The run
+outlives the SSH connections; `follow` reattaches to it, `stop` ends it (`ops/run_control.py`). The host side
+is in `remote/scripts/*.sh`.
 """
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import secrets
-import threading
-from collections.abc import Callable, Mapping, Sequence
+import socket
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-from tpuops.cloud.provider import TrainerSite
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops import cost_guard
-from tpuops.ops.autostop import record_prefix
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push, tpu_paths
+from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push
+from tpuops.ops.run_control import (  # noqa: F401  (also the run's other commands, where callers find them)
+    UNREACHABLE,
+    FollowInterrupted,
+    Step,
+    StepHandler,
+    StopReport,
+    WorkerRun,
+    follow,
+    follow_and_wait,
+    free_tpu_step,
+    record_run,
+    run_states,
+    status_lines,
+    stop,
+    stop_step,
+    update_run,
+    worker_runs,
+    worst_exit_code,
+)
+from tpuops.ops.trainer_env import localize, trainer_envs
 from tpuops.remote.autostop import AgentInstall
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_text
 from tpuops.remote.fanout import run_each
+from tpuops.remote.launch_lock import LaunchLock, LockBusy, LockOwner
 from tpuops.remote.scripts import script_command
-from tpuops.spec import Spec
-from tpuops.state import RunRecord, WorkerRecord, bucket_of
-from tpuops.watchdog.launch_hooks import install_tools, with_hang_abort
+from tpuops.state import RunRecord
+from tpuops.watchdog.launch_hooks import install_tools
 
-JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
-# Multislice: the port the slices' runtimes meet on (the one Google's and xpk's examples use), and the variable
-# start.sh reads settings from that only fill gaps in the worker's own environment.
-MEGASCALE_PORT = 8080
-HOST_DEFAULTS_ENV = "TPUOPS_HOST_DEFAULTS"
-
-STOP_GRACE_SECONDS = 10
+LOCK_WAIT_SECONDS = 900.0  # --replace: how long to wait for another launch to finish starting its run
+SETUP_STOPPED_EXIT = 143  # setup.sh / start.sh: the run was stopped (`tpuops stop`) before its trainer started
 
 
 class RunInProgress(TpuopsError):
     pass
-
-
-class FollowInterrupted(KeyboardInterrupt):
-    """Ctrl-C while following a run: following stopped (the remote `tail`s were signalled), the run goes on."""
-
-    def __init__(self, cluster: str, run_id: str) -> None:
-        super().__init__(cluster, run_id)
-        self.cluster, self.run_id = cluster, run_id
 
 
 @dataclass(frozen=True)
@@ -59,21 +68,6 @@ class LaunchOptions:
     preflight: bool = False  # `tpuops check` the spec first; stop before any cloud work on a finding
     restart: int = 0  # `watch` relaunches with TPUOPS_RESTART=n and TPUOPS_RESUME=1
     max_parallel: int = 32
-
-
-@dataclass(frozen=True)
-class Step:
-    """One phase of a launch (setup, free-tpu, start, stop, follow) and what each worker said."""
-
-    name: str
-    results: tuple[RunResult, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.results)
-
-    def failures(self) -> list[str]:
-        return [r.error or f"{r.worker}: exit {r.exit_code}" for r in self.results if not r.ok]
 
 
 @dataclass(frozen=True)
@@ -93,9 +87,6 @@ class LaunchReport:
                 "autostop": asdict(self.autostop) if self.autostop else None}
 
 
-StepHandler = Callable[[Step], None]
-
-
 # -------------------------------------------------------------------------------------------- launch
 
 
@@ -111,55 +102,109 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
         require_clean(access.state.spec_path, preflight_output(on_line))
     if spec.trainer is None and options.command is None:
         raise UsageError(f"the spec of '{access.state.name}' has no trainer", "add trainer: {framework, command}")
-    steps: list[Step] = []
-
-    def record(step: Step) -> Step:
-        steps.append(step)
-        if on_step:
-            on_step(step)
-        return step
-
+    run_id = new_run_id()
     runners = make_runners(access, access.workers)
     try:
-        running = _running_workers(runners, access.state.name, options.max_parallel)
-        if running and not options.replace:
-            raise RunInProgress(f"a run of '{access.state.name}' is still running on {', '.join(running)}",
-                                "stop it with `tpuops stop`, or pass --replace")
-        if not record(_push(ctx, access, options)).ok:
-            return LaunchReport(access.state.name, None, tuple(steps))
-        if running:
-            record(_stop_run(access.state.name, None, runners, options.max_parallel))
-        if spec.trainer and spec.trainer.setup:
-            setup = record(_setup(access, runners, spec.trainer.setup, options, on_line))
-            if not setup.ok:
-                return LaunchReport(access.state.name, None, tuple(steps))
-        record(_free_tpu(ctx, access, runners, spec, options.max_parallel, on_line))
-        run_id = new_run_id()
-        command = command_text(options.command) if options.command else (spec.trainer.command if spec.trainer else "")
-        envs = trainer_envs(ctx, access, spec, run_id, options)
-        started = record(Step("start", tuple(run_each(
-            runners, lambda r: r.run(script_command("start", access.state.name, run_id,
-                                                    _localize(access, command)), env=envs[r.name]),
-            options.max_parallel))))
-        _record_run(ctx, access, RunRecord(id=run_id, command=command, workers=[r.name for r in runners],
-                                           restart=options.restart,
-                                           worker_states={r.worker: "running" if r.ok else "lost"
-                                                          for r in started.results}))
-        if not started.ok:
-            # A multi-host trainer waits forever for a missing peer: stop the part that did start.
-            record(_stop_run(access.state.name, run_id, runners, options.max_parallel))
-            return LaunchReport(access.state.name, None, tuple(steps))
-        install_tools(runners, access.state.name, spec, ctx.env, options.max_parallel)  # the watchdog's py-spy
-        return LaunchReport(access.state.name, run_id, tuple(steps), cost_guard.install(ctx, access.state.name))
+        lock = LaunchLock(runners[0], access.state.name, run_id, launcher_name(),
+                          wait=LOCK_WAIT_SECONDS if options.replace else 0.0,
+                          on_waiting=lambda owner: _say_waiting(runners[0].name, owner, on_line))
+        try:
+            last = lock.acquire()
+        except LockBusy as busy:
+            raise _launching_elsewhere(access.state.name, busy.owner, waited=options.replace) from None
+        try:
+            return _Launch(ctx, access, options, runners, run_id, on_line, on_step).run(last)
+        finally:
+            lock.release()  # the run is recorded (or the launch gave up): the next launch may look
     finally:
         for runner in runners:
             runner.close()
 
 
+class _Launch:
+    """One launch under the lock: each phase records its Step, the first failure ends it."""
+
+    def __init__(self, ctx: Context, access: ClusterAccess, options: LaunchOptions, runners: Sequence[Runner],
+                 run_id: str, on_line: LineHandler | None, on_step: StepHandler | None) -> None:
+        self.ctx, self.access, self.options, self.runners = ctx, access, options, runners
+        self.run_id, self.on_line, self.on_step = run_id, on_line, on_step
+        self.cluster = access.state.name
+        self.steps: list[Step] = []
+
+    def record(self, step: Step) -> Step:
+        self.steps.append(step)
+        if self.on_step:
+            self.on_step(step)
+        return step
+
+    def failed(self) -> LaunchReport:
+        return LaunchReport(self.cluster, None, tuple(self.steps))
+
+    def run(self, last: LockOwner | None) -> LaunchReport:
+        spec, options, cluster = self.access.spec, self.options, self.cluster
+        assert spec is not None
+        answers = worker_runs(self.runners, cluster, None, options.max_parallel)
+        if any(a.state == UNREACHABLE for a in answers):
+            # A trainer cannot start without every worker: say so now, once per worker, not after the push.
+            self.record(Step("connect", tuple(a.result for a in answers)))
+            return self.failed()
+        live = [a for a in answers if a.state in ("running", "setup")]
+        if live and not options.replace:
+            raise _still_going(cluster, live, last)
+        if not self.record(_push(self.ctx, self.access, options)).ok:
+            return self.failed()
+        if live:
+            self.record(stop_step(cluster, None, self.runners, options.max_parallel))
+        command = command_text(options.command) if options.command else (spec.trainer.command if spec.trainer else "")
+        setup = spec.trainer.setup if spec.trainer else None
+        record_run(self.ctx, cluster, RunRecord(
+            id=self.run_id, command=command, workers=[r.name for r in self.runners], restart=options.restart,
+            worker_states={r.name: "setup" if setup else "starting" for r in self.runners}))
+        if setup and not self.record(self.setup(setup)).ok:
+            update_run(self.ctx, cluster, self.run_id,
+                       status_lines(self.runners, cluster, self.run_id, options.max_parallel))
+            return self.failed()
+        self.record(free_tpu_step(self.access, self.runners, spec, options.max_parallel, self.on_line))
+        envs = trainer_envs(self.ctx, self.access, spec, self.run_id, options.restart)
+        started = self.record(Step("start", tuple(run_each(
+            self.runners, lambda r: r.run(script_command("start", cluster, self.run_id,
+                                                         localize(self.access, command)), env=envs[r.name]),
+            options.max_parallel))))
+        update_run(self.ctx, cluster, self.run_id, {r.worker: "running" if r.ok else "lost" for r in started.results})
+        if not started.ok:
+            # A multi-host trainer waits forever for a missing peer: stop the part that did start.
+            self.record(stop_step(cluster, self.run_id, self.runners, options.max_parallel))
+            return self.failed()
+        install_tools(self.runners, cluster, spec, self.ctx.env, options.max_parallel)  # the watchdog's py-spy
+        return LaunchReport(cluster, self.run_id, tuple(self.steps), cost_guard.install(self.ctx, cluster))
+
+    def setup(self, setup: str) -> Step:
+        """trainer.setup on every worker, as the run's first part; a worker's result says when `stop` ended it."""
+        ids = {w.name: str(i) for i, w in enumerate(self.access.workers)}
+        force = "1" if self.options.force_setup else "0"
+
+        def one(runner: Runner) -> RunResult:
+            result = runner.run(script_command("setup", self.cluster, self.run_id, ids[runner.name],
+                                               setup_hash(setup), force, setup), on_line=self.on_line)
+            if result.exit_code == SETUP_STOPPED_EXIT:
+                return RunResult(result.worker, result.exit_code, result.duration,
+                                 f"{result.worker}: setup stopped by `tpuops stop`; the trainer was not started")
+            return result
+
+        return Step("setup", tuple(run_each(self.runners, one, self.options.max_parallel)))
+
+
 def _push(ctx: Context, access: ClusterAccess, options: LaunchOptions) -> Step:
+    """One result per worker (however many trees went to it) and one per upload."""
     report = push(ctx, access.state.name, data=options.push_data, max_parallel=options.max_parallel)
-    results = [RunResult(w.worker, 0 if w.ok else None, w.duration, w.error, bytes_sent=w.bytes_sent)
-               for tree in report.trees for w in tree.workers]
+    by_worker: dict[str, list] = {}
+    for tree in report.trees:
+        for pushed in tree.workers:
+            by_worker.setdefault(pushed.worker, []).append(pushed)
+    results = [RunResult(worker, 0 if all(p.ok for p in pushes) else None, sum(p.duration for p in pushes),
+                         "; ".join(dict.fromkeys(p.error for p in pushes if p.error)) or None,
+                         bytes_sent=sum(p.bytes_sent for p in pushes))
+               for worker, pushes in by_worker.items()]
     results += [RunResult(f"upload {u.url}", 0 if u.ok else None, 0.0, u.error) for u in report.uploads]
     return Step("push", tuple(results))
 
@@ -168,225 +213,53 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
+def run_id_time(run_id: str) -> str | None:
+    """When a run was launched, read from its id (see new_run_id)."""
+    try:
+        return datetime.strptime(run_id[:15], "%Y%m%d-%H%M%S").strftime("%Y-%m-%d %H:%M:%S UTC")
+    except ValueError:
+        return None
+
+
 def setup_hash(setup: str) -> str:
     return hashlib.sha256(setup.encode()).hexdigest()
 
 
-def _setup(access: ClusterAccess, runners: Sequence[Runner], setup: str, options: LaunchOptions,
-           on_line: LineHandler | None) -> Step:
-    argv = script_command("setup", access.state.name, setup_hash(setup), "1" if options.force_setup else "0", setup)
-    return Step("setup", tuple(run_each(runners, lambda r: r.run(argv, on_line=on_line), options.max_parallel)))
-
-
-def _free_tpu(ctx: Context, access: ClusterAccess, runners: Sequence[Runner], spec: Spec, max_parallel: int,
-              on_line: LineHandler | None) -> Step:
-    glob, lockfile = tpu_paths(access, spec)
-    argv = script_command("free_tpu", glob, lockfile, str(STOP_GRACE_SECONDS))
-    return Step("free-tpu", tuple(run_each(runners, lambda r: r.run(argv, on_line=on_line), max_parallel)))
-
-
-# -------------------------------------------------------------------------------------------- environment
-
-
-def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
-                 options: LaunchOptions) -> dict[str, dict[str, str]]:
-    """The environment of every worker's trainer, by worker name."""
-    workers = access.workers
-    coordinator = access.provider.coordinator(workers[0].internal_ip)
-    logdir = _localize(access, spec.logs.tensorboard or "")
-    common = {
-        "TPUOPS_CLUSTER": access.state.name,
-        "TPUOPS_RUN_ID": run_id,
-        "TPUOPS_NUM_WORKERS": str(len(workers)),
-        "TPUOPS_COORDINATOR": coordinator,
-        "TPUOPS_LOGDIR": logdir,
-        **framework_env(access, spec),
-    }
-    if options.restart:
-        common |= {"TPUOPS_RESTART": str(options.restart), "TPUOPS_RESUME": "1"}
-    user_env = {key: _localize(access, value) for key, value in (spec.trainer.env if spec.trainer else {}).items()}
-    common |= compilation_cache_env(ctx, access, spec, user_env)
-    envs = {w.name: {**user_env, **common, "TPUOPS_WORKER_ID": str(i), **slice_env(w, workers, user_env)}
-            for i, w in enumerate(workers)}
-    return with_hang_abort(envs, user_env)
-
-
-def slice_env(worker: WorkerRecord, workers: Sequence[WorkerRecord], user_env: Mapping[str, str]) -> dict[str, str]:
-    """Which slice a worker is in, and with Multislice the MEGASCALE_* settings the TPU runtime joins the
-    slices by (coordinator on slice 0's worker 0). Those are defaults: a value the worker's own environment
-    already has (the TPU runtime's) or trainer.env sets wins."""
-    slices = 1 + max(w.slice for w in workers)
-    mates = [w for w in workers if w.slice == worker.slice]
-    env = {"TPUOPS_SLICE_ID": str(worker.slice), "TPUOPS_NUM_SLICES": str(slices),
-           "TPUOPS_SLICE_WORKER_ID": str(mates.index(worker)), "TPUOPS_SLICE_NUM_WORKERS": str(len(mates))}
-    if slices == 1:
-        return env
-    megascale = {"MEGASCALE_COORDINATOR_ADDRESS": workers[0].internal_ip, "MEGASCALE_NUM_SLICES": str(slices),
-                 "MEGASCALE_SLICE_ID": str(worker.slice), "MEGASCALE_PORT": str(MEGASCALE_PORT)}
-    defaults = " ".join(f"{name}={value}" for name, value in megascale.items() if name not in user_env)
-    return env | {HOST_DEFAULTS_ENV: defaults}
-
-
-def compilation_cache_env(ctx: Context, access: ClusterAccess, spec: Spec,
-                          user_env: Mapping[str, str]) -> dict[str, str]:
-    """JAX's persistent compilation cache in the run's bucket: a restart after preemption or autostop reuses
-    the compiled step instead of paying for the compilation again (unless trainer.env sets it)."""
-    framework = spec.trainer.framework if spec.trainer else None
-    bucket = bucket_of(access.state, spec)
-    if framework != "jax" or not bucket or JAX_CACHE_ENV in user_env:
-        return {}
-    cache = f"{record_prefix(bucket, access.state.name)}/{cost_guard.JAX_CACHE_DIR}"
-    return {JAX_CACHE_ENV: _localize(access, cache)}
-
-
-def framework_env(access: ClusterAccess, spec: Spec) -> dict[str, str]:
-    """What each framework needs to find the TPU (the provider knows: TPU_NAME and XRT for a legacy Node,
-    PJRT on a TPU VM, the CPU on the local simulator)."""
-    tpu = access.state.tpu_record()
-    site = TrainerSite(access.state.name, spec.trainer.framework if spec.trainer else None, spec.tpu.mode,
-                       tuple(tpu.node_ips) if tpu else ())
-    return access.provider.framework_env(site)
-
-
-def _localize(access: ClusterAccess, text: str) -> str:
-    """The text as the workers must see it (the local provider's gs://BUCKET is a directory)."""
-    buckets = [access.spec.bucket.name] if access.spec is not None and access.spec.bucket else []
-    return access.provider.localize(text, buckets)
-
-
-# ------------------------------------------------------------------------------------ running, stop, follow
-
-
-def _status_lines(runners: Sequence[Runner], cluster: str, run_id: str | None, max_parallel: int) -> dict[str, str]:
-    args = [cluster] + ([run_id] if run_id else [])
-    results = run_each(runners, lambda r: r.run(script_command("status", *args), capture=True), max_parallel)
-    return {r.worker: _parse_status(r) for r in results}
-
-
-def _parse_status(result: RunResult) -> str:
-    if not result.ok:
-        return "unreachable"
-    words = result.stdout.decode().split()
-    if not words or words[0] == "none":
-        return "none"
-    return " ".join(words[1:3]) if words[1] == "exited" else words[1]
-
-
-def _running_workers(runners: Sequence[Runner], cluster: str, max_parallel: int) -> list[str]:
-    return [w for w, state in _status_lines(runners, cluster, None, max_parallel).items() if state == "running"]
-
-
-def _stop_run(cluster: str, run_id: str | None, runners: Sequence[Runner], max_parallel: int) -> Step:
-    """Stop a run on the given workers; without a run id, whatever run each worker has as its current one."""
-    argv = script_command("stop", cluster, run_id or "", str(STOP_GRACE_SECONDS))
-    return Step("stop", tuple(run_each(runners, lambda r: r.run(argv, capture=True), max_parallel)))
-
-
-def _recorded_run(access: ClusterAccess, run_id: str | None) -> RunRecord:
-    run = access.state.run(run_id)
-    if run is None:
-        what = f"run {run_id}" if run_id else "run"
-        raise UsageError(f"no {what} recorded for '{access.state.name}'", "see `tpuops status`")
-    return run
-
-
-@dataclass(frozen=True)
-class StopReport:
-    cluster: str
-    run_id: str
-    steps: tuple[Step, ...]
-    worker_states: Mapping[str, str]
-
-    @property
-    def ok(self) -> bool:
-        return all(s.ok for s in self.steps) and all(v != "running" for v in self.worker_states.values())
-
-    def as_dict(self) -> dict[str, object]:
-        return {"cluster": self.cluster, "run_id": self.run_id, "ok": self.ok, "workers": dict(self.worker_states)}
-
-
-def stop(ctx: Context, name: str | None, run_id: str | None = None, max_parallel: int = 32) -> StopReport:
-    """TERM the run's process group everywhere, KILL after a grace period, free the TPU, record the end."""
-    access = cluster_access(ctx, name, need_spec=False)
-    runners = make_runners(access, access.workers)
+def launcher_name() -> str:
+    """Who launches, as the lock records it: user@host."""
     try:
-        run = _recorded_run(access, run_id)
-        steps = [_stop_run(access.state.name, run.id, runners, max_parallel)]
-        if access.spec is not None:
-            steps.append(_free_tpu(ctx, access, runners, access.spec, max_parallel, None))
-        states = _status_lines(runners, access.state.name, run.id, max_parallel)
-    finally:
-        for runner in runners:
-            runner.close()
-    _update_run(ctx, access.state.name, run.id, states)
-    return StopReport(access.state.name, run.id, tuple(steps), states)
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "?"
+    return f"{user}@{socket.gethostname()}"
 
 
-def follow(ctx: Context, name: str | None, run_id: str | None = None, *, on_line: LineHandler | None = None,
-           max_parallel: int = 32, cancel: threading.Event | None = None) -> Step:
-    """Stream every worker's output of the run until it ends there; each result carries that exit code.
-
-    Ctrl-C (or `cancel`, set from another thread) stops following at once and raises FollowInterrupted
-    (or fanout.Cancelled); the run itself goes on.
-    """
-    access = cluster_access(ctx, name, need_spec=False)
-    run = _recorded_run(access, run_id)
-    runners = make_runners(access, access.workers)
-    try:
-        argv = script_command("follow", access.state.name, run.id, "1")
-        try:
-            results = tuple(run_each(runners, lambda r: r.run(argv, on_line=on_line), max_parallel, cancel))
-        except KeyboardInterrupt:
-            raise FollowInterrupted(access.state.name, run.id) from None
-        states = _status_lines(runners, access.state.name, run.id, max_parallel)
-    finally:
-        for runner in runners:
-            runner.close()
-    _update_run(ctx, access.state.name, run.id, states)
-    return Step("follow", results)
+# -------------------------------------------------------------------------------------------- refusals
 
 
-def follow_and_wait(ctx: Context, name: str | None, run_id: str | None = None, *,
-                    on_line: LineHandler | None = None) -> int:
-    """Follow the run to its end on every worker; the worst worker's exit code."""
-    return worst_exit_code(follow(ctx, name, run_id, on_line=on_line).results)
+def _still_going(cluster: str, live: Sequence[WorkerRun], last: LockOwner | None) -> RunInProgress:
+    run_id = live[0].run_id or "?"
+    since = last.when() if last is not None and last.run_id == run_id else run_id_time(run_id)
+    origin = f" from {last.origin}" if last is not None and last.run_id == run_id else ""
+    doing = "running" if live[0].state == "running" else "in setup"
+    workers = ", ".join(a.result.worker for a in live)
+    return RunInProgress(f"run {run_id} of '{cluster}' is still {doing} on {workers} (launched "
+                         f"{since or 'at an unknown time'}{origin})",
+                         f"stop it with `tpuops stop {cluster}`, or pass --replace to stop it and start anew")
 
 
-def run_states(ctx: Context, name: str | None, max_parallel: int = 32,
-               connect_timeout: float | None = None) -> dict[str, str]:
-    """Each worker's state of the current run: running, exited N, killed, lost (or unreachable)."""
-    access = cluster_access(ctx, name, need_spec=False)
-    run = access.state.current_run
-    if run is None:
-        return {}
-    extra = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
-    runners = make_runners(access, access.workers, **extra)
-    try:
-        states = _status_lines(runners, access.state.name, run.id, max_parallel)
-    finally:
-        for runner in runners:
-            runner.close()
-    _update_run(ctx, access.state.name, run.id, states)
-    return states
+def _launching_elsewhere(cluster: str, owner: LockOwner | None, waited: bool) -> RunInProgress:
+    what = (f"run {owner.run_id} of '{cluster}' is being launched right now (since {owner.when()}, from "
+            f"{owner.origin})") if owner else f"another launch of '{cluster}' is starting a run right now"
+    if waited:
+        return RunInProgress(f"{what}, still after {LOCK_WAIT_SECONDS / 60:.0f} min of waiting",
+                             f"see `tpuops status {cluster}`; try again once it has started")
+    return RunInProgress(what, f"wait for it, then `tpuops stop {cluster}`; or pass --replace to wait for it "
+                               "to start and then replace it")
 
 
-def worst_exit_code(results: Sequence[RunResult]) -> int:
-    """0 when every worker exited 0; else the largest failure (a worker without an exit code counts as 255)."""
-    codes = [255 if r.exit_code is None else r.exit_code for r in results]
-    return max(codes, default=255)
-
-
-def _record_run(ctx: Context, access: ClusterAccess, run: RunRecord) -> None:
-    state = ctx.store.require(access.state.name)  # re-read: another command may have written meanwhile
-    state.runs.append(run)
-    state.log("launch", f"run {run.id} started on {len(run.workers)} worker(s): {run.command}")
-    ctx.store.save(state)
-
-
-def _update_run(ctx: Context, cluster: str, run_id: str, states: Mapping[str, str]) -> None:
-    state = ctx.store.load(cluster)
-    run = state.run(run_id) if state else None
-    if state is None or run is None:
+def _say_waiting(worker: str, owner: LockOwner | None, on_line: LineHandler | None) -> None:
+    if on_line is None:
         return
-    run.worker_states.update({w: s for w, s in states.items() if s not in ("unreachable", "none")})
-    ctx.store.save(state)
+    what = f"run {owner.run_id} (launched since {owner.when()} from {owner.origin})" if owner else "another launch"
+    on_line(worker, "stderr", f"tpuops: waiting for {what} to start; --replace then stops it")

@@ -125,6 +125,9 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
         workers = _follow_run(ctx, cluster, report.run_id, on_line, scalars)
         return RunSummary(cluster, report.run_id, time.monotonic() - started, workers,
                           latest_values(scalars.points), torn_down=down)
+    except launch_ops.RunInProgress:
+        down = False  # the cluster runs another launch's run: `--down` must not delete it under that run
+        raise
     except TpuopsError as err:
         if cluster is not None and not down:  # say what stays up, billing, and how to remove it
             err.hint = "; ".join(filter(None, [err.hint, still_up(cluster)]))

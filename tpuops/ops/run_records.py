@@ -14,7 +14,7 @@ def end_runs_with_the_tpu(state: ClusterState) -> None:
     recorded)` for workers that no longer exist."""
     for run in state.runs:
         for worker, worker_state in run.worker_states.items():
-            if worker_state == "running":
+            if worker_state in ("setup", "starting", "running"):
                 run.worker_states[worker] = DELETED_WITH_THE_TPU
         for worker in run.workers:
             run.worker_states.setdefault(worker, DELETED_WITH_THE_TPU)

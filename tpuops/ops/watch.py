@@ -140,9 +140,10 @@ def is_unhealthy(tpu: TpuView) -> bool:
 
 
 def judge_run(states: dict[str, str], restart_on_failure: bool) -> Verdict:
-    """The verdict from each worker's state of the run (running | exited N | killed | lost | none | unreachable)."""
+    """The verdict from each worker's state of the run (setup | starting | running | exited N | setup failed N |
+    killed | lost | none | unreachable)."""
     values = list(states.values())
-    if not values or any(state == "running" for state in values):
+    if not values or any(state in ("setup", "starting", "running") for state in values):
         return FINE
     if all(state in GONE for state in values):
         return Verdict("recover", "every worker's trainer is gone without an exit code")

@@ -154,6 +154,7 @@ def _feed(process: subprocess.Popen, stdin: Stdin) -> tuple[int, str | None]:
     try:
         for chunk in iter_stdin(stdin):
             process.stdin.write(chunk)
+            process.stdin.flush()  # a chunk from a live iterable (a heartbeat) is due now, not when a buffer fills
             sent += len(chunk)
         process.stdin.close()
     except (BrokenPipeError, OSError) as err:

@@ -8,6 +8,9 @@ Choices, each measured or learned the hard way on pod slices:
 - Connecting is retried with backoff (tenacity) within `connect_timeout`: right after a TPU turns READY
   its sshd is often not up yet, and a pod slice refuses some of many simultaneous connections.
 - One connection per worker per tpuops command: `run` reuses it for every call (a push makes two or three).
+  A worker that could not be reached within the connect timeout is not tried again by the same runner: its
+  later commands fail at once with the same error, so one dead worker costs a command one timeout, not one
+  per step.
 - Host keys: the cluster's `known_hosts` (pinned by `up` from the TPU's guest attributes) is checked
   by us, not by paramiko's policies; a worker without an entry is trusted on first use and appended;
   a changed key is refused. We never use `AutoAddPolicy`.
@@ -170,13 +173,22 @@ class SshRunner:
         self._transport: paramiko.Transport | None = None
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
+        self._unreachable: RemoteError | None = None  # why connecting failed, once it has
 
     # ------------------------------------------------------------------------------------ connection
 
     def connect(self) -> paramiko.Transport:
         with self._lock:
+            if self._unreachable is not None:
+                raise self._unreachable
             if self._transport is None or not self._transport.is_active():
-                self._transport = self._connect_with_retries()
+                try:
+                    self._transport = self._connect_with_retries()
+                except _Interrupted:
+                    raise
+                except RemoteError as err:
+                    self._unreachable = err
+                    raise
             if self._cancelled.is_set():  # cancelled while connecting: cancel() may have missed this one
                 self._transport.close()
                 raise _Interrupted(interrupted_error(self.name))

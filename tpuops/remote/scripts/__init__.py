@@ -1,13 +1,22 @@
-"""Host scripts tpuops runs on every worker (passed as `sh -c SCRIPT NAME ARGS...`, every argument quoted)."""
+"""Host scripts tpuops runs on every worker (passed as `sh -c SCRIPT NAME ARGS...`, every argument quoted).
+
+A script may use the functions of a shared part (`run_scope.sh`: a run's processes), whose text then goes first.
+"""
 
 from __future__ import annotations
 
 from functools import cache
 from importlib import resources
 
+PARTS = {"setup": ("run_scope",), "start": ("run_scope",), "stop": ("run_scope",)}
+
 
 @cache
 def script(name: str) -> str:
+    return "".join(_text(part) for part in (*PARTS.get(name, ()), name))
+
+
+def _text(name: str) -> str:
     return resources.files(__name__).joinpath(f"{name}.sh").read_text()
 
 
