@@ -59,7 +59,9 @@ def test_the_trainer_runs_in_a_copy_with_the_preflight_environment_and_the_data(
     assert seen["texts"] == ["hello tpu\n", "hello tpu\n"]
     assert seen["notes"] is False and seen["logdir"] is True  # the copy holds what push sends, nothing else
     assert not (code / "written-by-trainer.txt").exists()
-    assert "check: clean" in result.stdout
+    # No compiled step in this trainer: not "clean", since the step rules had nothing to look at.
+    assert "check: no compiled step recognised: rules XLA001-003 were not applied (1 file(s) linted; ran" \
+        in result.stdout
 
 
 def test_timeout_ends_the_trainers_whole_process_group(tmp_path: Path) -> None:
@@ -132,3 +134,40 @@ def test_run_preflight_stops_before_anything_is_created(tmp_path: Path, tpuops_h
     assert result.stderr.strip().splitlines()[-1].startswith(
         "tpuops: error: preflight: train.py:2: XLA005 fp16: `torch.float16`")
     assert not (tpuops_home / "clusters").exists() or not any((tpuops_home / "clusters").iterdir())
+
+
+def test_a_trainer_without_a_recognised_step_is_not_called_clean(tmp_path: Path) -> None:
+    code_dir(tmp_path, """
+        import torch
+
+        def main(loader):
+            model = torch.nn.Linear(8, 1)
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                print(loss.item())
+        """)
+    spec = spec_for(tmp_path, "python3 train.py")
+    shown = run_cli("check", str(spec), "--no-run")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "check: no compiled step recognised: rules XLA001-003 were not applied " \
+        "(1 file(s) linted)"
+    report = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
+    assert report["steps_found"] == []
+    assert report["notes"] == ["no compiled step recognised: rules XLA001-003 were not applied"]
+
+
+def test_the_summary_and_json_name_the_steps_found(tmp_path: Path) -> None:
+    code = code_dir(tmp_path, """
+        import jax
+        from steps import train_step
+
+        step = jax.jit(train_step)
+        """)
+    (code / "steps.py").write_text("def train_step(state, batch):\n    return state, batch.sum()\n")
+    spec = spec_for(tmp_path, "python3 train.py")
+    shown = run_cli("check", str(spec), "--no-run")
+    assert shown.stdout.strip() == "check: clean (2 file(s) linted, 1 compiled step(s): train_step (jax.jit))"
+    report = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
+    assert report["steps_found"] == [{"name": "train_step", "framework": "JAX", "how": "jax.jit",
+                                      "file": "steps.py", "line": 1}]
+    assert report["notes"] == [] and report["ok"] is True

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+NO_STEP_NOTE = "no compiled step recognised: rules XLA001-003 were not applied"
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,10 @@ class RunRecord:
     timed_out: bool = False
 
     @property
+    def notes(self) -> list[str]:
+        return []
+
+    @property
     def steps_per_second(self) -> float | None:
         ok = self.exit_code == 0 and not self.timed_out and self.duration > 0
         return round(self.steps / self.duration, 2) if ok else None
@@ -58,12 +65,20 @@ class CheckReport:
     findings: tuple[Finding, ...] = ()
     run: RunRecord | None = None  # None with --no-run
     ignored: int = 0  # findings silenced by `# tpuops: ignore[...]`
+    steps_found: tuple[Mapping[str, object], ...] = ()  # the compiled steps the lint recognised
 
     @property
     def exit_code(self) -> int:
         return 1 if self.findings else 0
 
+    @property
+    def notes(self) -> list[str]:
+        """What the verdict does not cover: a lint that found no step to apply its step rules to."""
+        notes = [] if self.steps_found or not self.files_linted else [NO_STEP_NOTE]
+        return notes + (self.run.notes if self.run is not None else [])
+
     def as_dict(self) -> dict[str, object]:
         return {"spec": self.spec, "ok": not self.findings, "files_linted": self.files_linted,
-                "ignored": self.ignored, "findings": [f.as_dict() for f in self.findings],
+                "ignored": self.ignored, "steps_found": [dict(s) for s in self.steps_found], "notes": self.notes,
+                "findings": [f.as_dict() for f in self.findings],
                 "run": None if self.run is None else self.run.as_dict()}

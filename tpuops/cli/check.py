@@ -19,6 +19,9 @@ RULES_HELP = (
 )
 
 
+MAX_STEPS_SHOWN = 3
+
+
 @app.command(epilog=RULES_HELP)
 def check(
     spec: str = typer.Argument(..., help="The spec file."),
@@ -52,6 +55,11 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
             console.print(f"    {detail}", markup=False)
         console.print(f"    fix: {finding.hint}", markup=False)
     summary = f"{report.files_linted} file(s) linted"
+    if report.steps_found:
+        names = [f"{s['name']} ({s['how']})" for s in report.steps_found[:MAX_STEPS_SHOWN]]
+        more = len(report.steps_found) - len(names)
+        summary += f", {len(report.steps_found)} compiled step(s): {', '.join(names)}" + \
+            (f" and {more} more" if more > 0 else "")
     if report.ignored:
         summary += f", {report.ignored} finding(s) ignored by comment"
     if report.run is not None:
@@ -60,5 +68,6 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
         state = "timed out" if run.timed_out else f"exit {run.exit_code}"
         summary += (f"; ran {run.framework} trainer for {run.steps} steps on CPU under XLA: {state}, "
                     f"{run.duration:.1f} s, {run.compilations} compilation(s) of its functions{rate}")
-    verdict = f"{len(report.findings)} finding(s)" if report.findings else "clean"
-    console.print(f"check: {verdict} ({summary})", markup=False)
+    verdicts = [f"{len(report.findings)} finding(s)"] if report.findings else []
+    verdicts += report.notes
+    console.print(f"check: {'; '.join(verdicts) or 'clean'} ({summary})", markup=False)

@@ -47,7 +47,8 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
                              "--no-run to only lint")
         run_findings, record = _run(spec, spec_dir, options, lint.functions, on_output)
         findings += run_findings
-    return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored)
+    return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored,
+                       tuple(lint.steps_found))
 
 
 def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[str, tuple[str, int]],
