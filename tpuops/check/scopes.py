@@ -34,6 +34,9 @@ KERAS_STEP_METHODS = {"train_step", "test_step"}
 KIND_WORDS = {"jax": "JAX", "tf": "TensorFlow", "torch": "PyTorch/XLA", "lazy": "PyTorch/XLA"}
 
 
+Target = tuple[Module, FunctionNode | ast.Lambda, frozenset[str]]  # a compiled function, the names partial binds
+
+
 @dataclass(frozen=True)
 class Step:
     """A compiled region: a function, lambda or loop body (node None: the step lives in a library)."""
@@ -120,25 +123,33 @@ class StepFinder:
         targets = list(self._targets(call.args[0], module))
         if not targets and kind == "torch":
             self.library.append(Step(f"{ast.unparse(call.args[0])} (compiled module)", kind, how, module, call))
-        for target_module, target in targets:
+        for target_module, target, bound in targets:
             if isinstance(target, ast.Lambda):
                 name, traced = f"lambda at line {target.lineno}", _params(target)
             else:
                 name, traced = target.name, _params(target) - _static(wrapper, target)
-            yield Step(name, kind, how, target_module, target, frozenset(traced - {"self", "cls"}))
+            yield Step(name, kind, how, target_module, target, frozenset(traced - bound - {"self", "cls"}))
 
-    def _targets(self, expr: ast.AST, module: Module) -> Iterator[tuple[Module, FunctionNode | ast.Lambda]]:
+    def _targets(self, expr: ast.AST, module: Module, bound: frozenset[str] = frozenset()) -> Iterator[Target]:
+        """The functions a wrapper compiles, with the parameters `functools.partial` binds (Python values, not
+        traced arguments)."""
         if isinstance(expr, ast.Lambda):
-            yield module, expr
+            yield module, expr, bound
         elif isinstance(expr, ast.Name | ast.Attribute):
-            yield from self.project.functions(expr, module)
+            for target_module, target in self.project.functions(expr, module):
+                yield target_module, target, bound
+        elif isinstance(expr, ast.Call) and last_name(expr.func) == "partial" and expr.args:
+            for target_module, target, inner in self._targets(expr.args[0], module, bound):
+                params = [a.arg for a in target.args.posonlyargs + target.args.args]
+                fixed = set(params[:len(expr.args) - 1]) | {k.arg for k in expr.keywords if k.arg}
+                yield target_module, target, inner | fixed
         elif isinstance(expr, ast.Call) and last_name(expr.func) in TRANSFORMS and expr.args:
-            yield from self._targets(expr.args[0], module)
+            yield from self._targets(expr.args[0], module, bound)
         elif isinstance(expr, ast.Call):  # a factory: jax.jit(make_step(...))
             for factory_module, factory in self.project.functions(expr.func, module):
                 for returned in ast.walk(factory):
                     if isinstance(returned, ast.Return) and isinstance(returned.value, ast.Name | ast.Lambda):
-                        yield from self._targets(returned.value, factory_module)
+                        yield from self._targets(returned.value, factory_module, bound)
 
     # ------------------------------------------------------------------------------ PyTorch/XLA steps
 
