@@ -120,7 +120,8 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
     elif last_name(func) in REPORTING_CALLS and dotted(func).split(".")[0] not in {"tf", "jax"} and any(
             values.is_tensor(a) and not isinstance(a, ast.JoinedStr | ast.BinOp)
             for a in [*node.args, *(k.value for k in node.keywords)]):
-        verb = "prints a trace-time placeholder" if step.kind in {"jax", "tf"} else f"reads the tensor {every}"
+        verb = "prints a trace-time placeholder" if step.kind in {"jax", "tf", "keras"} else \
+            f"reads the tensor {every}"
         yield node, f"`{last_name(func)}` of a tensor in {_where(step)} {verb}"
 
 

@@ -31,7 +31,8 @@ TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial"
 XLA_STEP_ENDS = {"mark_step", "sync", "optimizer_step"}
 DEVICE_LOADERS = {"MpDeviceLoader", "per_device_loader", "ParallelLoader"}
 KERAS_STEP_METHODS = {"train_step", "test_step"}
-KIND_WORDS = {"jax": "JAX", "tf": "TensorFlow", "torch": "PyTorch/XLA", "lazy": "PyTorch/XLA"}
+KIND_WORDS = {"jax": "JAX", "tf": "TensorFlow", "keras": "TensorFlow (Keras)", "torch": "PyTorch/XLA",
+              "lazy": "PyTorch/XLA"}
 
 
 Target = tuple[Module, FunctionNode | ast.Lambda, frozenset[str]]  # a compiled function, the names partial binds
@@ -42,7 +43,10 @@ class Step:
     """A compiled region: a function, lambda or loop body (node None: the step lives in a library)."""
 
     name: str
-    kind: str  # "jax" | "tf" | "torch" (a traced PyTorch function) | "lazy" (PyTorch/XLA between step ends)
+    # "jax" | "tf" (AutoGraph converts its Python control flow) | "keras" (an overridden train_step: Keras 3 runs
+    # it with autograph.experimental.do_not_convert) | "torch" (a traced PyTorch function) | "lazy" (PyTorch/XLA
+    # between two step ends)
+    kind: str
     how: str  # how it was recognised, e.g. "jax.jit", "step loop (xm.optimizer_step)"
     module: Module | None
     node: ast.AST | None = None
@@ -89,7 +93,7 @@ class StepFinder:
             elif isinstance(node, ast.ClassDef) and any(last_name(b).endswith("Model") for b in node.bases):
                 for method in node.body:
                     if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
-                        yield Step(f"{node.name}.{method.name}", "tf", "Keras train_step", module, method,
+                        yield Step(f"{node.name}.{method.name}", "keras", "Keras train_step", module, method,
                                    _params(method) - {"self"})
             if isinstance(node, ast.For | ast.AsyncFor | ast.While):
                 how = self._step_loop(node, module)

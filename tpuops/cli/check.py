@@ -66,7 +66,7 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
         run = report.run
         rate = f", {run.steps_per_second} steps/s incl. start-up" if run.steps_per_second else ""
         state = "timed out" if run.timed_out else f"exit {run.exit_code}"
-        summary += (f"; ran {run.framework} trainer for {run.steps} steps on CPU under XLA: {state}, "
+        summary += (f"; ran {run.framework} trainer on CPU under XLA: {run.steps_text}, {state}, "
                     f"{run.duration:.1f} s, {run.compilations} compilation(s) of its functions{rate}")
     verdicts = [f"{len(report.findings)} finding(s)"] if report.findings else []
     verdicts += report.notes
