@@ -77,3 +77,24 @@ def test_near_misses_stay_quiet(trainer: Path) -> None:
     flagged = {(f.file, f.line) for f in lint_tree(trainer).findings}
     loud = [m for m in expected(trainer)["near_misses"] if (m["file"], m["line"]) in flagged]
     assert loud == []
+
+
+def test_a_20000_line_code_directory_is_linted_as_its_parts(tmp_path: Path) -> None:
+    """The corpus copied until it is 20,000 lines (bench/check.py --lint-lines times this): every copy gets the
+    findings its original gets, no more (copies share module names: nothing resolves across them wrongly)."""
+    copies, lines = 0, 0
+    while lines < 20_000:
+        for trainer in TRAINERS:
+            target = tmp_path / f"copy{copies}" / trainer.name
+            for source in trainer.rglob("*.py"):
+                (target / source.relative_to(trainer)).parent.mkdir(parents=True, exist_ok=True)
+                text = source.read_text()
+                (target / source.relative_to(trainer)).write_text(text)
+                lines += text.count("\n")
+        copies += 1
+    result = lint_tree(tmp_path)
+    expected = {(t.name, f.rule, f.file, f.line) for t in TRAINERS for f in lint_tree(t).findings}
+    for copy in range(copies):
+        found = {(Path(f.file).parts[1], f.rule, Path(*Path(f.file).parts[2:]).as_posix(), f.line)
+                 for f in result.findings if Path(f.file).parts[0] == f"copy{copy}"}
+        assert found == expected, copy

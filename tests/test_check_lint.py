@@ -229,3 +229,17 @@ def test_a_file_that_does_not_parse_is_a_finding_not_a_crash(tmp_path: Path) -> 
     (tmp_path / "train.py").write_text("def broken(:\n")
     result = lint_tree(tmp_path)
     assert [(f.rule, f.file, f.line) for f in result.findings] == [("XLA000", "train.py", 1)]
+
+
+def test_a_step_jitted_in_another_module_is_linted_where_it_is_defined(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(
+        "import jax\nfrom . import steps\nfrom .steps import other\np = jax.jit(steps.f)\nq = jax.jit(other)\n")
+    (tmp_path / "pkg" / "steps.py").write_text(
+        "def f(x):\n    if x.sum() > 0:\n        return x\n    return -x\n\n\ndef other(x):\n    return x.item()\n")
+    (tmp_path / "unrelated.py").write_text("def f(x):\n    if x.sum() > 0:\n        return x\n")  # never jitted
+    result = lint_tree(tmp_path)
+    assert [(f.file, f.line, f.rule) for f in result.findings] == [("pkg/steps.py", 2, "XLA001"),
+                                                                    ("pkg/steps.py", 8, "XLA003")]
+    assert [s["name"] for s in result.steps_found] == ["f", "other"]

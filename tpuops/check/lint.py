@@ -14,7 +14,7 @@ from pathlib import Path
 from tpuops.check.findings import Finding
 from tpuops.check.lint_rules import FILE_RULES, RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project
-from tpuops.check.scopes import Step, find_steps, values_of
+from tpuops.check.scopes import Step, StepFinder
 from tpuops.check.settings import Settings
 from tpuops.remote.manifest import scan_tree
 
@@ -54,8 +54,9 @@ def lint_tree(root: Path, exclude: Sequence[str] = (), legacy_node: bool = False
             findings.append(Finding("XLA000", "syntax", f"cannot parse: {err.msg}", "fix the syntax error",
                                     rel, err.lineno))
     project = Project(modules)
-    steps = find_steps(project)
-    linted, ignored = _findings(project, steps, legacy_node)
+    finder = StepFinder(project)
+    steps = finder.find()
+    linted, ignored = _findings(finder, steps, legacy_node)
     functions: dict[str, tuple[str, int]] = {}
     for module in modules:
         for name, defs in module.defs.items():
@@ -66,14 +67,14 @@ def lint_tree(root: Path, exclude: Sequence[str] = (), legacy_node: bool = False
 
 def lint_module(tree: ast.Module, source: str, rel: str, legacy_node: bool = False) -> tuple[list[Finding], int]:
     """One module on its own (what a code directory of one file is)."""
-    project = Project([Module.of(rel, tree, source)])
-    return _findings(project, find_steps(project), legacy_node)
+    finder = StepFinder(Project([Module.of(rel, tree, source)]))
+    return _findings(finder, finder.find(), legacy_node)
 
 
-def _findings(project: Project, steps: list[Step], legacy_node: bool) -> tuple[list[Finding], int]:
+def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool) -> tuple[list[Finding], int]:
     found: dict[tuple[str, str, int], Finding] = {}
     ignored: set[tuple[str, str, int]] = set()
-    for rule, module, node, message in _hits(project, steps, legacy_node):
+    for rule, module, node, message in _hits(finder, steps, legacy_node):
         line = getattr(node, "lineno", 0)
         key = (module.rel, rule.id, line)
         if rule.id in _ignored_rules(module, line):
@@ -84,17 +85,17 @@ def _findings(project: Project, steps: list[Step], legacy_node: bool) -> tuple[l
     return ordered, len(ignored)
 
 
-def _hits(project: Project, steps: list[Step], legacy_node: bool) -> Iterator[tuple[Rule, Module, ast.AST, str]]:
+def _hits(finder: StepFinder, steps: list[Step], legacy_node: bool) -> Iterator[tuple[Rule, Module, ast.AST, str]]:
     for step in steps:
         if step.module is None or step.node is None or not isinstance(step.node, FunctionNode | ast.Lambda |
                                                                       ast.For | ast.AsyncFor | ast.While):
             continue
-        values = values_of(step)
+        values, nodes = finder.values(step), finder.region(step)
         for rule_id, check in STEP_RULES.items():
-            for node, message in check(step, values):
+            for node, message in check(step, values, nodes):
                 yield RULES_BY_ID[rule_id], step.module, node, message
-    settings = Settings.of(project)
-    for module in project.modules:
+    settings = Settings.of(finder.project)
+    for module in finder.project.modules:
         for rule_id, check in FILE_RULES.items():
             rule = RULES_BY_ID[rule_id]
             if rule.node_only and not legacy_node:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from tpuops.check.project import Module, dotted, last_name
-from tpuops.check.scopes import Step, region_nodes
+from tpuops.check.scopes import Step
 from tpuops.check.settings import Settings
 from tpuops.check.tensors import TensorValues
 
@@ -70,17 +70,17 @@ TF_DATA_READERS = {"TextLineDataset", "TFRecordDataset", "FixedLengthRecordDatas
 # ------------------------------------------------------------------------------------------- step rules
 
 
-def tensor_branch(step: Step, values: TensorValues) -> Iterator[Hit]:
+def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:
     if step.kind == "tf":  # AutoGraph turns an `if` on a tensor in a tf.function into tf.cond, which XLA compiles
         return
-    for node in region_nodes(step):
+    for node in nodes:
         if isinstance(node, ast.If | ast.While | ast.IfExp) and values.is_tensor(node.test):
             word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else"}[type(node)]
             yield node, f"Python `{word}` on a tensor value in {_where(step)}"
 
 
-def dynamic_shape(step: Step, values: TensorValues) -> Iterator[Hit]:
-    for node in region_nodes(step):
+def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:
+    for node in nodes:
         if isinstance(node, ast.Call):
             name = last_name(node.func)
             method = isinstance(node.func, ast.Attribute) and values.is_tensor(node.func.value)
@@ -93,9 +93,9 @@ def dynamic_shape(step: Step, values: TensorValues) -> Iterator[Hit]:
             yield node, f"boolean-mask indexing in {_where(step)}: the result's shape depends on the data"
 
 
-def host_sync(step: Step, values: TensorValues) -> Iterator[Hit]:
+def host_sync(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:
     every = "every step" if step.kind == "lazy" else "in the step"
-    for node in region_nodes(step):
+    for node in nodes:
         if isinstance(node, ast.Call):
             yield from _host_sync_call(node, step, values, every)
         elif isinstance(node, ast.JoinedStr) and any(
@@ -136,7 +136,7 @@ def _where(step: Step) -> str:
     return f"compiled step `{step.name}`"
 
 
-STEP_RULES: dict[str, Callable[[Step, TensorValues], Iterator[Hit]]] = {
+STEP_RULES: dict[str, Callable[[Step, TensorValues, list[ast.AST]], Iterator[Hit]]] = {
     "XLA001": tensor_branch, "XLA002": dynamic_shape, "XLA003": host_sync,
 }
 
@@ -146,9 +146,7 @@ STEP_RULES: dict[str, Callable[[Step, TensorValues], Iterator[Hit]]] = {
 
 def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
     fixed_blocks = _fixed_blocks(module, settings)
-    for node in ast.walk(module.tree):
-        if not isinstance(node, ast.Call):
-            continue
+    for node in module.calls:
         padding = _keyword(node, "padding")
         values = settings.values(padding, module) if padding is not None else frozenset()
         if any(v is True or v == "longest" for v in values):
@@ -163,17 +161,15 @@ def _fixed_blocks(module: Module, settings: Settings) -> bool:
     """The module cuts its data to fixed blocks (group_texts) or pads to max_length: its collators pad nothing."""
     if any("group_texts" in name for name in module.defs):
         return True
-    for node in ast.walk(module.tree):
-        padding = _keyword(node, "padding") if isinstance(node, ast.Call) else None
+    for node in module.calls:
+        padding = _keyword(node, "padding")
         if padding is not None and settings.values(padding, module) == frozenset(["max_length"]):
             return True
     return False
 
 
 def fp16(module: Module, settings: Settings) -> Iterator[Hit]:
-    for node in ast.walk(module.tree):
-        if not isinstance(node, ast.Call):
-            continue
+    for node in module.calls:
         hit = _fp16_call(node, module, settings)
         if hit is not None and not _behind_fp16_switch(hit[0], module, settings):
             yield hit
@@ -224,14 +220,14 @@ def _behind_fp16_switch(node: ast.AST, module: Module, settings: Settings) -> bo
 
 
 def node_host_input(module: Module, settings: Settings) -> Iterator[Hit]:
-    for node in ast.walk(module.tree):
-        if isinstance(node, ast.Call) and last_name(node.func) in NODE_HOST_CALLS:
+    for node in module.calls:
+        if last_name(node.func) in NODE_HOST_CALLS:
             yield node, f"`{last_name(node.func)}` runs Python on this VM, not on the legacy Node's TPU host"
 
 
 def node_local_path(module: Module, settings: Settings) -> Iterator[Hit]:
-    for node in ast.walk(module.tree):
-        if isinstance(node, ast.Call) and last_name(node.func) in TF_DATA_READERS:
+    for node in module.calls:
+        if last_name(node.func) in TF_DATA_READERS:
             for arg in node.args[:1]:
                 for text in _string_constants(arg):
                     if not text.startswith("gs://"):

@@ -67,9 +67,31 @@ class StepFinder:
     project: Project
     steps: dict[int, Step] = field(default_factory=dict)  # id(node) -> step
     library: list[Step] = field(default_factory=list)
-    _ends: dict[int, bool] = field(default_factory=dict)
+    _enders: set[int] = field(default_factory=set)  # functions that end a PyTorch/XLA step each time they run
+    _ending_loops: dict[int, str] = field(default_factory=dict)  # loops whose every iteration ends one -> how
+    _values: dict[tuple[int, frozenset[str]], TensorValues] = field(default_factory=dict)
+    _regions: dict[tuple[int, str], list[ast.AST]] = field(default_factory=dict)
+
+    def values(self, step: Step) -> TensorValues:
+        """The tensor inference for a step (cached: a function with several step loops is read once)."""
+        assert step.module is not None and step.node is not None
+        scope: ast.AST = step.node
+        if isinstance(step.node, ast.For | ast.AsyncFor | ast.While):
+            scope = step.module.scope_of(step.node)
+        key = (id(scope), step.traced)
+        if key not in self._values:
+            self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
+                                             step.traced)
+        return self._values[key]
+
+    def region(self, step: Step) -> list[ast.AST]:
+        key = (id(step.node), step.kind)
+        if key not in self._regions:
+            self._regions[key] = list(region_nodes(step))
+        return self._regions[key]
 
     def find(self) -> list[Step]:
+        self._find_step_ends()
         queue = [s for m in self.project.modules for s in self._roots(m)]
         while queue:
             step = queue.pop()
@@ -85,30 +107,30 @@ class StepFinder:
     # ----------------------------------------------------------------------------------------- roots
 
     def _roots(self, module: Module) -> Iterator[Step]:
-        for node in ast.walk(module.tree):
-            if isinstance(node, FunctionNode):
+        for defs in module.defs.values():
+            for node in defs:
                 yield from self._decorated(node, module)
-            elif isinstance(node, ast.Call):
-                yield from self._wrapped(node, module)
-            elif isinstance(node, ast.ClassDef) and any(last_name(b).endswith("Model") for b in node.bases):
-                for method in node.body:
+                if self.ends_step(node, module) and not any(compiler(d, module) for d in node.decorator_list):
+                    yield Step(node.name, "lazy", "ends a PyTorch/XLA step", module, node)
+        for call in module.calls:
+            yield from self._wrapped(call, module)
+        for cls_node in module.classes.values():
+            if any(last_name(b).endswith("Model") for b in cls_node.bases):
+                for method in cls_node.body:
                     if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
-                        yield Step(f"{node.name}.{method.name}", "keras", "Keras train_step", module, method,
-                                   _params(method) - {"self"})
-            if isinstance(node, ast.For | ast.AsyncFor | ast.While):
-                how = self._step_loop(node, module)
-                if how:
-                    yield Step(f"loop at line {node.lineno}", "lazy", how, module, node, _loop_batch(node))
-            elif isinstance(node, FunctionNode) and self.ends_step(node, module) and \
-                    not any(compiler(d, module) for d in node.decorator_list):
-                yield Step(node.name, "lazy", "ends a PyTorch/XLA step", module, node)
+                        yield Step(f"{cls_node.name}.{method.name}", "keras", "Keras train_step", module, method,
+                                   frozenset(_params(method) - {"self"}))
+        for loop in module.loops:
+            how = self._step_loop(loop, module)
+            if how:
+                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, _loop_batch(loop))
 
     def _decorated(self, node: FunctionNode, module: Module) -> Iterator[Step]:
         for decorator in node.decorator_list:
             kind = compiler(decorator, module)
             if kind:
                 how = _wrapper_name(decorator)
-                yield Step(node.name, kind, how, module, node, _params(node) - _static(decorator, node))
+                yield Step(node.name, kind, how, module, node, frozenset(_params(node) - _static(decorator, node)))
 
     def _wrapped(self, call: ast.Call, module: Module) -> Iterator[Step]:
         """jax.jit(f), pjit(f, ...), torch_xla.compile(f), strategy.run(f), keras compile(jit_compile=...)."""
@@ -159,31 +181,44 @@ class StepFinder:
 
     def ends_step(self, function: FunctionNode, module: Module) -> bool:
         """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
-        if id(function) not in self._ends:
-            self._ends[id(function)] = False  # recursion guard
-            compiled = any(compiler(d, module) == "torch" for d in function.decorator_list)
-            self._ends[id(function)] = compiled or any(
-                self._boundary(node, module) for node in _outside_loops(function.body))
-        return self._ends[id(function)]
+        return id(function) in self._enders
 
-    def _boundary(self, node: ast.AST, module: Module) -> str:
-        """What ends a step in this call: xm.mark_step() & co, or a function of ours that ends one."""
-        if not isinstance(node, ast.Call):
-            return ""
-        path = dotted(node.func)
-        root = path.split(".")[0]
-        if last_name(node.func) in XLA_STEP_ENDS and (root == "xm" or "xla" in root.lower()):
-            return path
-        for callee_module, callee in self.project.functions(node.func, module):
-            if self.ends_step(callee, callee_module):
-                return f"{callee.name}() ends the step"
-        return ""
+    def _find_step_ends(self) -> None:
+        """From the calls up: a boundary call (xm.mark_step() & co) ends a step for the loop right around it, or,
+        outside any loop, for its function; a call to such a function does the same, to a fixed point."""
+        ender_names: set[str] = set()
+        for module in self.project.modules:
+            for defs in module.defs.values():
+                for function in defs:
+                    if any(compiler(d, module) == "torch" for d in function.decorator_list):
+                        self._enders.add(id(function))
+                        ender_names.add(function.name)
+        for _ in range(4):  # a step ended three calls deep is found; deeper is rare
+            before = len(self._enders)
+            for module in self.project.modules:
+                for call in module.calls:
+                    name = last_name(call.func)
+                    if name in XLA_STEP_ENDS and _is_xla(dotted(call.func)):
+                        self._ends_at(call, module, dotted(call.func), ender_names)
+                    elif name in ender_names:
+                        callee = next((c for _, c in self.project.functions(call.func, module)
+                                       if id(c) in self._enders), None)
+                        if callee is not None:
+                            self._ends_at(call, module, f"{callee.name}() ends the step", ender_names)
+            if len(self._enders) == before:
+                break
+
+    def _ends_at(self, call: ast.Call, module: Module, how: str, ender_names: set[str]) -> None:
+        owner, loop = module.context[id(call)]
+        if loop is not None:
+            self._ending_loops.setdefault(id(loop), how)
+        elif isinstance(owner, FunctionNode):
+            self._enders.add(id(owner))
+            ender_names.add(owner.name)
 
     def _step_loop(self, loop: ast.For | ast.AsyncFor | ast.While, module: Module) -> str:
-        for node in _outside_loops(loop.body):
-            how = self._boundary(node, module)
-            if how:
-                return f"step loop ({how})"
+        if id(loop) in self._ending_loops:
+            return f"step loop ({self._ending_loops[id(loop)]})"
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
             return "step loop (device loader)"
         return ""
@@ -196,9 +231,12 @@ class StepFinder:
             return last_name(expr.func) in DEVICE_LOADERS
         if not isinstance(expr, ast.Name):
             return False
-        scope = module.enclosing_function(loop) or module.tree
-        for node in ast.walk(scope):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+        scope = module.scope_of(loop)
+        scope = scope if isinstance(scope, FunctionNode) else None
+        for node in module.assigns:
+            if scope is not None and not scope.lineno <= node.lineno <= (scope.end_lineno or 0):
+                continue
+            if isinstance(node.value, ast.Call) and any(
                     isinstance(n, ast.Name) and n.id == expr.id for t in node.targets for n in ast.walk(t)):
                 called = last_name(node.value.func)
                 if called in DEVICE_LOADERS or (called == "prepare" and "accel" in dotted(node.value.func)):
@@ -213,8 +251,8 @@ class StepFinder:
         if step.node is None or step.module is None or isinstance(step.node, ast.Call):
             return
         module = step.module
-        values = values_of(step)
-        for node in region_nodes(step):
+        values = self.values(step)
+        for node in self.region(step):
             if isinstance(node, ast.Call):
                 for callee_module, callee in self.project.functions(node.func, module):
                     traced = _call_site_tensors(node, callee, values)
@@ -229,8 +267,6 @@ class StepFinder:
                                frozenset(_params(callee) - {"self", "cls"}), root=False)
 
 
-def find_steps(project: Project) -> list[Step]:
-    return StepFinder(project).find()
 
 
 def compiler(expr: ast.AST, module: Module) -> str | None:
@@ -256,15 +292,6 @@ def compiler(expr: ast.AST, module: Module) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ regions
-
-
-def values_of(step: Step) -> TensorValues:
-    """The tensor inference for a step: its function's own scope, or for a loop, the function around it."""
-    assert step.module is not None and step.node is not None
-    scope: ast.AST = step.node
-    if isinstance(step.node, ast.For | ast.AsyncFor | ast.While):
-        scope = step.module.enclosing_function(step.node) or step.module.tree
-    return TensorValues(scope, step.module.aliases, step.traced)
 
 
 def region_nodes(step: Step) -> Iterator[ast.AST]:
@@ -296,18 +323,6 @@ def _every_n_steps(test: ast.AST) -> bool:
                for n in ast.walk(test))
 
 
-def _outside_loops(body: list[ast.stmt]) -> Iterator[ast.AST]:
-    """The nodes of the statements that run once per execution: not in nested loops or nested defs."""
-    stack: list[ast.AST] = list(body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.FunctionDef | ast.AsyncFunctionDef |
-                      ast.Lambda | ast.ClassDef):
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
-
-
 def _loop_batch(loop: ast.AST) -> frozenset[str]:
     """A step loop's targets are the batch (tensors), but for an enumerate index or a range counter."""
     if not isinstance(loop, ast.For | ast.AsyncFor):
@@ -319,6 +334,11 @@ def _loop_batch(loop: ast.AST) -> frozenset[str]:
             isinstance(target, ast.Tuple) and target.elts:
         target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
     return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+
+
+def _is_xla(path: str) -> bool:
+    root = path.split(".")[0]
+    return root == "xm" or "xla" in root.lower()
 
 
 def _wrapper_name(wrapper: ast.AST) -> str:

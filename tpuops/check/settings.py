@@ -26,13 +26,13 @@ class Settings:
     def of(cls, project: Project) -> Settings:
         settings = cls()
         for module in project.modules:
-            for node in ast.walk(module.tree):
-                if isinstance(node, ast.ClassDef):
-                    settings._class_fields(node)
-                elif isinstance(node, ast.Call) and last_name(node.func) == "add_argument":
-                    settings._option(node)
-                elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and \
-                        module.parent(node) is module.tree:
+            for cls_node in module.classes.values():
+                settings._class_fields(cls_node)
+            for call in module.calls:
+                if last_name(call.func) == "add_argument":
+                    settings._option(call)
+            for node in module.tree.body:
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
                     for target in (t for t in node.targets if isinstance(t, ast.Name)):
                         for key, value in zip(node.value.keys, node.value.values, strict=False):
                             if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
@@ -94,9 +94,9 @@ class Settings:
             default = _argument_default(function, name.id)
             if default is not None:
                 found |= self.values(default, module, depth + 1)
-        scope: ast.AST = function or module.tree
-        for node in ast.walk(scope):
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id for t in node.targets):
+        for node in module.assigns:
+            if (function is None or function.lineno <= node.lineno <= (function.end_lineno or 0)) and \
+                    any(isinstance(t, ast.Name) and t.id == name.id for t in node.targets):
                 found |= self.values(node.value, module, depth + 1)
         if not found and function is not None:
             for node in module.tree.body:

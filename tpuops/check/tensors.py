@@ -41,15 +41,15 @@ class TensorValues:
     """Decides whether an expression in one scope (a function or the module) is a tensor.
 
     `traced`: names that are tensors from the start (a jitted function's arguments, a step loop's batch);
-    assignments, `for` targets and comprehension targets in `scope` are followed to a fixed point.
+    the scope's `bindings` (assignments, `for` and comprehension targets) are followed to a fixed point.
     """
 
-    def __init__(self, scope: ast.AST, aliases: set[str], traced: Iterable[str] = ()) -> None:
+    def __init__(self, bindings: list[tuple[list[ast.AST], ast.AST]], aliases: set[str],
+                 traced: Iterable[str] = ()) -> None:
         self.aliases = aliases
         self.names: set[str] = set(traced)
         self.bool_names: set[str] = set()
         self.objects: set[str] = set()  # models, loss objects, optimizers: called they give tensors, but are none
-        bindings = list(_bindings(scope))
         for targets, value in bindings:
             if self._object(value) and len(targets) == 1 and isinstance(targets[0], ast.Name):
                 self.objects.add(targets[0].id)
@@ -170,23 +170,3 @@ class TensorValues:
                                                             "equal", "greater", "less", "eq", "ne", "gt", "lt"}) \
                 and self.is_tensor(expr)
         return False
-
-
-def _bindings(scope: ast.AST) -> list[tuple[list[ast.AST], ast.AST]]:
-    """(targets, value) for every assignment, `for` and comprehension in the scope (not in nested defs)."""
-    found: list[tuple[list[ast.AST], ast.AST]] = []
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        if isinstance(node, ast.Assign):
-            found.append((list(node.targets), node.value))
-        elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr) and node.value is not None:
-            found.append(([node.target], node.value))
-        elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
-            found.append(([node.target], node.iter))
-        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-            found.append(([node.optional_vars], node.context_expr))
-        stack.extend(ast.iter_child_nodes(node))
-    return found
