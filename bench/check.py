@@ -55,7 +55,8 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def bench(framework: str, runs: int, steps: int, work: Path) -> tuple[float, float, float]:
+def bench(framework: str, runs: int, steps: int, work: Path) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) of each way: "check", "alone", "reports"."""
     template, _, flags, switches = FRAMEWORKS[framework]
     code = ROOT / "templates" / template
     trainer = f"python3 train.py --data {CORPUS} {flags} --steps 100000"
@@ -74,13 +75,14 @@ def bench(framework: str, runs: int, steps: int, work: Path) -> tuple[float, flo
         reports_env["XLA_METRICS_FILE"] = str(work / "xla-metrics.txt")
     check = [sys.executable, "-m", "tpuops", "check", str(spec), "--steps", str(steps), "-q"]
     plain = ["bash", "-c", trainer]
-    checked, alone, reported = [], [], []
+    times: dict[str, list[tuple[float, float]]] = {"check": [], "alone": [], "reports": []}
     for _ in range(runs):  # alternate so that all three see the same machine load
-        checked.append(timed(check, env, work)[0])
-        alone.append(timed(plain, plain_env, code)[0])
-        reported.append(timed(plain, reports_env, code)[0])
+        times["check"].append(timed(check, env, work))
+        times["alone"].append(timed(plain, plain_env, code))
+        times["reports"].append(timed(plain, reports_env, code))
         (work / "xla-metrics.txt").unlink(missing_ok=True)
-    return statistics.median(checked), statistics.median(alone), statistics.median(reported)
+    return {way: (statistics.median(w for w, _ in runs_), statistics.median(c for _, c in runs_))
+            for way, runs_ in times.items()}
 
 
 def corpus_tree(root: Path, lines: int) -> int:
@@ -128,10 +130,13 @@ def main() -> None:
             if importlib.util.find_spec(FRAMEWORKS[framework][1]) is None:
                 print(f"{framework:<11} skipped ({FRAMEWORKS[framework][1]} not installed)")
                 continue
-            checked, alone, reported = bench(framework, args.runs, args.steps, Path(temp))
-            print(f"{framework:<11} check {checked:6.1f} s   trainer alone {alone:6.1f} s   with the compile "
-                  f"reports {reported:6.1f} s   ratio {checked / alone:.2f} = reports {reported / alone:.2f} x "
-                  f"check {checked / reported:.2f} (goal <= 1.2; medians of {args.runs}, {args.steps} steps)")
+            result = bench(framework, args.runs, args.steps, Path(temp))
+            for index, unit in ((0, "wall"), (1, "CPU ")):
+                check, alone, reports = (result[way][index] for way in ("check", "alone", "reports"))
+                print(f"{framework:<11} {unit} check {check:6.1f} s   trainer alone {alone:6.1f} s   with the "
+                      f"compile reports {reports:6.1f} s   ratio {check / alone:.2f} = reports {reports / alone:.2f}"
+                      f" x check {check / reports:.2f} (goal <= 1.2; medians of {args.runs}, {args.steps} steps)")
+            print(f"{'':<11} load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

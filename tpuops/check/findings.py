@@ -62,7 +62,7 @@ class RunRecord:
         if self.steps_ran is None:
             return f"asked for {self.steps} steps (steps ran: unknown, the trainer wrote no scalars)"
         if self.ignored_max_steps:
-            return f"{self.steps_ran} steps (TPUOPS_MAX_STEPS={self.steps} ignored)"
+            return f"{self.steps_ran} steps"  # the verdict says it ignored TPUOPS_MAX_STEPS
         return f"{self.steps_ran} of {self.steps} steps" if self.steps_ran < self.steps else f"{self.steps} steps"
 
     @property

@@ -199,12 +199,12 @@ class StepFinder:
                 for call in module.calls:
                     name = last_name(call.func)
                     if name in XLA_STEP_ENDS and _is_xla(dotted(call.func)):
-                        self._ends_at(call, module, dotted(call.func), ender_names)
+                        self._ends_at(call, module, f"{dotted(call.func)}()", ender_names)
                     elif name in ender_names:
                         callee = next((c for _, c in self.project.functions(call.func, module)
                                        if id(c) in self._enders), None)
                         if callee is not None:
-                            self._ends_at(call, module, f"{callee.name}() ends the step", ender_names)
+                            self._ends_at(call, module, f"{callee.name}()", ender_names)
             if len(self._enders) == before:
                 break
 
@@ -218,9 +218,9 @@ class StepFinder:
 
     def _step_loop(self, loop: ast.For | ast.AsyncFor | ast.While, module: Module) -> str:
         if id(loop) in self._ending_loops:
-            return f"step loop ({self._ending_loops[id(loop)]})"
+            return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
-            return "step loop (device loader)"
+            return "each iteration ends a step: a device loader"
         return ""
 
     def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module) -> bool:

@@ -8,14 +8,17 @@ from tpuops.cli.app import JSON_OPTION, app
 from tpuops.cli.render import console, err_console, print_json
 
 RULES_HELP = (
-    "Lint rules (silence one line with `# tpuops: ignore[XLA003]`): "
+    "Lint rules (silence one line with `# tpuops: ignore[XLA003]`); XLA001-003 apply inside the compiled steps "
+    "the lint recognises (jit wrappers, tf.function/strategy.run, Keras train_step, torch_xla.compile, PyTorch/XLA "
+    "step loops): the summary names them, or says that it found none. "
     "XLA001 tensor-branch: Python if/while on a tensor in a compiled step. "
     "XLA002 dynamic-shape: boolean masks, nonzero(), masked_select in a step. "
-    "XLA003 host-sync: .numpy(), .item(), .cpu(), float(t), print(t) in a step. "
+    "XLA003 host-sync: .numpy(), .item(), .cpu(), float(t), print(t), a tensor formatted into a string, in a step. "
     "XLA004 pad-longest: padding to the longest example, collators without pad_to_multiple_of. "
-    "XLA005 fp16: float16 where TPUs use bfloat16. "
+    "XLA005 fp16: float16 as the compute dtype where TPUs use bfloat16. "
     "XLA006/XLA007 (legacy TPU Node): Python input pipelines and local paths in tf.data. "
-    "Run findings: XLA101 recompile, XLA102 compile-failed, XLA103 host-read, XLA104 trainer-failed, XLA105 timeout."
+    "Run findings: XLA101 recompile, XLA102 compile-failed, XLA103 host-read (also a read after every PyTorch/XLA "
+    "step, by its counters), XLA104 trainer-failed, XLA105 timeout; the summary says how many steps really ran."
 )
 
 
