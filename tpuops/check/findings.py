@@ -60,7 +60,7 @@ class RunRecord:
     @property
     def steps_text(self) -> str:
         if self.steps_ran is None:
-            return f"asked for {self.steps} steps (steps ran: unknown, the trainer wrote no scalars)"
+            return f"asked for {self.steps} steps (steps ran: unknown, {self.steps_source or 'no counter'})"
         if self.ignored_max_steps:
             return f"{self.steps_ran} steps"  # the verdict says it ignored TPUOPS_MAX_STEPS
         return f"{self.steps_ran} of {self.steps} steps" if self.steps_ran < self.steps else f"{self.steps} steps"
@@ -73,7 +73,7 @@ class RunRecord:
 
     def as_dict(self) -> dict[str, object]:
         return {"command": self.command, "framework": self.framework, "steps": self.steps,
-                "steps_ran": self.steps_ran, "steps_ran_source": self.steps_source or None,
+                "steps_ran": self.steps_ran, "steps_ran_source": self.steps_source if self.steps_ran else None,
                 "ignored_max_steps": self.ignored_max_steps,
                 "exit_code": self.exit_code, "timed_out": self.timed_out, "duration": round(self.duration, 2),
                 "compilations": self.compilations, "steps_per_second": self.steps_per_second,

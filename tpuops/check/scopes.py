@@ -99,7 +99,8 @@ class StepFinder:
             if known is not None:
                 if step.traced <= known.traced and (known.root or not step.root):
                     continue
-                step = replace(known, traced=known.traced | step.traced, root=known.root or step.root)
+                base = step if step.root and not known.root else known  # named as the step it is, not as a callee
+                step = replace(base, traced=known.traced | step.traced, root=known.root or step.root)
             self.steps[id(step.node)] = step
             queue.extend(self._callees(step))
         return [*self.steps.values(), *self.library]

@@ -87,9 +87,11 @@ def _steps_ran(counters: TorchCounters | None, logdir: Path, asked: int) -> tupl
     if counters is not None:
         return counters.step_ends, "torch_xla's MarkStep counter"
     last = _last_scalar_step(logdir)
-    if last is not None and last >= asked:
+    if last is None:
+        return None, "the trainer wrote no scalars to TPUOPS_LOGDIR"
+    if last >= asked:
         return last, f"its TensorBoard scalars reach step {last}"
-    return None, ""
+    return None, f"its TensorBoard scalars stop at step {last}"
 
 
 def _last_scalar_step(logdir: Path) -> int | None:
