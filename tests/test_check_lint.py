@@ -230,6 +230,8 @@ CASES = [
         args = TrainingArguments(output_dir="out", fp16=options.fp16)
         if options.fp16:
             torch.set_default_dtype(torch.float16)
+        if torch.cuda.is_available():  # a branch a TPU never takes
+            model = model.half()
         """),
 ]
 

@@ -204,10 +204,13 @@ def _shown(expr: ast.AST) -> str:
 
 
 def _behind_fp16_switch(node: ast.AST, module: Module, settings: Settings) -> bool:
-    """Inside `if args.fp16:` / `if precision == "fp16":` whose setting is off by default: a user's choice."""
+    """Inside `if args.fp16:` / `if precision == "fp16":` whose setting is off by default (a user's choice), or
+    inside `if torch.cuda.is_available():` / `if device == "gpu":` (a branch a TPU never takes)."""
     for ancestor in module.ancestors(node):
         if not isinstance(ancestor, ast.If):
             continue
+        if _gpu_only(ancestor.test):
+            return True
         for part in ast.walk(ancestor.test):
             if isinstance(part, ast.Name | ast.Attribute) and any(w in last_name(part).lower()
                                                                   for w in ("fp16", "half", "float16")):
@@ -217,6 +220,12 @@ def _behind_fp16_switch(node: ast.AST, module: Module, settings: Settings) -> bo
                 defaults = settings.values(setting, module) if setting is not None else frozenset()
                 return not any(isinstance(v, str) and v in FP16_STRINGS for v in defaults)
     return False
+
+
+def _gpu_only(test: ast.AST) -> bool:
+    words = [dotted(n) for n in ast.walk(test) if isinstance(n, ast.Name | ast.Attribute)]
+    words += [n.value for n in ast.walk(test) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return any("cuda" in w.lower() or w.lower() == "gpu" for w in words)
 
 
 def node_host_input(module: Module, settings: Settings) -> Iterator[Hit]:
