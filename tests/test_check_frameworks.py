@@ -1,5 +1,6 @@
-"""`tpuops check` with the real frameworks on CPU under XLA: every template passes, and a ragged-batch variant
-of a template fails, naming its step function and (where the framework reports them) the shapes that changed.
+"""`tpuops check` with the real frameworks on CPU under XLA: every template passes; a ragged-batch variant of a
+template and trainers of the corpus (tests/check_corpus) fail, naming the step function, the argument paths and
+shapes that changed (JAX), the steps that really ran and a tensor read after every step (PyTorch/XLA counters).
 
 Heavy: each test skips when its framework is not installed (CI installs JAX, TensorFlow, torch + torch-xla).
 Models and step counts are tiny: the suite runs on 2 cores.
@@ -24,9 +25,9 @@ TEMPLATES = {  # framework: (template, the flags that make its model tiny, the m
     "tensorflow": ("tensorflow", "--dim 32 --layers 1 --heads 2 --max-len 64 --batch-size 4", "tensorflow"),
 }
 RAGGED = {  # the template's line that makes fixed-size blocks, and a ragged one (length varies with the step)
-    "jax": ("np.arange(args.block_size + 1)[None, :]", "np.arange(args.block_size + 1 - step % 5)[None, :]"),
     "pytorch": ("tokens[s : s + args.block_size + 1]", "tokens[s : s + args.block_size + 1 - step % 5]"),
 }
+CHECK_CORPUS = ROOT / "tests" / "check_corpus"
 
 
 def check_template(tmp_path: Path, framework: str, code: Path | None = None) -> tuple[int, dict]:
@@ -70,15 +71,56 @@ def ragged_copy(tmp_path: Path, framework: str) -> Path:
     return code
 
 
+def check_corpus_trainer(tmp_path: Path, framework: str, code: Path, steps: int) -> tuple[int, dict]:
+    spec = write_spec(tmp_path, f"""
+        name: check-corpus
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        code: {{path: {code}}}
+        trainer: {{framework: {framework}, command: python3 train.py}}
+        """)
+    result = run_cli("check", str(spec), "--steps", str(steps), "--timeout", "4m", "--json", timeout=300)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
 @pytest.mark.heavy
-def test_a_ragged_jax_trainer_fails_naming_its_step_and_the_shapes(tmp_path: Path) -> None:
-    code, report = check_template(tmp_path, "jax", ragged_copy(tmp_path, "jax"))
+def test_a_jax_trainer_with_short_batches_names_the_argument_paths(tmp_path: Path) -> None:
+    require_module("jax")
+    code, report = check_corpus_trainer(tmp_path, "jax", CHECK_CORPUS / "jax_dict_batch_ragged", 12)
     assert code == 1
     [storm] = report["findings"]
-    assert (storm["rule"], storm["file"]) == ("XLA101", "train.py")
-    assert "`step_fn` was compiled 5 times in 6 steps" in storm["message"]
-    assert storm["details"][0].endswith("int32[4,33] -> int32[4,32]")  # the batch, one token shorter
-    assert "pad" in storm["hint"]
+    assert (storm["rule"], storm["file"], storm["line"]) == ("XLA101", "train.py", 14)
+    # 64-image batches, then the epoch's short last one (58), then 56-image batches: JAX's own account
+    assert "`train_step` was compiled 5 times in 12 steps" in storm["message"]
+    assert storm["details"][:2] == [
+        "batch['image']: float32[64,28,28,1] -> float32[58,28,28,1]; batch['label']: int32[64] -> int32[58]",
+        "batch['image']: float32[58,28,28,1] -> float32[56,28,28,1]; batch['label']: int32[58] -> int32[56]"]
+    assert report["run"]["compilations"] == 5  # as many as JAX logged for train_step
+    assert report["run"]["steps_ran"] is None  # it writes no scalars: said, not guessed
+    assert report["steps_found"][0]["name"] == "train_step"
+
+
+@pytest.mark.heavy
+def test_a_pytorch_xla_trainer_reading_loss_every_step_and_ignoring_max_steps(tmp_path: Path) -> None:
+    require_module("torch_xla")
+    code = tmp_path / "trainer"
+    shutil.copytree(CHECK_CORPUS / "xla_train_one_step_method", code)
+    source = (code / "train.py").read_text()
+    honest = 'Trainer(max_steps=int(os.environ.get("TPUOPS_MAX_STEPS", "200")))'
+    assert source.count(honest) == 1, "the corpus trainer changed: update this test"
+    (code / "train.py").write_text(source.replace(honest, "Trainer(max_steps=8)"))
+    exit_code, report = check_corpus_trainer(tmp_path, "pytorch", code, 3)
+    assert exit_code == 1
+    run = report["run"]
+    assert (run["steps"], run["steps_ran"], run["ignored_max_steps"]) == (3, 8, True)
+    assert report["notes"] == ["the trainer ran 8 steps (torch_xla's MarkStep counter): it ignored "
+                               "TPUOPS_MAX_STEPS=3"]
+    assert run["compilations"] == run["counters"]["UncachedCompile"] == 1  # one graph, cached after
+    rules = {(f["rule"], f["line"]) for f in report["findings"]}
+    assert ("XLA003", 50) in rules  # the lint: `running += loss.item()` after the step ends
+    [read] = [f for f in report["findings"] if f["rule"] == "XLA103"]
+    assert "in 7 of 7 steps" in read["message"]  # the run: a transfer after every step end, no new graph
 
 
 @pytest.mark.heavy

@@ -155,6 +155,84 @@ CASES = [
         with torch.autocast("xla", dtype=torch.bfloat16):
             pass
         """),
+    # The kinds of issue 25, each with the near miss public trainers write next to it:
+    ("XLA003", TORCH_HEAD + """
+        def train(model, loader, optimizer):
+            total = 0.0
+            for step, (data, target) in enumerate(loader):
+                loss = model(data, target)
+                loss.backward()
+                xm.optimizer_step(optimizer)
+                total += loss.item()  # after the step ended: still a device round trip every step
+        """, TORCH_HEAD + """
+        def log(step, loss):
+            print(step, loss.item())
+
+        def train(model, loader, optimizer, max_steps):
+            global_step = 0
+            while global_step < max_steps:
+                for step, (data, target) in enumerate(loader):
+                    loss = model(data, target)
+                    loss.backward()
+                    xm.optimizer_step(optimizer)
+                    xm.add_step_closure(log, args=(step, loss))
+                    global_step += 1
+                    if xm.is_master_ordinal() and step % 100 == 0:
+                        print(f"loss {loss.item():.3f}")
+        """),
+    ("XLA003", TORCH_HEAD + """
+        def train(model, loader, optimizer, logger):
+            for step, batch in enumerate(loader):
+                loss = model(**batch).loss
+                loss.backward()
+                optimizer.step()
+                xm.mark_step()
+                logger.info("step %d loss %.4f" % (step, loss))
+        """, TORCH_HEAD + """
+        def train(model, loader, optimizer, logger):
+            for step, batch in enumerate(loader):
+                loss = model(**batch).loss
+                loss.backward()
+                optimizer.step()
+                xm.mark_step()
+                logger.info("step %d of %d" % (step, len(loader)))
+        """),
+    ("XLA004", """
+        from dataclasses import dataclass, field
+
+        @dataclass
+        class DataArguments:
+            padding: str = field(default="longest")
+
+        def encode(tokenizer, texts, data_args: DataArguments):
+            return tokenizer(texts, padding=data_args.padding)
+        """, """
+        from itertools import chain
+        from transformers import DataCollatorForLanguageModeling
+
+        def group_texts(examples, block_size=512):
+            joined = list(chain(*examples["input_ids"]))
+            return {"input_ids": [joined[i: i + block_size] for i in range(0, len(joined), block_size)]}
+
+        collate = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+        """),
+    ("XLA005", """
+        from transformers import TrainingArguments
+        args = TrainingArguments(output_dir="out", fp16=True)
+        """, """
+        import argparse
+        import torch
+        from transformers import TrainingArguments
+        DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--fp16", action="store_true")
+        options = parser.parse_args()
+        args = TrainingArguments(output_dir="out", fp16=options.fp16)
+        if options.fp16:
+            torch.set_default_dtype(torch.float16)
+        if torch.cuda.is_available():  # a branch a TPU never takes
+            model = model.half()
+        """),
 ]
 
 
@@ -229,3 +307,17 @@ def test_a_file_that_does_not_parse_is_a_finding_not_a_crash(tmp_path: Path) -> 
     (tmp_path / "train.py").write_text("def broken(:\n")
     result = lint_tree(tmp_path)
     assert [(f.rule, f.file, f.line) for f in result.findings] == [("XLA000", "train.py", 1)]
+
+
+def test_a_step_jitted_in_another_module_is_linted_where_it_is_defined(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(
+        "import jax\nfrom . import steps\nfrom .steps import other\np = jax.jit(steps.f)\nq = jax.jit(other)\n")
+    (tmp_path / "pkg" / "steps.py").write_text(
+        "def f(x):\n    if x.sum() > 0:\n        return x\n    return -x\n\n\ndef other(x):\n    return x.item()\n")
+    (tmp_path / "unrelated.py").write_text("def f(x):\n    if x.sum() > 0:\n        return x\n")  # never jitted
+    result = lint_tree(tmp_path)
+    assert [(f.file, f.line, f.rule) for f in result.findings] == [("pkg/steps.py", 2, "XLA001"),
+                                                                    ("pkg/steps.py", 8, "XLA003")]
+    assert [s["name"] for s in result.steps_found] == ["f", "other"]

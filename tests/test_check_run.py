@@ -59,7 +59,9 @@ def test_the_trainer_runs_in_a_copy_with_the_preflight_environment_and_the_data(
     assert seen["texts"] == ["hello tpu\n", "hello tpu\n"]
     assert seen["notes"] is False and seen["logdir"] is True  # the copy holds what push sends, nothing else
     assert not (code / "written-by-trainer.txt").exists()
-    assert "check: clean" in result.stdout
+    # No compiled step in this trainer: not "clean", since the step rules had nothing to look at.
+    assert "check: no compiled step recognised: rules XLA001-003 were not applied (1 file(s) linted; ran" \
+        in result.stdout
 
 
 def test_timeout_ends_the_trainers_whole_process_group(tmp_path: Path) -> None:
@@ -132,3 +134,129 @@ def test_run_preflight_stops_before_anything_is_created(tmp_path: Path, tpuops_h
     assert result.stderr.strip().splitlines()[-1].startswith(
         "tpuops: error: preflight: train.py:2: XLA005 fp16: `torch.float16`")
     assert not (tpuops_home / "clusters").exists() or not any((tpuops_home / "clusters").iterdir())
+
+
+def test_a_trainer_without_a_recognised_step_is_not_called_clean(tmp_path: Path) -> None:
+    code_dir(tmp_path, """
+        import torch
+
+        def main(loader):
+            model = torch.nn.Linear(8, 1)
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                print(loss.item())
+        """)
+    spec = spec_for(tmp_path, "python3 train.py")
+    shown = run_cli("check", str(spec), "--no-run")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "check: no compiled step recognised: rules XLA001-003 were not applied " \
+        "(1 file(s) linted)"
+    report = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
+    assert report["steps_found"] == []
+    assert report["notes"] == ["no compiled step recognised: rules XLA001-003 were not applied"]
+
+
+def test_the_summary_and_json_name_the_steps_found(tmp_path: Path) -> None:
+    code = code_dir(tmp_path, """
+        import jax
+        from steps import train_step
+
+        step = jax.jit(train_step)
+        """)
+    (code / "steps.py").write_text("def train_step(state, batch):\n    return state, batch.sum()\n")
+    spec = spec_for(tmp_path, "python3 train.py")
+    shown = run_cli("check", str(spec), "--no-run")
+    assert shown.stdout.strip() == "check: clean (2 file(s) linted, 1 compiled step(s): train_step (jax.jit))"
+    report = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
+    assert report["steps_found"] == [{"name": "train_step", "framework": "JAX", "how": "jax.jit",
+                                      "file": "steps.py", "line": 1}]
+    assert report["notes"] == [] and report["ok"] is True
+
+
+def test_a_trainer_that_runs_past_max_steps_is_named_by_its_scalars(tmp_path: Path) -> None:
+    from tests.logs_writers import event_file_name, framed, simple_event
+
+    code = code_dir(tmp_path, """
+        import os, shutil
+        # ignores TPUOPS_MAX_STEPS: "trains" 546 steps and logs them where TPUOPS_LOGDIR says
+        shutil.copy("events.bin", os.path.join(os.environ["TPUOPS_LOGDIR"], EVENTS))
+        """.replace("EVENTS", repr(event_file_name())))
+    (code / "events.bin").write_bytes(framed(*(simple_event(s, {"loss": 1.0 / s}) for s in (1, 100, 546))))
+    result = run_cli("check", str(spec_for(tmp_path, "python3 train.py")), "--steps", "20", "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "check: no compiled step recognised: rules XLA001-003 were not applied; the trainer ran 546 steps (its " \
+        "TensorBoard scalars reach step 546): it ignored TPUOPS_MAX_STEPS=20 (" in result.stdout
+    assert "ran jax trainer on CPU under XLA: 546 steps, exit 0" in result.stdout
+    report = json.loads(run_cli("check", str(spec_for(tmp_path, "python3 train.py")), "--json").stdout)
+    assert (report["run"]["steps"], report["run"]["steps_ran"], report["run"]["ignored_max_steps"]) == (20, 546, True)
+
+
+# The run's parsers on the frameworks' own output, as JAX 0.10 and torch_xla 2.9 print it (trimmed).
+JAX_FIRST = """\
+TRACING CACHE MISS at /w/code/train.py:41:27 (main):
+  never seen function:
+    train_step id=140408597141024 defined at /w/code/train.py:14
+"""
+JAX_MISS = """\
+TRACING CACHE MISS at /w/code/train.py:41:27 (main):
+  for train_step defined at /w/code/train.py:14
+  all previously seen cache keys differ. For the closest previous key:
+  different input types:
+  * at batch['image'], now f32[{now},28,28,1] and before f32[{before},28,28,1]
+  * at batch['label'], now i32[{now}] and before i32[{before}]
+"""
+JAX_COMPILE = "Compiling jit(train_step) with global shapes and types (ShapedArray(float32[784,10]), " \
+    "ShapedArray(float32[{n},28,28,1]), ShapedArray(int32[{n}])). Argument mapping: (UnspecifiedValue,).\n"
+
+
+def jax_log(sizes: list[int]) -> str:
+    text = JAX_FIRST + JAX_COMPILE.format(n=sizes[0])
+    for before, now in zip(sizes, sizes[1:], strict=False):
+        text += JAX_MISS.format(now=now, before=before) + JAX_COMPILE.format(n=now)
+    return text
+
+
+def test_jax_recompilations_name_the_argument_path() -> None:
+    from tpuops.check.compiles import CompileLog, compile_findings
+
+    log = CompileLog("jax", Path("/w/code"))
+    assert all(log.feed(line) for line in jax_log([64, 58, 56, 26]).splitlines())  # all the framework's report
+    [storm] = compile_findings(log, {"train_step": ("train.py", 14)}, 20)
+    assert "`train_step` was compiled 4 times in 20 steps" in storm.message
+    assert storm.details[0] == "batch['image']: float32[64,28,28,1] -> float32[58,28,28,1]; " \
+                               "batch['label']: int32[64] -> int32[58]"
+    assert (storm.file, storm.line) == ("train.py", 14)
+
+
+def metrics_report(step: int, transfers: int, reads: int, mark_steps: int) -> str:
+    return f"""[MetricsData; step={step}]
+Metric: TransferFromDeviceTime
+  TotalSamples: {transfers}
+  Accumulator: 003ms362.546us
+Metric: TransferToDeviceTime
+  TotalSamples: 17
+  Accumulator: 243.785us
+Counter: MarkStep
+  Value: {mark_steps}
+Counter: UncachedCompile
+  Value: 1
+Counter: aten::_local_scalar_dense
+  Value: {reads}
+
+"""
+
+
+def test_torch_xla_counters_find_a_read_every_step_and_count_the_steps(tmp_path: Path) -> None:
+    from tpuops.check.counters import read_torch_counters, transfer_findings
+
+    every_step = tmp_path / "every.txt"
+    every_step.write_text("".join(metrics_report(i, i, i, i + 1) for i in range(6)))
+    counters = read_torch_counters(every_step)
+    assert counters is not None and counters.step_ends == 6 and counters.compiles == 1
+    [finding] = transfer_findings(counters)
+    assert (finding.rule, finding.file) == ("XLA103", None)
+    assert "in 5 of 5 steps" in finding.message
+    every_tenth = tmp_path / "tenth.txt"  # a read on logging steps only: the right way, not a finding
+    every_tenth.write_text("".join(metrics_report(i, i // 10, i // 10, i + 1) for i in range(30)))
+    assert transfer_findings(read_torch_counters(every_tenth)) == []
+    assert read_torch_counters(tmp_path / "missing.txt") is None

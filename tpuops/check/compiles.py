@@ -26,7 +26,12 @@ MAX_SHAPE_LINES = 6
 
 JAX_COMPILE = re.compile(r"Compiling (?:jit|pmap)\(([^)]*)\) with global shapes and types \((.*)\)\. Argument")
 JAX_SHAPE = re.compile(r"ShapedArray\((\w+\[[^\]]*\])")
-JAX_DEFINED = re.compile(r"(\w+) id=\d+ defined at (\S+):(\d+)")
+JAX_DEFINED = re.compile(r"(\w+) (?:id=\d+ )?defined at (\S+):(\d+)")
+# JAX_EXPLAIN_CACHE_MISSES: "  * at batch['image'], now f32[58,28,28,1] and before f32[64,28,28,1]"
+JAX_MISS_ARGUMENT = re.compile(r"^\s*\* at (.+?), now (\S+?)(?: with .*)? and before (\S+?)(?: with .*)?$")
+JAX_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8",
+              "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
+              "u64": "uint64", "c64": "complex64", "c128": "complex128"}
 TF_COMPILE = re.compile(r"Instantly compiling for signature: __inference_(\w+?)_\d+\[[^\]]*\],?(.*)")
 TF_SHAPE = re.compile(r"(\w+) \[([^\]]*)\]")
 TF_RETRACING = re.compile(r"calls to <function (\S+) at .*triggered tf\.function retracing")
@@ -46,6 +51,7 @@ class Compilation:
     line: int | None = None
     cause: str = ""
     frames: tuple[tuple[str, str, int], ...] = ()
+    changes: tuple[str, ...] = ()  # JAX's own account of what differs: "batch['image']: float32[64] -> ..."
 
 
 @dataclass
@@ -60,6 +66,7 @@ class CompileLog:
     _defined: dict[str, tuple[str, int]] = field(default_factory=dict)
     _torch_block: list[str] | None = None
     _in_miss: bool = False  # inside a JAX "TRACING CACHE MISS" explanation
+    _miss_changes: list[str] = field(default_factory=list)
 
     def feed(self, line: str) -> bool:
         """Parse one line; True when it belonged to a compilation report (not the trainer's own output)."""
@@ -78,10 +85,16 @@ class CompileLog:
             self._in_miss = False
             name, shapes = match.group(1), tuple(JAX_SHAPE.findall(match.group(2)))
             file, lineno = self._defined.get(name, (None, None))
-            self.compilations.append(Compilation(name, " ".join(shapes), shapes, file, lineno))
+            self.compilations.append(Compilation(name, " ".join(shapes), shapes, file, lineno,
+                                                 changes=tuple(self._miss_changes)))
+            self._miss_changes = []
             return True
         if line.startswith("TRACING CACHE MISS"):
             self._in_miss = True
+            self._miss_changes = []
+        elif self._in_miss and (match := JAX_MISS_ARGUMENT.match(line)):
+            path, now, before = match.groups()
+            self._miss_changes.append(f"{path}: {_long_dtype(before)} -> {_long_dtype(now)}")
         return self._in_miss or line.startswith(("Finished XLA compilation", "Finished tracing", "Finished jaxpr"))
 
     def _tensorflow(self, line: str) -> bool:
@@ -197,6 +210,9 @@ def _changes(distinct: list[Compilation]) -> list[str]:
     """The argument shapes that differ from one compilation to the next."""
     lines: list[str] = []
     for before, after in zip(distinct, distinct[1:], strict=False):
+        if after.changes:  # JAX named the arguments (their paths in the call) and what changed
+            lines.append("; ".join(after.changes[:4]))
+            continue
         pairs = enumerate(zip(before.shapes, after.shapes, strict=False))
         changed = [_change(i, a, b) for i, (a, b) in pairs if a != b]
         if len(before.shapes) != len(after.shapes):
@@ -222,6 +238,12 @@ def _host_reads(log: CompileLog) -> list[Finding]:
             "keep the value on the device (torch.where, masks), or pass what the library would compute "
             "(e.g. is_causal=True)", compilation.file, compilation.line))
     return list(found.values())
+
+
+def _long_dtype(shape: str) -> str:
+    """f32[58,28] -> float32[58,28] (the spelling of JAX's compile log and of the other lines)."""
+    dtype, _, rest = shape.partition("[")
+    return f"{JAX_DTYPES.get(dtype, dtype)}[{rest}" if rest else JAX_DTYPES.get(dtype, dtype)
 
 
 def _change(index: int, before: str, after: str) -> str:

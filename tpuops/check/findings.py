@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+NO_STEP_NOTE = "no compiled step recognised: rules XLA001-003 were not applied"
 
 
 @dataclass(frozen=True)
@@ -34,21 +37,47 @@ class RunRecord:
 
     command: str
     framework: str
-    steps: int
+    steps: int  # asked for (TPUOPS_MAX_STEPS)
     exit_code: int | None  # None: ended by the timeout
     duration: float
     compilations: int
     timed_out: bool = False
+    steps_ran: int | None = None  # by the framework's counter (PyTorch/XLA) or the trainer's scalars; None: unknown
+    steps_source: str = ""  # where steps_ran comes from
+    counters: Mapping[str, int] | None = None  # the framework's own counters at the end (PyTorch/XLA)
+
+    @property
+    def ignored_max_steps(self) -> bool:
+        return self.steps_ran is not None and self.steps_ran > self.steps
+
+    @property
+    def notes(self) -> list[str]:
+        if self.ignored_max_steps:
+            return [f"the trainer ran {self.steps_ran} steps ({self.steps_source}): it ignored "
+                    f"TPUOPS_MAX_STEPS={self.steps}"]
+        return []
+
+    @property
+    def steps_text(self) -> str:
+        if self.steps_ran is None:
+            return f"asked for {self.steps} steps (steps ran: unknown, {self.steps_source or 'no counter'})"
+        if self.ignored_max_steps:
+            return f"{self.steps_ran} steps"  # the verdict says it ignored TPUOPS_MAX_STEPS
+        return f"{self.steps_ran} of {self.steps} steps" if self.steps_ran < self.steps else f"{self.steps} steps"
 
     @property
     def steps_per_second(self) -> float | None:
         ok = self.exit_code == 0 and not self.timed_out and self.duration > 0
-        return round(self.steps / self.duration, 2) if ok else None
+        steps = self.steps if self.steps_ran is None else self.steps_ran
+        return round(steps / self.duration, 2) if ok else None
 
     def as_dict(self) -> dict[str, object]:
         return {"command": self.command, "framework": self.framework, "steps": self.steps,
+                "steps_ran": self.steps_ran, "steps_ran_source": self.steps_source if self.steps_ran else None,
+                "ignored_max_steps": self.ignored_max_steps,
                 "exit_code": self.exit_code, "timed_out": self.timed_out, "duration": round(self.duration, 2),
-                "compilations": self.compilations, "steps_per_second": self.steps_per_second}
+                "compilations": self.compilations, "steps_per_second": self.steps_per_second,
+                "counters": None if self.counters is None else dict(self.counters)}
 
 
 @dataclass(frozen=True)
@@ -58,12 +87,20 @@ class CheckReport:
     findings: tuple[Finding, ...] = ()
     run: RunRecord | None = None  # None with --no-run
     ignored: int = 0  # findings silenced by `# tpuops: ignore[...]`
+    steps_found: tuple[Mapping[str, object], ...] = ()  # the compiled steps the lint recognised
 
     @property
     def exit_code(self) -> int:
         return 1 if self.findings else 0
 
+    @property
+    def notes(self) -> list[str]:
+        """What the verdict does not cover: a lint that found no step to apply its step rules to."""
+        notes = [] if self.steps_found or not self.files_linted else [NO_STEP_NOTE]
+        return notes + (self.run.notes if self.run is not None else [])
+
     def as_dict(self) -> dict[str, object]:
         return {"spec": self.spec, "ok": not self.findings, "files_linted": self.files_linted,
-                "ignored": self.ignored, "findings": [f.as_dict() for f in self.findings],
+                "ignored": self.ignored, "steps_found": [dict(s) for s in self.steps_found], "notes": self.notes,
+                "findings": [f.as_dict() for f in self.findings],
                 "run": None if self.run is None else self.run.as_dict()}

@@ -1,17 +1,21 @@
 """Lint the trainer's source: every `.py` file `push` would send (code.exclude and .tpuopsignore honoured),
-parsed with `ast`, no framework imported. `# tpuops: ignore[XLA003]` on a line silences that rule there.
+parsed with `ast` once, no framework imported, and read as one project (a step jitted in one module may be
+defined in another). `# tpuops: ignore[XLA003]` on a line silences that rule there.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops.check.findings import Finding
-from tpuops.check.lint_rules import module_hits
+from tpuops.check.lint_rules import FILE_RULES, RULES_BY_ID, STEP_RULES, Rule
+from tpuops.check.project import FunctionNode, Module, Project
+from tpuops.check.scopes import Step, StepFinder
+from tpuops.check.settings import Settings
 from tpuops.remote.manifest import scan_tree
 
 IGNORE_RE = re.compile(r"#\s*tpuops:\s*ignore\[([A-Za-z0-9_,\s-]+)\]")
@@ -23,6 +27,11 @@ class LintResult:
     files: int
     ignored: int
     functions: Mapping[str, tuple[str, int]]  # every function the code defines -> (file, line) of its def
+    steps: tuple[Step, ...] = ()  # the compiled steps recognised (XLA001-003 apply only inside them)
+
+    @property
+    def steps_found(self) -> list[dict[str, object]]:
+        return [s.as_dict() for s in self.steps if s.root]
 
 
 def python_files(root: Path, exclude: Sequence[str]) -> list[str]:
@@ -35,41 +44,66 @@ def python_files(root: Path, exclude: Sequence[str]) -> list[str]:
 def lint_tree(root: Path, exclude: Sequence[str] = (), legacy_node: bool = False) -> LintResult:
     base = root.parent if root.is_file() else root
     findings: list[Finding] = []
-    ignored = 0
-    functions: dict[str, tuple[str, int]] = {}
+    modules: list[Module] = []
     files = python_files(root, exclude)
     for rel in files:
         source = (base / rel).read_text(errors="replace")
         try:
-            tree = ast.parse(source, filename=rel)
+            modules.append(Module.of(rel, ast.parse(source, filename=rel), source))
         except SyntaxError as err:
             findings.append(Finding("XLA000", "syntax", f"cannot parse: {err.msg}", "fix the syntax error",
                                     rel, err.lineno))
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                functions.setdefault(node.name, (rel, node.lineno))
-        file_findings, file_ignored = lint_module(tree, source, rel, legacy_node)
-        findings += file_findings
-        ignored += file_ignored
-    return LintResult(tuple(findings), len(files), ignored, functions)
+    project = Project(modules)
+    finder = StepFinder(project)
+    steps = finder.find()
+    linted, ignored = _findings(finder, steps, legacy_node)
+    functions: dict[str, tuple[str, int]] = {}
+    for module in modules:
+        for name, defs in module.defs.items():
+            functions.setdefault(name, (module.rel, defs[0].lineno))
+    ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
+    return LintResult(tuple(findings + linted), len(files), ignored, functions, tuple(ordered))
 
 
 def lint_module(tree: ast.Module, source: str, rel: str, legacy_node: bool = False) -> tuple[list[Finding], int]:
-    lines = source.splitlines()
-    found: dict[tuple[str, int, str], Finding] = {}
-    ignored: set[tuple[str, int, str]] = set()
-    for rule, node, message in module_hits(tree, legacy_node):
+    """One module on its own (what a code directory of one file is)."""
+    finder = StepFinder(Project([Module.of(rel, tree, source)]))
+    return _findings(finder, finder.find(), legacy_node)
+
+
+def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool) -> tuple[list[Finding], int]:
+    found: dict[tuple[str, str, int], Finding] = {}
+    ignored: set[tuple[str, str, int]] = set()
+    for rule, module, node, message in _hits(finder, steps, legacy_node):
         line = getattr(node, "lineno", 0)
-        key = (rule.id, line, message)
-        if rule.id in _ignored_rules(lines, line):
+        key = (module.rel, rule.id, line)
+        if rule.id in _ignored_rules(module, line):
             ignored.add(key)
         elif key not in found:
-            found[key] = Finding(rule.id, rule.name, message, rule.hint, rel, line)
-    return sorted(found.values(), key=lambda f: (f.line or 0, f.rule)), len(ignored)
+            found[key] = Finding(rule.id, rule.name, message, rule.hint, module.rel, line)
+    ordered = sorted(found.values(), key=lambda f: (f.file or "", f.line or 0, f.rule))
+    return ordered, len(ignored)
 
 
-def _ignored_rules(lines: list[str], line: int) -> set[str]:
-    text = lines[line - 1] if 0 < line <= len(lines) else ""
-    match = IGNORE_RE.search(text)
+def _hits(finder: StepFinder, steps: list[Step], legacy_node: bool) -> Iterator[tuple[Rule, Module, ast.AST, str]]:
+    for step in steps:
+        if step.module is None or step.node is None or not isinstance(step.node, FunctionNode | ast.Lambda |
+                                                                      ast.For | ast.AsyncFor | ast.While):
+            continue
+        values, nodes = finder.values(step), finder.region(step)
+        for rule_id, check in STEP_RULES.items():
+            for node, message in check(step, values, nodes):
+                yield RULES_BY_ID[rule_id], step.module, node, message
+    settings = Settings.of(finder.project)
+    for module in finder.project.modules:
+        for rule_id, check in FILE_RULES.items():
+            rule = RULES_BY_ID[rule_id]
+            if rule.node_only and not legacy_node:
+                continue
+            for node, message in check(module, settings):
+                yield rule, module, node, message
+
+
+def _ignored_rules(module: Module, line: int) -> set[str]:
+    match = IGNORE_RE.search(module.line(line))
     return {part.strip().upper() for part in match.group(1).split(",")} if match else set()

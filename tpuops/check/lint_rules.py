@@ -1,6 +1,7 @@
-"""The lint rules of `tpuops check`: each a generator of (node, message) over one module.
+"""The lint rules of `tpuops check`: each a generator of (node, message).
 
-Step rules look only inside compiled steps (see `scopes.py`); file rules look at the whole module.
+Step rules (XLA001-003) look only inside compiled steps (see `scopes.py`); file rules (XLA004-007) look at a
+whole module, with the context that decides whether a pattern is a hazard there (see `settings.py`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tpuops.check.scopes import ModuleScopes, Step, TensorValues, dotted, last_name
+from tpuops.check.project import Module, dotted, last_name
+from tpuops.check.scopes import Step
+from tpuops.check.settings import Settings
+from tpuops.check.tensors import TensorValues
 
 
 @dataclass(frozen=True)
@@ -26,13 +30,15 @@ RULES: tuple[Rule, ...] = (
          "data-dependent control flow", "use jnp.where / lax.cond (JAX) or torch.where (PyTorch) instead"),
     Rule("XLA002", "dynamic-shape", "boolean-mask indexing, boolean_mask, masked_select, nonzero() in a step: "
          "the result's shape depends on the data", "multiply by a 0/1 mask or use where(mask, x, 0): fixed shapes"),
-    Rule("XLA003", "host-sync", ".numpy(), .item(), .cpu(), float(t), print(t) in a step: a round trip to the host "
-         "that stalls the TPU every step", "return the value from the step and read it every N steps outside it"),
+    Rule("XLA003", "host-sync", ".numpy(), .item(), .cpu(), float(t), print(t), a tensor formatted into a string "
+         "in a step: a round trip to the host that stalls the TPU every step",
+         "return the value from the step and read it every N steps outside it (PyTorch/XLA: xm.add_step_closure)"),
     Rule("XLA004", "pad-longest", "padding to the longest example (padding='longest'/True, a collator without "
          "pad_to_multiple_of): a new shape, so a new compilation, for most batches",
          "pad to max_length, or set pad_to_multiple_of=64 (a few buckets)"),
-    Rule("XLA005", "fp16", "float16 (mixed_float16, torch.float16, .half(), fp16=True): TPUs compute in bfloat16 "
-         "and float16 needs loss scaling", "use bfloat16 (mixed_bfloat16, torch.bfloat16, bf16=True)"),
+    Rule("XLA005", "fp16", "float16 as the compute dtype (autocast dtype, .half(), a mixed_float16 policy, "
+         "fp16=True): TPUs compute in bfloat16 and float16 needs loss scaling",
+         "use bfloat16 (mixed_bfloat16, torch.bfloat16, bf16=True)"),
     Rule("XLA006", "node-host-input", "to_tf_dataset / prepare_tf_dataset / from_generator / numpy_function on a "
          "legacy TPU Node: Python input code cannot run on the Node's TPU host",
          "write TFRecords to gs:// and read them with tf.data", node_only=True),
@@ -40,15 +46,23 @@ RULES: tuple[Rule, ...] = (
          "client VM's disk", "put the files in the bucket and read gs:// paths", node_only=True),
 )
 RULES_BY_ID = {rule.id: rule for rule in RULES}
+STEP_RULE_IDS = ("XLA001", "XLA002", "XLA003")
 
 Hit = tuple[ast.AST, str]
 
 DYNAMIC_SHAPE_CALLS = {"boolean_mask", "masked_select", "nonzero", "argwhere", "flatnonzero", "unique"}
 HOST_SYNC_METHODS = {"numpy", "item", "cpu", "tolist"}
+# Calls that turn their arguments into text (or a logged number): a tensor given to them is read from the device.
+REPORTING_CALLS = {"print", "master_print", "info", "debug", "warning", "error", "log", "write", "set_postfix",
+                   "set_description", "add_scalar", "add_scalars", "log_metrics", "log_dict"}
 COLLATORS = {"DataCollatorWithPadding", "DataCollatorForLanguageModeling", "DataCollatorForSeq2Seq",
              "DataCollatorForTokenClassification", "DataCollatorForWholeWordMask"}
-FP16_ATTRIBUTES = {"torch.float16", "torch.half", "jnp.float16", "jax.numpy.float16", "tf.float16"}
+FP16_ATTRIBUTES = {"torch.float16", "torch.half", "jnp.float16", "jax.numpy.float16", "tf.float16", "np.float16"}
 FP16_STRINGS = {"mixed_float16", "float16", "fp16", "half"}
+DTYPE_KEYWORDS = {"dtype", "torch_dtype", "param_dtype", "compute_dtype", "policy", "mixed_precision"}
+DTYPE_SETTERS = {"to", "astype", "type", "autocast", "set_global_policy", "Policy", "set_policy",
+                 "set_default_dtype", "set_dtype_policy", "DTypePolicy"}
+FP16_FLAGS = {"fp16", "half_precision", "use_fp16"}
 NODE_HOST_CALLS = {"to_tf_dataset", "prepare_tf_dataset", "from_generator", "numpy_function", "py_function"}
 TF_DATA_READERS = {"TextLineDataset", "TFRecordDataset", "FixedLengthRecordDataset", "list_files"}
 
@@ -56,51 +70,73 @@ TF_DATA_READERS = {"TextLineDataset", "TFRecordDataset", "FixedLengthRecordDatas
 # ------------------------------------------------------------------------------------------- step rules
 
 
-def tensor_branch(step: Step, values: TensorValues) -> Iterator[Hit]:
+def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:
     if step.kind == "tf":  # AutoGraph turns an `if` on a tensor in a tf.function into tf.cond, which XLA compiles
         return
-    for node in ast.walk(step.node):
+    for node in nodes:
         if isinstance(node, ast.If | ast.While | ast.IfExp) and values.is_tensor(node.test):
             word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else"}[type(node)]
-            yield node, f"Python `{word}` on a tensor value in compiled step `{step.name}`"
+            yield node, f"Python `{word}` on a tensor value in {_where(step)}"
 
 
-def dynamic_shape(step: Step, values: TensorValues) -> Iterator[Hit]:
-    for node in ast.walk(step.node):
+def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:
+    for node in nodes:
         if isinstance(node, ast.Call):
             name = last_name(node.func)
             method = isinstance(node.func, ast.Attribute) and values.is_tensor(node.func.value)
-            if name in DYNAMIC_SHAPE_CALLS and (values.framework_call(node) or method):
-                yield node, f"`{name}` in compiled step `{step.name}`: its output shape depends on the data"
+            sized = any(k.arg == "size" for k in node.keywords)  # jnp.nonzero(x, size=k): a fixed shape
+            if name in DYNAMIC_SHAPE_CALLS and (values.framework_call(node) or method) and not sized:
+                yield node, f"`{name}` in {_where(step)}: its output shape depends on the data"
             elif name == "where" and values.framework_call(node) and len(node.args) == 1 and not node.keywords:
-                yield node, f"one-argument `{dotted(node.func)}` in compiled step `{step.name}` returns data-" \
-                    "dependent indices"
-        elif isinstance(node, ast.Subscript) and values.is_bool(node.slice):
-            yield node, f"boolean-mask indexing in compiled step `{step.name}`: the result's shape depends on the data"
+                yield node, f"one-argument `{dotted(node.func)}` in {_where(step)} returns data-dependent indices"
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and values.is_bool(node.slice):
+            yield node, f"boolean-mask indexing in {_where(step)}: the result's shape depends on the data"
 
 
-def host_sync(step: Step, values: TensorValues) -> Iterator[Hit]:
-    for node in ast.walk(step.node):
-        if not isinstance(node, ast.Call):
-            continue
-        if isinstance(node.func, ast.Attribute) and node.func.attr in HOST_SYNC_METHODS and not node.args:
-            yield node, f"`.{node.func.attr}()` in compiled step `{step.name}` copies the value to the host"
-        elif isinstance(node.func, ast.Name) and node.func.id in {"float", "int", "bool"} and node.args \
-                and values.is_tensor(node.args[0]):
-            yield node, f"`{node.func.id}()` of a tensor in compiled step `{step.name}` waits for the device"
-        elif isinstance(node.func, ast.Name) and node.func.id == "print" and any(
-                values.is_tensor(part) for arg in node.args for part in _printed(arg)):
-            yield node, f"`print` of a tensor in compiled step `{step.name}` prints a trace-time placeholder " \
-                "(JAX, tf.function) or waits for the device (PyTorch/XLA)"
+def host_sync(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:
+    every = "every step" if step.kind == "lazy" else "in the step"
+    for node in nodes:
+        if isinstance(node, ast.Call):
+            yield from _host_sync_call(node, step, values, every)
+        elif isinstance(node, ast.JoinedStr) and any(
+                values.is_tensor(v.value) for v in node.values if isinstance(v, ast.FormattedValue)):
+            yield node, f"a tensor formatted into an f-string in {_where(step)} reads its value {every}"
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and _is_text(node.left) and \
+                values.is_tensor(node.right):
+            yield node, f"a tensor formatted with `%` in {_where(step)} reads its value {every}"
 
 
-def _printed(arg: ast.AST) -> list[ast.AST]:
-    if isinstance(arg, ast.JoinedStr):
-        return [v.value for v in arg.values if isinstance(v, ast.FormattedValue)]
-    return [arg]
+def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str) -> Iterator[Hit]:
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in HOST_SYNC_METHODS and not node.args and \
+            (step.kind != "lazy" or values.is_tensor(func.value)):
+        yield node, f"`.{func.attr}()` in {_where(step)} copies the value to the host {every}"
+    elif isinstance(func, ast.Name) and func.id in {"float", "int", "bool"} and node.args and \
+            values.is_tensor(node.args[0]):
+        yield node, f"`{func.id}()` of a tensor in {_where(step)} waits for the device {every}"
+    elif isinstance(func, ast.Attribute) and func.attr == "format" and _is_text(func.value) and \
+            any(values.is_tensor(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+        yield node, f"a tensor formatted with `.format()` in {_where(step)} reads its value {every}"
+    elif last_name(func) in REPORTING_CALLS and dotted(func).split(".")[0] not in {"tf", "jax"} and any(
+            values.is_tensor(a) and not isinstance(a, ast.JoinedStr | ast.BinOp)
+            for a in [*node.args, *(k.value for k in node.keywords)]):
+        verb = "prints a trace-time placeholder" if step.kind in {"jax", "tf", "keras"} else \
+            f"reads the tensor {every}"
+        yield node, f"`{last_name(func)}` of a tensor in {_where(step)} {verb}"
 
 
-STEP_RULES: dict[str, Callable[[Step, TensorValues], Iterator[Hit]]] = {
+def _is_text(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.JoinedStr) or (isinstance(expr, ast.Constant) and isinstance(expr.value, str))
+
+
+def _where(step: Step) -> str:
+    if step.kind == "lazy":
+        return f"PyTorch/XLA step `{step.name}`" if not step.name.startswith("loop") else \
+            f"the PyTorch/XLA step loop at line {step.line}"
+    return f"compiled step `{step.name}`"
+
+
+STEP_RULES: dict[str, Callable[[Step, TensorValues, list[ast.AST]], Iterator[Hit]]] = {
     "XLA001": tensor_branch, "XLA002": dynamic_shape, "XLA003": host_sync,
 }
 
@@ -108,41 +144,99 @@ STEP_RULES: dict[str, Callable[[Step, TensorValues], Iterator[Hit]]] = {
 # ------------------------------------------------------------------------------------------- file rules
 
 
-def pad_longest(tree: ast.Module) -> Iterator[Hit]:
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
+def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
+    fixed_blocks = _fixed_blocks(module, settings)
+    for node in module.calls:
         padding = _keyword(node, "padding")
-        if isinstance(padding, ast.Constant) and (padding.value is True or padding.value == "longest"):
-            yield node, f"padding={padding.value!r} pads each batch to its longest example"
-        elif last_name(node.func) in COLLATORS and _keyword(node, "pad_to_multiple_of") is None:
+        values = settings.values(padding, module) if padding is not None else frozenset()
+        if any(v is True or v == "longest" for v in values):
+            shown = ast.unparse(padding) if padding is not None else ""
+            source = "" if isinstance(padding, ast.Constant) else " (its default)"
+            yield node, f"padding={shown} pads each batch to its longest example{source}"
+        elif last_name(node.func) in COLLATORS and not fixed_blocks and _unset(_keyword(node, "pad_to_multiple_of")):
             yield node, f"{last_name(node.func)} without pad_to_multiple_of pads each batch to its longest example"
 
 
-def fp16(tree: ast.Module) -> Iterator[Hit]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and dotted(node) in FP16_ATTRIBUTES:
-            yield node, f"`{dotted(node)}`: TPUs compute in bfloat16"
-        elif isinstance(node, ast.Call):
-            if isinstance(node.func, ast.Attribute) and node.func.attr == "half" and not node.args:
-                yield node, "`.half()` converts to float16: TPUs compute in bfloat16"
-            fp16_flag = _keyword(node, "fp16")
-            if isinstance(fp16_flag, ast.Constant) and fp16_flag.value is True:
-                yield node, "fp16=True: TPUs compute in bfloat16 (bf16=True)"
-            for value in [*node.args, *(k.value for k in node.keywords if k.arg in {"dtype", "policy", "name"})]:
-                if isinstance(value, ast.Constant) and value.value in FP16_STRINGS:
-                    yield value, f"{value.value!r}: TPUs compute in bfloat16"
+def _fixed_blocks(module: Module, settings: Settings) -> bool:
+    """The module cuts its data to fixed blocks (group_texts) or pads to max_length: its collators pad nothing."""
+    if any("group_texts" in name for name in module.defs):
+        return True
+    for node in module.calls:
+        padding = _keyword(node, "padding")
+        if padding is not None and settings.values(padding, module) == frozenset(["max_length"]):
+            return True
+    return False
 
 
-def node_host_input(tree: ast.Module) -> Iterator[Hit]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and last_name(node.func) in NODE_HOST_CALLS:
+def fp16(module: Module, settings: Settings) -> Iterator[Hit]:
+    for node in module.calls:
+        hit = _fp16_call(node, module, settings)
+        if hit is not None and not _behind_fp16_switch(hit[0], module, settings):
+            yield hit
+
+
+def _fp16_call(node: ast.Call, module: Module, settings: Settings) -> Hit | None:
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "half" and not node.args:
+        return node, "`.half()` converts to float16: TPUs compute in bfloat16"
+    for keyword in node.keywords:
+        if keyword.arg in DTYPE_KEYWORDS and _fp16_value(keyword.value):
+            shown = _shown(keyword.value) if isinstance(keyword.value, ast.Attribute) else \
+                f"{keyword.arg}={_shown(keyword.value)}"
+            return keyword.value, f"{shown}: TPUs compute in bfloat16"
+        if keyword.arg in FP16_FLAGS and any(v is True for v in settings.values(keyword.value, module)):
+            return node, f"{keyword.arg}={ast.unparse(keyword.value)}: TPUs compute in bfloat16 (bf16=True)"
+    if last_name(func) in DTYPE_SETTERS:
+        for arg in node.args:
+            if _fp16_value(arg):
+                return arg, f"{_shown(arg)}: TPUs compute in bfloat16"
+    return None
+
+
+def _fp16_value(expr: ast.AST) -> bool:
+    if isinstance(expr, ast.Attribute):
+        return dotted(expr) in FP16_ATTRIBUTES
+    return isinstance(expr, ast.Constant) and expr.value in FP16_STRINGS
+
+
+def _shown(expr: ast.AST) -> str:
+    return f"`{dotted(expr)}`" if isinstance(expr, ast.Attribute) else repr(getattr(expr, "value", ""))
+
+
+def _behind_fp16_switch(node: ast.AST, module: Module, settings: Settings) -> bool:
+    """Inside `if args.fp16:` / `if precision == "fp16":` whose setting is off by default (a user's choice), or
+    inside `if torch.cuda.is_available():` / `if device == "gpu":` (a branch a TPU never takes)."""
+    for ancestor in module.ancestors(node):
+        if not isinstance(ancestor, ast.If):
+            continue
+        if _gpu_only(ancestor.test):
+            return True
+        for part in ast.walk(ancestor.test):
+            if isinstance(part, ast.Name | ast.Attribute) and any(w in last_name(part).lower()
+                                                                  for w in ("fp16", "half", "float16")):
+                return not any(v is True for v in settings.values(part, module))
+            if isinstance(part, ast.Compare) and any(_fp16_value(c) for c in [part.left, *part.comparators]):
+                setting = next((c for c in [part.left, *part.comparators] if not _fp16_value(c)), None)
+                defaults = settings.values(setting, module) if setting is not None else frozenset()
+                return not any(isinstance(v, str) and v in FP16_STRINGS for v in defaults)
+    return False
+
+
+def _gpu_only(test: ast.AST) -> bool:
+    words = [dotted(n) for n in ast.walk(test) if isinstance(n, ast.Name | ast.Attribute)]
+    words += [n.value for n in ast.walk(test) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return any("cuda" in w.lower() or w.lower() == "gpu" for w in words)
+
+
+def node_host_input(module: Module, settings: Settings) -> Iterator[Hit]:
+    for node in module.calls:
+        if last_name(node.func) in NODE_HOST_CALLS:
             yield node, f"`{last_name(node.func)}` runs Python on this VM, not on the legacy Node's TPU host"
 
 
-def node_local_path(tree: ast.Module) -> Iterator[Hit]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and last_name(node.func) in TF_DATA_READERS:
+def node_local_path(module: Module, settings: Settings) -> Iterator[Hit]:
+    for node in module.calls:
+        if last_name(node.func) in TF_DATA_READERS:
             for arg in node.args[:1]:
                 for text in _string_constants(arg):
                     if not text.startswith("gs://"):
@@ -158,21 +252,10 @@ def _keyword(call: ast.Call, name: str) -> ast.AST | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
-FILE_RULES: dict[str, Callable[[ast.Module], Iterator[Hit]]] = {
+def _unset(value: ast.AST | None) -> bool:
+    return value is None or (isinstance(value, ast.Constant) and value.value is None)
+
+
+FILE_RULES: dict[str, Callable[[Module, Settings], Iterator[Hit]]] = {
     "XLA004": pad_longest, "XLA005": fp16, "XLA006": node_host_input, "XLA007": node_local_path,
 }
-
-
-def module_hits(tree: ast.Module, legacy_node: bool) -> Iterator[tuple[Rule, ast.AST, str]]:
-    scopes = ModuleScopes.of(tree)
-    for step in scopes.steps():
-        values = TensorValues(step, scopes.aliases)
-        for rule_id, check in STEP_RULES.items():
-            for node, message in check(step, values):
-                yield RULES_BY_ID[rule_id], node, message
-    for rule_id, check in FILE_RULES.items():
-        rule = RULES_BY_ID[rule_id]
-        if rule.node_only and not legacy_node:
-            continue
-        for node, message in check(tree):
-            yield rule, node, message

@@ -57,6 +57,11 @@ class Workspace:
     def logdir(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def torch_metrics(self) -> Path:
+        """Where PyTorch/XLA writes its metrics report at every step end (XLA_METRICS_FILE)."""
+        return self.root / "xla-metrics.txt"
+
     def localize(self, text: str) -> str:
         """gs://B/... -> the local bucket directory, ~/... -> the local home (as on a worker)."""
         return HOME_TILDE.sub(f"{self.home}/", text.replace("gs://", f"{self.bucket}/"))
@@ -106,6 +111,8 @@ def trainer_environment(spec: Spec, workspace: Workspace, steps: int,
         "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "",
         **FRAMEWORK_ENV.get(framework, {}),
     })
+    if framework == "pytorch":
+        env["XLA_METRICS_FILE"] = str(workspace.torch_metrics)
     env.pop("TPUOPS_COORDINATOR", None)
     return env
 

@@ -1,131 +1,379 @@
-"""Which code of a module XLA compiles (the "step"), and which values in it are tensors; read with `ast` only.
+"""Which code of the trainer XLA compiles (the "steps"), found with `ast` across the whole code directory.
 
-A step is: a function under `jax.jit`/`pmap` (decorated, or passed to `jax.jit(f)` / `jax.jit(make_step(...))`),
-a `tf.function(jit_compile=...)` or a function handed to `strategy.run`, a function that ends a PyTorch/XLA
-step (`xm.mark_step()`, `torch_xla.sync()`, `xm.optimizer_step`), a loop body doing that, and every function
-of the module that a step calls by name. Tensor values are what the frameworks' calls return, and what is
-computed from those; `.shape`, `.ndim`, `.dtype`, `len()` are Python values even on a tensor.
+- Traced functions: under `jax.jit`/`pjit`/`pmap`/`nnx.jit`/`eqx.filter_jit`/any `*_jit` wrapper (levanter's
+  `named_jit`), as a decorator, through `functools.partial(jax.jit, ...)`, or as the argument of such a call,
+  also through transformations (`jax.jit(jax.vmap(f))`), factories (`jax.jit(make_step())`) and imports (a step
+  defined in another module); `tf.function(jit_compile=...)`, `strategy.run(fn)`, a Keras model's overridden
+  `train_step`; `torch_xla.compile(fn)` and `torch.compile(fn, backend="openxla")`.
+- PyTorch/XLA lazy steps: the code between two step boundaries. A loop is a step loop when each iteration ends a
+  step (`xm.mark_step()`, `torch_xla.sync()`, `xm.optimizer_step()`, a call to a function or method that ends
+  one, or iterating a device loader: `MpDeviceLoader`, `per_device_loader`, an Accelerate-prepared loader); a
+  function that ends a step outside any loop is a step function.
+- Library steps (nothing of ours to read, but a step): Keras `compile(jit_compile=...)` + `fit`,
+  `torch.compile(model, backend="openxla")`.
+Every function a step calls is traced too; its parameters are tensors where the call passes tensors (all of
+them when the function is handed to a transformation rather than called).
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-FRAMEWORK_MODULES = ("jax", "torch", "torch_xla", "tensorflow", "flax", "optax", "keras")
-JIT_CALLS = {"jit", "pmap", "shard_map", "pjit"}
-XLA_STEP_ENDS = {"mark_step", "sync", "optimizer_step", "reduce_gradients"}
-# Framework calls that return Python values, not tensors.
-PYTHON_VALUED = {"device_count", "local_device_count", "process_index", "process_count", "default_backend",
-                 "devices", "local_devices", "is_available", "executing_eagerly", "is_tensor", "get_rank",
-                 "world_size", "global_ordinal", "xla_device", "get_world_size", "is_grad_enabled"}
-PYTHON_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "requires_grad", "is_cuda", "name", "rank"}
-PYTHON_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "get_shape", "__len__", "element_size"}
+from tpuops.check.project import FunctionNode, Module, Project, dotted, last_name
+from tpuops.check.tensors import TensorValues
+
+JAX_WRAPPERS = {"jit", "pjit", "pmap", "xmap", "shard_map", "filter_jit", "filter_pmap"}
+TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial", "filter_value_and_grad",
+              "filter_grad", "filter_vmap", "shard_map", "named_call", "custom_vjp", "custom_jvp", "pmap", "jit",
+              "pjit", "filter_jit"}
+XLA_STEP_ENDS = {"mark_step", "sync", "optimizer_step"}
+DEVICE_LOADERS = {"MpDeviceLoader", "per_device_loader", "ParallelLoader"}
+KERAS_STEP_METHODS = {"train_step", "test_step"}
+KIND_WORDS = {"jax": "JAX", "tf": "TensorFlow", "keras": "TensorFlow (Keras)", "torch": "PyTorch/XLA",
+              "lazy": "PyTorch/XLA"}
+
+
+Target = tuple[Module, FunctionNode | ast.Lambda, frozenset[str]]  # a compiled function, the names partial binds
 
 
 @dataclass(frozen=True)
 class Step:
-    """A compiled region: a function (or a loop body) and the framework that compiles it."""
+    """A compiled region: a function, lambda or loop body (node None: the step lives in a library)."""
 
-    node: ast.AST
     name: str
-    kind: str  # "jax" | "tf" | "torch"
-    static: frozenset[str] | None = None  # a jitted function's static arguments; None: arguments not traced
+    # "jax" | "tf" (AutoGraph converts its Python control flow) | "keras" (an overridden train_step: Keras 3 runs
+    # it with autograph.experimental.do_not_convert) | "torch" (a traced PyTorch function) | "lazy" (PyTorch/XLA
+    # between two step ends)
+    kind: str
+    how: str  # how it was recognised, e.g. "jax.jit", "step loop (xm.optimizer_step)"
+    module: Module | None
+    node: ast.AST | None = None
+    traced: frozenset[str] = frozenset()  # names that hold tensors from the start
+    root: bool = True  # False: reached only because a step calls it
 
+    @property
+    def line(self) -> int:
+        return getattr(self.node, "lineno", 0)
 
-def dotted(expr: ast.AST) -> str:
-    """`jax.numpy.where` -> "jax.numpy.where"; "" for anything but names and attributes."""
-    if isinstance(expr, ast.Name):
-        return expr.id
-    if isinstance(expr, ast.Attribute):
-        base = dotted(expr.value)
-        return f"{base}.{expr.attr}" if base else ""
-    return ""
-
-
-def last_name(expr: ast.AST) -> str:
-    return dotted(expr).rsplit(".", 1)[-1]
-
-
-def framework_aliases(tree: ast.Module) -> set[str]:
-    """Local names bound to framework modules: jnp, tf, torch, F, lax, xm, ..."""
-    aliases: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] in FRAMEWORK_MODULES:
-                    aliases.add(alias.asname or alias.name.split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in FRAMEWORK_MODULES:
-            aliases.update(alias.asname or alias.name for alias in node.names)
-    return aliases
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "framework": KIND_WORDS[self.kind], "how": self.how,
+                "file": self.module.rel if self.module else None, "line": self.line or None}
 
 
 @dataclass
-class ModuleScopes:
-    tree: ast.Module
-    aliases: set[str] = field(default_factory=set)
-    defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = field(default_factory=dict)
+class StepFinder:
+    project: Project
+    steps: dict[int, Step] = field(default_factory=dict)  # id(node) -> step
+    library: list[Step] = field(default_factory=list)
+    _enders: set[int] = field(default_factory=set)  # functions that end a PyTorch/XLA step each time they run
+    _ending_loops: dict[int, str] = field(default_factory=dict)  # loops whose every iteration ends one -> how
+    _values: dict[tuple[int, frozenset[str]], TensorValues] = field(default_factory=dict)
+    _regions: dict[tuple[int, str], list[ast.AST]] = field(default_factory=dict)
 
-    @classmethod
-    def of(cls, tree: ast.Module) -> ModuleScopes:
-        scopes = cls(tree, framework_aliases(tree))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                scopes.defs.setdefault(node.name, []).append(node)
-        return scopes
+    def values(self, step: Step) -> TensorValues:
+        """The tensor inference for a step (cached: a function with several step loops is read once)."""
+        assert step.module is not None and step.node is not None
+        scope: ast.AST = step.node
+        if isinstance(step.node, ast.For | ast.AsyncFor | ast.While):
+            scope = step.module.scope_of(step.node)
+        key = (id(scope), step.traced)
+        if key not in self._values:
+            self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
+                                             step.traced)
+        return self._values[key]
 
-    # ---------------------------------------------------------------------------------------- steps
+    def region(self, step: Step) -> list[ast.AST]:
+        key = (id(step.node), step.kind)
+        if key not in self._regions:
+            self._regions[key] = list(region_nodes(step))
+        return self._regions[key]
 
-    def steps(self) -> list[Step]:
-        roots = list(self._roots())
-        seen: dict[int, Step] = {}
-        queue = roots
+    def find(self) -> list[Step]:
+        self._find_step_ends()
+        queue = [s for m in self.project.modules for s in self._roots(m)]
         while queue:
             step = queue.pop()
-            if id(step.node) in seen:
-                continue
-            seen[id(step.node)] = step
-            for name in _names_used(step.node):
-                queue.extend(Step(d, d.name, step.kind) for d in self.defs.get(name, ()) if id(d) not in seen)
-        return list(seen.values())
+            known = self.steps.get(id(step.node))
+            if known is not None:
+                if step.traced <= known.traced and (known.root or not step.root):
+                    continue
+                base = step if step.root and not known.root else known  # named as the step it is, not as a callee
+                step = replace(base, traced=known.traced | step.traced, root=known.root or step.root)
+            self.steps[id(step.node)] = step
+            queue.extend(self._callees(step))
+        return [*self.steps.values(), *self.library]
 
-    def _roots(self) -> Iterator[Step]:
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                for decorator in node.decorator_list:
-                    kind = _compiling(decorator)
-                    if kind:
-                        yield Step(node, node.name, kind, _static_arguments(decorator, node))
-                if _ends_xla_step(node.body):
-                    yield Step(node, node.name, "torch")
-            elif isinstance(node, ast.For | ast.While) and _ends_xla_step(node.body, direct=True):
-                yield Step(node, f"loop at line {node.lineno}", "torch")
-            elif isinstance(node, ast.Call):
-                yield from self._compiled_arguments(node)
+    # ----------------------------------------------------------------------------------------- roots
 
-    def _compiled_arguments(self, call: ast.Call) -> Iterator[Step]:
-        """jax.jit(f), jax.jit(make_step(...)), tf.function(f, jit_compile=...), strategy.run(f, ...)."""
-        kind = _compiling(call) if last_name(call.func) in JIT_CALLS | {"function"} else None
+    def _roots(self, module: Module) -> Iterator[Step]:
+        for defs in module.defs.values():
+            for node in defs:
+                yield from self._decorated(node, module)
+                if self.ends_step(node, module) and not any(compiler(d, module) for d in node.decorator_list):
+                    yield Step(node.name, "lazy", "ends a PyTorch/XLA step", module, node)
+        for call in module.calls:
+            yield from self._wrapped(call, module)
+        for cls_node in module.classes.values():
+            if any(last_name(b).endswith("Model") for b in cls_node.bases):
+                for method in cls_node.body:
+                    if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
+                        yield Step(f"{cls_node.name}.{method.name}", "keras", "Keras train_step", module, method,
+                                   frozenset(_params(method) - {"self"}))
+        for loop in module.loops:
+            how = self._step_loop(loop, module)
+            if how:
+                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, _loop_batch(loop))
+
+    def _decorated(self, node: FunctionNode, module: Module) -> Iterator[Step]:
+        for decorator in node.decorator_list:
+            kind = compiler(decorator, module)
+            if kind:
+                how = _wrapper_name(decorator)
+                yield Step(node.name, kind, how, module, node, frozenset(_params(node) - _static(decorator, node)))
+
+    def _wrapped(self, call: ast.Call, module: Module) -> Iterator[Step]:
+        """jax.jit(f), pjit(f, ...), torch_xla.compile(f), strategy.run(f), keras compile(jit_compile=...)."""
+        kind = compiler(call, module) if not isinstance(call.func, ast.Call) else compiler(call.func, module)
+        how = _wrapper_name(call.func if isinstance(call.func, ast.Call) else call)
         if kind is None and last_name(call.func) == "run" and "strategy" in dotted(call.func).lower():
-            kind = "tf"
+            kind, how = "tf", "strategy.run"
+        if kind is None and last_name(call.func) == "compile" and _keyword(call, "jit_compile") is not None \
+                and not _false(_keyword(call, "jit_compile")):
+            self.library.append(Step("Keras fit (compile(jit_compile=...))", "tf", "Keras compile + fit", module,
+                                     call, root=True))
+            return
         if kind is None or not call.args:
             return
-        target = call.args[0]
-        if isinstance(target, ast.Name):
-            yield from (Step(d, d.name, kind, _static_arguments(call, d)) for d in self.defs.get(target.id, ()))
-        elif isinstance(target, ast.Call) and isinstance(target.func, ast.Name):
-            for factory in self.defs.get(target.func.id, ()):
-                for returned in _returned_names(factory):
-                    yield from (Step(d, d.name, kind, _static_arguments(call, d)) for d in self.defs.get(returned, ()))
+        wrapper = call.func if isinstance(call.func, ast.Call) else call
+        targets = list(self._targets(call.args[0], module))
+        if not targets and kind == "torch":
+            self.library.append(Step(f"{ast.unparse(call.args[0])} (compiled module)", kind, how, module, call))
+        for target_module, target, bound in targets:
+            if isinstance(target, ast.Lambda):
+                name, traced = f"lambda at line {target.lineno}", _params(target)
+            else:
+                name, traced = target.name, _params(target) - _static(wrapper, target)
+            yield Step(name, kind, how, target_module, target, frozenset(traced - bound - {"self", "cls"}))
+
+    def _targets(self, expr: ast.AST, module: Module, bound: frozenset[str] = frozenset()) -> Iterator[Target]:
+        """The functions a wrapper compiles, with the parameters `functools.partial` binds (Python values, not
+        traced arguments)."""
+        if isinstance(expr, ast.Lambda):
+            yield module, expr, bound
+        elif isinstance(expr, ast.Name | ast.Attribute):
+            for target_module, target in self.project.functions(expr, module):
+                yield target_module, target, bound
+        elif isinstance(expr, ast.Call) and last_name(expr.func) == "partial" and expr.args:
+            for target_module, target, inner in self._targets(expr.args[0], module, bound):
+                params = [a.arg for a in target.args.posonlyargs + target.args.args]
+                fixed = set(params[:len(expr.args) - 1]) | {k.arg for k in expr.keywords if k.arg}
+                yield target_module, target, inner | fixed
+        elif isinstance(expr, ast.Call) and last_name(expr.func) in TRANSFORMS and expr.args:
+            yield from self._targets(expr.args[0], module, bound)
+        elif isinstance(expr, ast.Call):  # a factory: jax.jit(make_step(...))
+            for factory_module, factory in self.project.functions(expr.func, module):
+                for returned in ast.walk(factory):
+                    if isinstance(returned, ast.Return) and isinstance(returned.value, ast.Name | ast.Lambda):
+                        yield from self._targets(returned.value, factory_module, bound)
+
+    # ------------------------------------------------------------------------------ PyTorch/XLA steps
+
+    def ends_step(self, function: FunctionNode, module: Module) -> bool:
+        """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
+        return id(function) in self._enders
+
+    def _find_step_ends(self) -> None:
+        """From the calls up: a boundary call (xm.mark_step() & co) ends a step for the loop right around it, or,
+        outside any loop, for its function; a call to such a function does the same, to a fixed point."""
+        ender_names: set[str] = set()
+        for module in self.project.modules:
+            for defs in module.defs.values():
+                for function in defs:
+                    if any(compiler(d, module) == "torch" for d in function.decorator_list):
+                        self._enders.add(id(function))
+                        ender_names.add(function.name)
+        for _ in range(4):  # a step ended three calls deep is found; deeper is rare
+            before = len(self._enders)
+            for module in self.project.modules:
+                for call in module.calls:
+                    name = last_name(call.func)
+                    if name in XLA_STEP_ENDS and _is_xla(dotted(call.func)):
+                        self._ends_at(call, module, f"{dotted(call.func)}()", ender_names)
+                    elif name in ender_names:
+                        callee = next((c for _, c in self.project.functions(call.func, module)
+                                       if id(c) in self._enders), None)
+                        if callee is not None:
+                            self._ends_at(call, module, f"{callee.name}()", ender_names)
+            if len(self._enders) == before:
+                break
+
+    def _ends_at(self, call: ast.Call, module: Module, how: str, ender_names: set[str]) -> None:
+        owner, loop = module.context[id(call)]
+        if loop is not None:
+            self._ending_loops.setdefault(id(loop), how)
+        elif isinstance(owner, FunctionNode):
+            self._enders.add(id(owner))
+            ender_names.add(owner.name)
+
+    def _step_loop(self, loop: ast.For | ast.AsyncFor | ast.While, module: Module) -> str:
+        if id(loop) in self._ending_loops:
+            return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
+        if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
+            return "each iteration ends a step: a device loader"
+        return ""
+
+    def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module) -> bool:
+        while isinstance(expr, ast.Call) and last_name(expr.func) in {"enumerate", "tqdm", "iter", "zip"} \
+                and expr.args:
+            expr = expr.args[0]
+        if isinstance(expr, ast.Call):
+            return last_name(expr.func) in DEVICE_LOADERS
+        if not isinstance(expr, ast.Name):
+            return False
+        scope = module.scope_of(loop)
+        scope = scope if isinstance(scope, FunctionNode) else None
+        for node in module.assigns:
+            if scope is not None and not scope.lineno <= node.lineno <= (scope.end_lineno or 0):
+                continue
+            if isinstance(node.value, ast.Call) and any(
+                    isinstance(n, ast.Name) and n.id == expr.id for t in node.targets for n in ast.walk(t)):
+                called = last_name(node.value.func)
+                if called in DEVICE_LOADERS or (called == "prepare" and "accel" in dotted(node.value.func)):
+                    return True
+                if called in {"tqdm", "enumerate"} and self._device_loader(node.value, loop, module):
+                    return True
+        return False
+
+    # ----------------------------------------------------------------------------------------- callees
+
+    def _callees(self, step: Step) -> Iterator[Step]:
+        if step.node is None or step.module is None or isinstance(step.node, ast.Call):
+            return
+        module = step.module
+        values = self.values(step)
+        for node in self.region(step):
+            if isinstance(node, ast.Call):
+                for callee_module, callee in self.project.functions(node.func, module):
+                    traced = _call_site_tensors(node, callee, values)
+                    if step.kind == "lazy" and self.ends_step(callee, callee_module):
+                        continue  # a step function of its own
+                    yield Step(callee.name, step.kind, f"called by {step.name}", callee_module, callee,
+                               frozenset(traced), root=False)
+            elif step.kind != "lazy" and isinstance(node, ast.Name | ast.Attribute) and \
+                    isinstance(getattr(node, "ctx", None), ast.Load) and not _is_called(node, module):
+                for callee_module, callee in self.project.functions(node, module):  # jax.grad(loss_fn), scan(body)
+                    yield Step(callee.name, step.kind, f"used by {step.name}", callee_module, callee,
+                               frozenset(_params(callee) - {"self", "cls"}), root=False)
 
 
-def _static_arguments(wrapper: ast.AST, function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str] | None:
-    """Under jax.jit every argument is traced but those named by static_argnums/static_argnames."""
-    if _compiling(wrapper) != "jax":
-        return None
-    params = [a.arg for a in function.args.posonlyargs + function.args.args]
+
+
+def compiler(expr: ast.AST, module: Module) -> str | None:
+    """The framework a decorator or wrapper (call or reference) compiles with, or None."""
+    call = expr if isinstance(expr, ast.Call) else None
+    target = call.func if call else expr
+    name, path = last_name(target), dotted(target)
+    if name == "partial" and call and call.args:
+        return compiler(call.args[0], module)
+    root = path.split(".")[0]
+    if (name in JAX_WRAPPERS or name.endswith("_jit")) and root not in {"torch", "tf", "tensorflow"}:
+        return "jax"
+    if name == "function" and call is not None:
+        jit = _keyword(call, "jit_compile") or _keyword(call, "experimental_compile")
+        return "tf" if jit is not None and not _false(jit) else None
+    if name == "compile" and ("torch_xla" in path or root == "torch_xla"):
+        return "torch"
+    if name == "compile" and root == "torch" and call is not None:
+        backend = _keyword(call, "backend")
+        if isinstance(backend, ast.Constant) and str(backend.value).startswith("openxla"):
+            return "torch"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ regions
+
+
+def region_nodes(step: Step) -> Iterator[ast.AST]:
+    """The nodes a step runs each time. A PyTorch/XLA lazy step leaves out nested functions (closures, e.g.
+    for `xm.add_step_closure`) and what runs only every N steps (`if step % N == 0:`)."""
+    if step.node is None or isinstance(step.node, ast.Call):
+        return
+    if step.kind != "lazy":
+        yield from ast.walk(step.node)
+        return
+    body = step.node.body if isinstance(step.node, ast.For | ast.AsyncFor | ast.While) else step.node.body
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        yield node
+        if isinstance(node, ast.If) and _every_n_steps(node.test):
+            stack.extend(reversed(node.orelse))
+            stack.append(node.test)
+            continue
+        if isinstance(node, ast.Call) and last_name(node.func) == "add_step_closure":
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _every_n_steps(test: ast.AST) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.Constant)
+               for n in ast.walk(test))
+
+
+def _loop_batch(loop: ast.AST) -> frozenset[str]:
+    """A step loop's targets are the batch (tensors), but for an enumerate index or a range counter."""
+    if not isinstance(loop, ast.For | ast.AsyncFor):
+        return frozenset()
+    target, iterable = loop.target, loop.iter
+    if isinstance(iterable, ast.Call) and last_name(iterable.func) == "range":
+        return frozenset()
+    if isinstance(iterable, ast.Call) and last_name(iterable.func) == "enumerate" and \
+            isinstance(target, ast.Tuple) and target.elts:
+        target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
+    return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+
+
+def _is_xla(path: str) -> bool:
+    root = path.split(".")[0]
+    return root == "xm" or "xla" in root.lower()
+
+
+def _wrapper_name(wrapper: ast.AST) -> str:
+    """`jax.jit`, or `nnx.jit` for `partial(nnx.jit, ...)`, as the user wrote it."""
+    target = wrapper.func if isinstance(wrapper, ast.Call) else wrapper
+    if last_name(target) == "partial" and isinstance(wrapper, ast.Call) and wrapper.args:
+        return _wrapper_name(wrapper.args[0])
+    return dotted(target) or "a compiling wrapper"
+
+
+def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValues) -> set[str]:
+    params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
+    if params and params[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
+        params = params[1:]
+    traced = {p for p, a in zip(params, call.args, strict=False) if values.is_tensor(a)}
+    names = set(params) | {a.arg for a in callee.args.kwonlyargs}
+    traced |= {k.arg for k in call.keywords if k.arg in names and values.is_tensor(k.value)}
+    return traced
+
+
+def _is_called(node: ast.AST, module: Module) -> bool:
+    parent = module.parent(node)
+    return isinstance(parent, ast.Call) and parent.func is node
+
+
+def _params(function: FunctionNode | ast.Lambda) -> set[str]:
+    arguments = function.args
+    return {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
+
+
+def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
+    """Under jax.jit every argument is traced but those static_argnums/static_argnames name (and self)."""
     static: set[str] = {"self", "cls"}
+    params = [a.arg for a in function.args.posonlyargs + function.args.args] if function else []
     for call in (n for n in ast.walk(wrapper) if isinstance(n, ast.Call)):
         for keyword in call.keywords:
             values = keyword.value.elts if isinstance(keyword.value, ast.Tuple | ast.List) else [keyword.value]
@@ -134,116 +382,12 @@ def _static_arguments(wrapper: ast.AST, function: ast.FunctionDef | ast.AsyncFun
                     static.add(value)
                 elif keyword.arg == "static_argnums" and isinstance(value, int) and value < len(params):
                     static.add(params[value])
-    return frozenset(static)
+    return static
 
 
-def _compiling(expr: ast.AST) -> str | None:
-    """The framework a decorator / wrapper call compiles with, or None."""
-    call = expr if isinstance(expr, ast.Call) else None
-    name = last_name(call.func if call else expr)
-    if name == "partial" and call and call.args:
-        return _compiling(call.args[0])
-    if name in JIT_CALLS:
-        return "jax"
-    if name == "function" and call is not None:
-        jit = next((k.value for k in call.keywords if k.arg == "jit_compile"), None)
-        if jit is not None and not (isinstance(jit, ast.Constant) and jit.value in (False, None)):
-            return "tf"
-    return None
+def _keyword(call: ast.Call, name: str) -> ast.AST | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
 
 
-def _ends_xla_step(body: list[ast.stmt], direct: bool = False) -> bool:
-    """The statements call mark_step()/sync()/optimizer_step (not counting nested functions if `direct`)."""
-    for stmt in body:
-        for node in _walk_no_defs(stmt) if direct else ast.walk(stmt):
-            if isinstance(node, ast.Call) and last_name(node.func) in XLA_STEP_ENDS:
-                base = dotted(node.func).split(".")[0]
-                if base in {"xm", "torch_xla", "xla_model"} or "xla" in base:
-                    return True
-    return False
-
-
-def _walk_no_defs(node: ast.AST) -> Iterator[ast.AST]:
-    yield node
-    for child in ast.iter_child_nodes(node):
-        if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            yield from _walk_no_defs(child)
-
-
-def _names_used(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-
-def _returned_names(factory: ast.AST) -> set[str]:
-    return {n.value.id for n in ast.walk(factory) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)}
-
-
-# ---------------------------------------------------------------------------------------------- tensors
-
-
-class TensorValues:
-    """Decides whether an expression in a step is a tensor (as opposed to a Python value)."""
-
-    def __init__(self, step: Step, aliases: set[str]) -> None:
-        self.aliases = aliases
-        self.names: set[str] = set()
-        self.bool_names: set[str] = set()
-        if step.static is not None and isinstance(step.node, ast.FunctionDef | ast.AsyncFunctionDef):
-            arguments = step.node.args
-            self.names = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs} - step.static
-        assigns = [n for n in ast.walk(step.node) if isinstance(n, ast.Assign | ast.AnnAssign | ast.AugAssign)]
-        for _ in range(2):  # twice: names computed from names assigned later in a loop body
-            for node in assigns:
-                if node.value is not None and self.is_tensor(node.value):
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-                    self.names |= names
-                    if self.is_bool(node.value):
-                        self.bool_names |= names
-
-    def framework_call(self, call: ast.Call) -> bool:
-        path = dotted(call.func)
-        return bool(path) and path.split(".")[0] in self.aliases and path.rsplit(".", 1)[-1] not in PYTHON_VALUED
-
-    def is_tensor(self, expr: ast.AST | None) -> bool:  # noqa: C901  one case per expression kind
-        if expr is None:
-            return False
-        if isinstance(expr, ast.Name):
-            return expr.id in self.names
-        if isinstance(expr, ast.Attribute):
-            return expr.attr not in PYTHON_ATTRIBUTES and self.is_tensor(expr.value)
-        if isinstance(expr, ast.Subscript):
-            return self.is_tensor(expr.value)
-        if isinstance(expr, ast.Call):
-            if self.framework_call(expr):
-                return True
-            if isinstance(expr.func, ast.Attribute):  # method on a tensor: x.sum(), x.any()
-                return expr.func.attr not in PYTHON_METHODS and self.is_tensor(expr.func.value)
-            return False
-        if isinstance(expr, ast.Compare):
-            if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
-                return False
-            return any(self.is_tensor(e) for e in [expr.left, *expr.comparators])
-        if isinstance(expr, ast.BinOp):
-            return self.is_tensor(expr.left) or self.is_tensor(expr.right)
-        if isinstance(expr, ast.UnaryOp):
-            return self.is_tensor(expr.operand)
-        if isinstance(expr, ast.BoolOp):
-            return any(self.is_tensor(v) for v in expr.values)
-        return False
-
-    def is_bool(self, expr: ast.AST) -> bool:
-        """A boolean tensor: a comparison of tensors, logical_*/isnan/..., x.bool(), or a name holding one."""
-        if isinstance(expr, ast.Name):
-            return expr.id in self.bool_names
-        if isinstance(expr, ast.Compare):
-            return self.is_tensor(expr)
-        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert):
-            return self.is_bool(expr.operand)
-        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitAnd | ast.BitOr | ast.BitXor):
-            return self.is_bool(expr.left) or self.is_bool(expr.right)
-        if isinstance(expr, ast.Call):
-            name = last_name(expr.func)
-            return (name.startswith("logical_") or name in {"isnan", "isinf", "isfinite", "bool"}) and \
-                self.is_tensor(expr)
-        return False
+def _false(value: ast.AST | None) -> bool:
+    return isinstance(value, ast.Constant) and value.value in (False, None)

@@ -8,15 +8,21 @@ from tpuops.cli.app import JSON_OPTION, app
 from tpuops.cli.render import console, err_console, print_json
 
 RULES_HELP = (
-    "Lint rules (silence one line with `# tpuops: ignore[XLA003]`): "
+    "Lint rules (silence one line with `# tpuops: ignore[XLA003]`); XLA001-003 apply inside the compiled steps "
+    "the lint recognises (jit wrappers, tf.function/strategy.run, Keras train_step, torch_xla.compile, PyTorch/XLA "
+    "step loops): the summary names them, or says that it found none. "
     "XLA001 tensor-branch: Python if/while on a tensor in a compiled step. "
     "XLA002 dynamic-shape: boolean masks, nonzero(), masked_select in a step. "
-    "XLA003 host-sync: .numpy(), .item(), .cpu(), float(t), print(t) in a step. "
+    "XLA003 host-sync: .numpy(), .item(), .cpu(), float(t), print(t), a tensor formatted into a string, in a step. "
     "XLA004 pad-longest: padding to the longest example, collators without pad_to_multiple_of. "
-    "XLA005 fp16: float16 where TPUs use bfloat16. "
+    "XLA005 fp16: float16 as the compute dtype where TPUs use bfloat16. "
     "XLA006/XLA007 (legacy TPU Node): Python input pipelines and local paths in tf.data. "
-    "Run findings: XLA101 recompile, XLA102 compile-failed, XLA103 host-read, XLA104 trainer-failed, XLA105 timeout."
+    "Run findings: XLA101 recompile, XLA102 compile-failed, XLA103 host-read (also a read after every PyTorch/XLA "
+    "step, by its counters), XLA104 trainer-failed, XLA105 timeout; the summary says how many steps really ran."
 )
+
+
+MAX_STEPS_SHOWN = 3
 
 
 @app.command(epilog=RULES_HELP)
@@ -52,13 +58,19 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
             console.print(f"    {detail}", markup=False)
         console.print(f"    fix: {finding.hint}", markup=False)
     summary = f"{report.files_linted} file(s) linted"
+    if report.steps_found:
+        names = [f"{s['name']} ({s['how']})" for s in report.steps_found[:MAX_STEPS_SHOWN]]
+        more = len(report.steps_found) - len(names)
+        summary += f", {len(report.steps_found)} compiled step(s): {', '.join(names)}" + \
+            (f" and {more} more" if more > 0 else "")
     if report.ignored:
         summary += f", {report.ignored} finding(s) ignored by comment"
     if report.run is not None:
         run = report.run
         rate = f", {run.steps_per_second} steps/s incl. start-up" if run.steps_per_second else ""
         state = "timed out" if run.timed_out else f"exit {run.exit_code}"
-        summary += (f"; ran {run.framework} trainer for {run.steps} steps on CPU under XLA: {state}, "
+        summary += (f"; ran {run.framework} trainer on CPU under XLA: {run.steps_text}, {state}, "
                     f"{run.duration:.1f} s, {run.compilations} compilation(s) of its functions{rate}")
-    verdict = f"{len(report.findings)} finding(s)" if report.findings else "clean"
-    console.print(f"check: {verdict} ({summary})", markup=False)
+    verdicts = [f"{len(report.findings)} finding(s)"] if report.findings else []
+    verdicts += report.notes
+    console.print(f"check: {'; '.join(verdicts) or 'clean'} ({summary})", markup=False)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops.check.compiles import CompileLog, compile_findings, trainer_compilations
+from tpuops.check.counters import TorchCounters, read_torch_counters, transfer_findings
 from tpuops.check.findings import CheckReport, Finding, RunRecord
 from tpuops.check.lint import lint_tree
 from tpuops.check.run import Outcome, prepare_workspace, run_trainer, trainer_environment
@@ -49,7 +50,8 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
                              "--no-run to only lint")
         run_findings, record = _run(spec, spec_dir, options, lint.functions, on_output)
         findings += run_findings
-    return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored)
+    return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored,
+                       tuple(lint.steps_found))
 
 
 def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[str, tuple[str, int]],
@@ -69,10 +71,42 @@ def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[s
         command = workspace.localize(spec.trainer.command)
         env = trainer_environment(spec, workspace, options.steps)
         outcome = run_trainer(command, workspace.code, env, options.timeout, on_line)
-    findings = compile_findings(log, functions, options.steps) + _outcome_findings(outcome, options)
+        counters = read_torch_counters(workspace.torch_metrics) if framework == "pytorch" else None
+        steps_ran, source = _steps_ran(counters, workspace.logdir, options.steps)
+    findings = compile_findings(log, functions, steps_ran or options.steps) + _outcome_findings(outcome, options)
+    if counters is not None and not any(f.rule == "XLA103" for f in findings):
+        findings += transfer_findings(counters)
     record = RunRecord(spec.trainer.command, framework, options.steps, outcome.exit_code, outcome.duration,
-                       trainer_compilations(log, functions), outcome.timed_out)
+                       trainer_compilations(log, functions), outcome.timed_out, steps_ran, source,
+                       counters.as_dict() if counters is not None else None)
     return findings, record
+
+
+def _steps_ran(counters: TorchCounters | None, logdir: Path, asked: int) -> tuple[int | None, str]:
+    """PyTorch/XLA counts its step ends (MarkStep); for the others, the trainer's TensorBoard scalars in
+    TPUOPS_LOGDIR tell, when they reach the last step asked for or beyond (a trainer that logs every 50 steps
+    says nothing about a run of 20)."""
+    if counters is not None:
+        return counters.step_ends, "torch_xla's MarkStep counter"
+    last = _last_scalar_step(logdir)
+    if last is None:
+        return None, "the trainer wrote no scalars to TPUOPS_LOGDIR"
+    if last >= asked:
+        return last, f"its TensorBoard scalars reach step {last}"
+    return None, f"its TensorBoard scalars stop at step {last}"
+
+
+def _last_scalar_step(logdir: Path) -> int | None:
+    if not logdir.is_dir() or not any("tfevents" in p.name for p in logdir.rglob("*")):
+        return None
+    from tpuops.cloud.blobs import DirBlobStore
+    from tpuops.logs.tail import read_scalars
+
+    try:
+        points = read_scalars(DirBlobStore(logdir))
+    except (OSError, ValueError):
+        return None  # a half-written event file: no step count rather than a failed check
+    return max((p.step for p in points), default=None)
 
 
 def _outcome_findings(outcome: Outcome, options: CheckOptions) -> list[Finding]:

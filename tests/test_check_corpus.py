@@ -1,0 +1,100 @@
+"""The lint of `tpuops check` measured on a corpus of trainers written in the styles of public TPU trainers
+(PyTorch/XLA reference examples, Flax and NNX, Hugging Face Flax/TensorFlow/Accelerate scripts, levanter,
+Equinox, Keras): precision and recall over every line `expected.json` names as a hazard, and the near misses
+next to them that must stay quiet. Parsed with `ast` only: no framework is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tpuops.check.lint import lint_tree
+
+CORPUS = Path(__file__).resolve().parent / "check_corpus"
+TRAINERS = sorted(p for p in CORPUS.iterdir() if (p / "expected.json").is_file())
+MIN_PRECISION = 0.95
+MIN_RECALL = 0.85
+
+Site = tuple[str, str, str, int]  # trainer, rule, file, line
+
+
+@dataclass(frozen=True)
+class Score:
+    found: frozenset[Site]
+    expected: frozenset[Site]
+
+    @property
+    def hits(self) -> frozenset[Site]:
+        return self.found & self.expected
+
+    @property
+    def precision(self) -> float:
+        return len(self.hits) / len(self.found) if self.found else 1.0
+
+    @property
+    def recall(self) -> float:
+        return len(self.hits) / len(self.expected) if self.expected else 1.0
+
+
+def expected(trainer: Path) -> dict:
+    return json.loads((trainer / "expected.json").read_text())
+
+
+def score() -> Score:
+    found: set[Site] = set()
+    wanted: set[Site] = set()
+    for trainer in TRAINERS:
+        result = lint_tree(trainer)
+        found |= {(trainer.name, f.rule, f.file or "", f.line or 0) for f in result.findings}
+        wanted |= {(trainer.name, h["rule"], h["file"], h["line"]) for h in expected(trainer)["hazards"]}
+    return Score(frozenset(found), frozenset(wanted))
+
+
+def test_the_corpus_is_large_and_its_lines_are_where_expected_json_says() -> None:
+    assert len(TRAINERS) >= 20
+    for trainer in TRAINERS:
+        doc = expected(trainer)
+        for entry in doc["hazards"] + doc["near_misses"]:
+            line = (trainer / entry["file"]).read_text().splitlines()[entry["line"] - 1]
+            assert line.strip().startswith(entry["text"]), (trainer.name, entry)
+
+
+def test_precision_and_recall_over_the_corpus() -> None:
+    result = score()
+    false_alarms = sorted(result.found - result.expected)
+    missed = sorted(result.expected - result.found)
+    report = f"precision {result.precision:.2f}, recall {result.recall:.2f}\n" \
+             f"false alarms: {false_alarms}\nmissed: {missed}"
+    assert result.precision >= MIN_PRECISION and result.recall >= MIN_RECALL, report
+
+
+@pytest.mark.parametrize("trainer", TRAINERS, ids=[t.name for t in TRAINERS])
+def test_near_misses_stay_quiet(trainer: Path) -> None:
+    flagged = {(f.file, f.line) for f in lint_tree(trainer).findings}
+    loud = [m for m in expected(trainer)["near_misses"] if (m["file"], m["line"]) in flagged]
+    assert loud == []
+
+
+def test_a_20000_line_code_directory_is_linted_as_its_parts(tmp_path: Path) -> None:
+    """The corpus copied until it is 20,000 lines (bench/check.py --lint-lines times this): every copy gets the
+    findings its original gets, no more (copies share module names: nothing resolves across them wrongly)."""
+    copies, lines = 0, 0
+    while lines < 20_000:
+        for trainer in TRAINERS:
+            target = tmp_path / f"copy{copies}" / trainer.name
+            for source in trainer.rglob("*.py"):
+                (target / source.relative_to(trainer)).parent.mkdir(parents=True, exist_ok=True)
+                text = source.read_text()
+                (target / source.relative_to(trainer)).write_text(text)
+                lines += text.count("\n")
+        copies += 1
+    result = lint_tree(tmp_path)
+    expected = {(t.name, f.rule, f.file, f.line) for t in TRAINERS for f in lint_tree(t).findings}
+    for copy in range(copies):
+        found = {(Path(f.file).parts[1], f.rule, Path(*Path(f.file).parts[2:]).as_posix(), f.line)
+                 for f in result.findings if Path(f.file).parts[0] == f"copy{copy}"}
+        assert found == expected, copy

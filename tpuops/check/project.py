@@ -1,0 +1,206 @@
+"""The trainer's code directory as the lint sees it: every module parsed once, with what it defines and imports,
+so that a step jitted in one module and defined in another is still found. `ast` only: nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+FRAMEWORK_MODULES = ("jax", "torch", "torch_xla", "tensorflow", "flax", "optax", "keras", "haliax", "equinox",
+                     "accelerate", "tf_keras")
+
+
+def dotted(expr: ast.AST) -> str:
+    """`jax.numpy.where` -> "jax.numpy.where"; "" for anything but names and attributes."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        base = dotted(expr.value)
+        return f"{base}.{expr.attr}" if base else ""
+    return ""
+
+
+def last_name(expr: ast.AST) -> str:
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    return expr.id if isinstance(expr, ast.Name) else ""
+
+
+@dataclass
+class Module:
+    rel: str  # path relative to the code directory, e.g. lib/steps.py
+    tree: ast.Module
+    source: str
+    defs: dict[str, list[FunctionNode]] = field(default_factory=dict)  # every def, nested ones included
+    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
+    imported: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # local name -> (module, attribute)
+    aliases: set[str] = field(default_factory=set)  # local names bound to framework modules: jnp, xm, tf, nnx, ...
+    parents: dict[int, ast.AST] = field(default_factory=dict)  # id(node) -> its parent
+    lines: list[str] = field(default_factory=list)
+    # Collected in the one pass over the tree, so that the rules need not walk it again:
+    calls: list[ast.Call] = field(default_factory=list)
+    loops: list[ast.For | ast.AsyncFor | ast.While] = field(default_factory=list)
+    assigns: list[ast.Assign] = field(default_factory=list)
+    context: dict[int, tuple[ast.AST, ast.AST | None]] = field(default_factory=dict)  # call/loop -> (owner, loop)
+    bindings: dict[int, list[tuple[list[ast.AST], ast.AST]]] = field(default_factory=dict)  # owner -> bindings
+
+    @classmethod
+    def of(cls, rel: str, tree: ast.Module, source: str) -> Module:
+        """One pass over the tree (after parsing, the lint's main cost on a large code directory). For each call
+        and loop it records its owner (the innermost def, lambda, class or the module) and the innermost loop
+        around it inside that owner; for each owner its bindings (assignments, `for` and comprehension targets,
+        `with ... as`), which the tensor inference follows."""
+        module = cls(rel, tree, source, lines=source.splitlines())
+        parents, context = module.parents, module.context
+        stack: list[tuple[ast.AST, ast.AST, ast.AST | None]] = [(tree, tree, None)]
+        while stack:
+            node, owner, loop = stack.pop()
+            kind = type(node)
+            child_owner, child_loop = owner, loop
+            if kind is ast.Call:
+                module.calls.append(node)  # type: ignore[arg-type]
+                context[id(node)] = (owner, loop)
+            elif kind is ast.For or kind is ast.While or kind is ast.AsyncFor:
+                module.loops.append(node)  # type: ignore[arg-type]
+                context[id(node)] = (owner, loop)
+                child_loop = node
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.Lambda:
+                if kind is not ast.Lambda:
+                    module.defs.setdefault(node.name, []).append(node)  # type: ignore[attr-defined]
+                child_owner, child_loop = node, None
+            elif kind is ast.ClassDef:
+                module.classes.setdefault(node.name, node)  # type: ignore[attr-defined, arg-type]
+                child_owner, child_loop = node, None
+            elif kind is ast.Import or kind is ast.ImportFrom:
+                module._import(node)  # type: ignore[arg-type]
+            binding = _binding(node) if kind in BINDING_KINDS else None
+            if binding is not None:
+                module.bindings.setdefault(id(owner), []).append(binding)
+                if kind is ast.Assign:
+                    module.assigns.append(node)  # type: ignore[arg-type]
+            for name in node._fields:  # ast.iter_child_nodes, inlined: half the time
+                value = getattr(node, name, None)
+                if isinstance(value, list):
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            parents[id(item)] = node
+                            stack.append((item, child_owner, child_loop))
+                elif isinstance(value, ast.AST):
+                    parents[id(value)] = node
+                    stack.append((value, child_owner, child_loop))
+        for defs in module.defs.values():
+            defs.sort(key=lambda d: d.lineno)
+        return module
+
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        """The function a call or loop runs in (the module for top-level code)."""
+        owner = self.context[id(node)][0]
+        return owner if isinstance(owner, FunctionNode) else self.tree
+
+    def _import(self, node: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                self.imported[local] = (alias.name if alias.asname else local, None)
+                if alias.name.split(".")[0] in FRAMEWORK_MODULES:
+                    self.aliases.add(local)
+            return
+        base = "." * node.level + (node.module or "")
+        for alias in node.names:
+            self.imported[alias.asname or alias.name] = (base, alias.name)
+            if node.module and node.module.split(".")[0] in FRAMEWORK_MODULES:
+                self.aliases.add(alias.asname or alias.name)
+
+    @property
+    def name(self) -> str:
+        parts = self.rel.removesuffix(".py").split("/")
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self.parents.get(id(node))
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        current = self.parent(node)
+        while current is not None:
+            yield current
+            current = self.parent(current)
+
+    def enclosing_function(self, node: ast.AST) -> FunctionNode | None:
+        return next((a for a in self.ancestors(node) if isinstance(a, FunctionNode)), None)
+
+    def enclosing_class(self, node: ast.AST) -> ast.ClassDef | None:
+        return next((a for a in self.ancestors(node) if isinstance(a, ast.ClassDef)), None)
+
+    def line(self, number: int) -> str:
+        return self.lines[number - 1] if 0 < number <= len(self.lines) else ""
+
+
+BINDING_KINDS = {ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension,
+                 ast.withitem}
+
+
+def _binding(node: ast.AST) -> tuple[list[ast.AST], ast.AST] | None:
+    """(targets, value) when the node binds names."""
+    if isinstance(node, ast.Assign):
+        return list(node.targets), node.value
+    if isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr) and node.value is not None:
+        return [node.target], node.value
+    if isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+        return [node.target], node.iter
+    if isinstance(node, ast.withitem) and node.optional_vars is not None:
+        return [node.optional_vars], node.context_expr
+    return None
+
+
+@dataclass
+class Project:
+    modules: list[Module]
+    by_name: dict[str, Module] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for module in self.modules:
+            self.by_name[module.name] = module
+        for module in self.modules:  # a last resort: `from steps import x` where steps.py is somewhere else
+            self.by_name.setdefault(module.name.rsplit(".", 1)[-1], module)
+
+    def module_named(self, name: str, importer: Module) -> Module | None:
+        """The module an import names, looked up as Python would find it from the importer: next to it (a script's
+        own directory is on sys.path), then from each directory above, then anywhere by its last part."""
+        package = importer.name.rsplit(".", 1)[0] if "." in importer.name else ""
+        if name.startswith("."):
+            levels = len(name) - len(name.lstrip("."))
+            parts = package.split(".") if package else []
+            base = ".".join(parts[:len(parts) - levels + 1])
+            name = f"{base}.{name.lstrip('.')}".strip(".")
+            return self.by_name.get(name)
+        prefix = package
+        while True:
+            found = self.by_name.get(f"{prefix}.{name}" if prefix else name)
+            if found is not None or not prefix:
+                return found or self.by_name.get(name.rsplit(".", 1)[-1])
+            prefix = prefix.rsplit(".", 1)[0] if "." in prefix else ""
+
+    def functions(self, expr: ast.AST, module: Module) -> list[tuple[Module, FunctionNode]]:
+        """The project's defs an expression names: `f`, `self.f`, `mod.f`, or `f` imported from a module of ours."""
+        if isinstance(expr, ast.Name):
+            local = module.defs.get(expr.id)
+            if local:
+                return [(module, d) for d in local]
+            source, attribute = module.imported.get(expr.id, ("", None))
+            target = self.module_named(source, module) if attribute else None
+            if target is not None:
+                return [(target, d) for d in target.defs.get(attribute or "", ())]
+            return []
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            owner = expr.value.id
+            if owner in {"self", "cls"}:
+                return [(module, d) for d in module.defs.get(expr.attr, ())]
+            source, attribute = module.imported.get(owner, ("", None))
+            name = (source + attribute if source.endswith(".") else f"{source}.{attribute}") if attribute else source
+            target = self.module_named(name, module) if source else None
+            if target is not None:
+                return [(target, d) for d in target.defs.get(expr.attr, ())]
+        return []

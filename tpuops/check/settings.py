@@ -1,0 +1,142 @@
+"""Where a setting's value comes from, followed with `ast`: a literal, a local or module-level name, a function
+argument's default, a dataclass field (`padding: str = field(default="longest")`, read as `self.padding` or
+`data_args.padding`), an argparse option (`--fp16`, store_true: off by default) or a config dict
+(`CONFIG["padding"]`). The answer is the set of values it can have by default (empty: unknown).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from tpuops.check.project import FunctionNode, Module, Project, last_name
+
+UNKNOWN: frozenset[object] = frozenset()
+
+
+@dataclass
+class Settings:
+    """The defaults the code directory declares, by setting name."""
+
+    fields: dict[str, dict[str, set[object]]] = field(default_factory=dict)  # class -> field -> defaults
+    options: dict[str, set[object]] = field(default_factory=dict)  # argparse dest -> defaults
+    configs: dict[tuple[str, str], set[object]] = field(default_factory=dict)  # (dict name, key) -> values
+
+    @classmethod
+    def of(cls, project: Project) -> Settings:
+        settings = cls()
+        for module in project.modules:
+            for cls_node in module.classes.values():
+                settings._class_fields(cls_node)
+            for call in module.calls:
+                if last_name(call.func) == "add_argument":
+                    settings._option(call)
+            for node in module.tree.body:
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+                    for target in (t for t in node.targets if isinstance(t, ast.Name)):
+                        for key, value in zip(node.value.keys, node.value.values, strict=False):
+                            if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
+                                settings.configs.setdefault((target.id, str(key.value)), set()).add(value.value)
+        return settings
+
+    def _class_fields(self, node: ast.ClassDef) -> None:
+        fields = self.fields.setdefault(node.name, {})
+        for stmt in node.body:
+            target = stmt.target if isinstance(stmt, ast.AnnAssign) else \
+                stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+            if not isinstance(target, ast.Name) or stmt.value is None:
+                continue
+            value = stmt.value
+            if isinstance(value, ast.Call) and last_name(value.func) == "field":
+                value = next((k.value for k in value.keywords if k.arg == "default"), None)
+            if isinstance(value, ast.Constant):
+                fields.setdefault(target.id, set()).add(value.value)
+
+    def _option(self, call: ast.Call) -> None:
+        flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        dest = next((k.value.value for k in call.keywords if k.arg == "dest" and isinstance(k.value, ast.Constant)),
+                    None)
+        names = [dest] if dest else [f.lstrip("-").replace("-", "_") for f in flags if f.startswith("--")][:1]
+        keywords = {k.arg: k.value for k in call.keywords}
+        action = keywords.get("action")
+        if isinstance(action, ast.Constant) and action.value in ("store_true", "store_false"):
+            default: object = action.value == "store_false"
+        elif isinstance(keywords.get("default"), ast.Constant):
+            default = keywords["default"].value  # type: ignore[union-attr]
+        else:
+            default = None
+        for name in names:
+            self.options.setdefault(name, set()).add(default)
+
+    # ------------------------------------------------------------------------------------------ values
+
+    def values(self, expr: ast.AST, module: Module, depth: int = 0) -> frozenset[object]:  # noqa: C901
+        """The values `expr` can have by default, as far as the code says."""
+        if depth > 4:
+            return UNKNOWN
+        if isinstance(expr, ast.Constant):
+            return frozenset([expr.value])
+        if isinstance(expr, ast.IfExp):
+            return self.values(expr.body, module, depth + 1) | self.values(expr.orelse, module, depth + 1)
+        if isinstance(expr, ast.Name):
+            return self._name(expr, module, depth)
+        if isinstance(expr, ast.Attribute):
+            return self._attribute(expr, module)
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and \
+                isinstance(expr.slice, ast.Constant):
+            return frozenset(self.configs.get((expr.value.id, str(expr.slice.value)), ()))
+        return UNKNOWN
+
+    def _name(self, name: ast.Name, module: Module, depth: int) -> frozenset[object]:
+        function = module.enclosing_function(name)
+        found: set[object] = set()
+        if function is not None:
+            default = _argument_default(function, name.id)
+            if default is not None:
+                found |= self.values(default, module, depth + 1)
+        for node in module.assigns:
+            if (function is None or function.lineno <= node.lineno <= (function.end_lineno or 0)) and \
+                    any(isinstance(t, ast.Name) and t.id == name.id for t in node.targets):
+                found |= self.values(node.value, module, depth + 1)
+        if not found and function is not None:
+            for node in module.tree.body:
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id
+                                                        for t in node.targets):
+                    found |= self.values(node.value, module, depth + 1)
+        return frozenset(found)
+
+    def _attribute(self, attribute: ast.Attribute, module: Module) -> frozenset[object]:
+        """`self.padding`: the enclosing class's field; `args.padding`: the annotated class, else any field or
+        option of that name."""
+        owner = attribute.value
+        if isinstance(owner, ast.Name) and owner.id == "self":
+            cls = module.enclosing_class(attribute)
+            if cls is not None and attribute.attr in self.fields.get(cls.name, {}):
+                return frozenset(self.fields[cls.name][attribute.attr])
+        if isinstance(owner, ast.Name):
+            annotated = _annotation(module.enclosing_function(attribute), owner.id)
+            if annotated in self.fields and attribute.attr in self.fields[annotated]:
+                return frozenset(self.fields[annotated][attribute.attr])
+        found = set(self.options.get(attribute.attr, ()))
+        for fields in self.fields.values():
+            found |= fields.get(attribute.attr, set())
+        return frozenset(found)
+
+
+def _argument_default(function: FunctionNode, name: str) -> ast.AST | None:
+    arguments = function.args
+    positional = arguments.posonlyargs + arguments.args
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults):]], arguments.defaults,
+                        strict=False))
+    defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None}
+    return defaults.get(name)
+
+
+def _annotation(function: FunctionNode | None, name: str) -> str:
+    if function is None:
+        return ""
+    for argument in function.args.posonlyargs + function.args.args + function.args.kwonlyargs:
+        if argument.arg == name and argument.annotation is not None:
+            return last_name(argument.annotation) or (argument.annotation.value
+                                                      if isinstance(argument.annotation, ast.Constant) else "")
+    return ""

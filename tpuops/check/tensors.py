@@ -1,0 +1,172 @@
+"""Which values in a compiled step are device tensors: a small local type inference, `ast` only.
+
+Tensors are the step's traced arguments, what the model, a loss object or a framework op returns, a device
+loader's batch, and what is computed from those (attributes, indexing, arithmetic, methods, a call given a
+tensor). Python values are everything else: counters, configs, rank and world-size helpers (`xm.get_ordinal`,
+`xr.world_size`, `xm.is_master_ordinal`), `len()`, `.shape`, and what `.item()`/`.tolist()` return.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+from tpuops.check.project import dotted, last_name
+
+# PyTorch/XLA's helper modules return Python values (ordinals, devices, rates) but for the collectives.
+XLA_HELPER_ROOTS = {"xm", "xla_model", "xr", "runtime", "pl", "xmp", "met", "xu", "xla_env_vars", "torch_xla"}
+XLA_TENSOR_CALLS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "send",
+                    "recv", "compile"}
+# Framework calls that return Python values (or objects that are not tensors), not tensors.
+PYTHON_VALUED = {"device_count", "local_device_count", "process_index", "process_count", "default_backend",
+                 "devices", "local_devices", "is_available", "executing_eagerly", "is_tensor", "get_rank",
+                 "world_size", "global_ordinal", "xla_device", "get_world_size", "is_grad_enabled", "no_grad",
+                 "manual_seed", "save", "device", "Generator", "set_default_dtype", "DataLoader", "key",
+                 "PRNGKey", "get_ordinal", "is_master_ordinal", "local_ordinal", "get_local_ordinal"}
+PYTHON_PREFIXES = ("torch.utils.", "torch.cuda.", "torch.distributed.", "torch.backends.", "torch.optim.",
+                   "tf.config.", "tf.distribute.", "tf.data.", "jax.config.", "jax.distributed.", "tf.io.")
+PYTHON_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "requires_grad", "is_cuda", "name", "rank", "training",
+                     "size_in_bytes", "sharding"}
+PYTHON_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "get_shape", "__len__", "element_size",
+                  "keys", "rate", "global_rate", "format", "get_last_lr", "state_dict", "parameters",
+                  "named_parameters", "train", "eval", "zero_grad"}
+PYTHON_BUILTINS = {"len", "int", "float", "bool", "str", "range", "enumerate", "isinstance", "print", "round",
+                   "repr", "format", "type", "hasattr", "getattr", "callable", "id", "hash", "open", "super",
+                   "iter", "next", "sorted", "reversed", "vars", "dir", "zip"}
+MODEL_WORDS = ("model", "net", "module", "criterion", "loss_fn", "lossfn", "apply_fn")
+TENSOR_CLASSES = {"Tensor", "Variable", "Parameter", "FloatTensor", "LongTensor", "Array"}
+
+
+class TensorValues:
+    """Decides whether an expression in one scope (a function or the module) is a tensor.
+
+    `traced`: names that are tensors from the start (a jitted function's arguments, a step loop's batch);
+    the scope's `bindings` (assignments, `for` and comprehension targets) are followed to a fixed point.
+    """
+
+    def __init__(self, bindings: list[tuple[list[ast.AST], ast.AST]], aliases: set[str],
+                 traced: Iterable[str] = ()) -> None:
+        self.aliases = aliases
+        self.names: set[str] = set(traced)
+        self.bool_names: set[str] = set()
+        self.objects: set[str] = set()  # models, loss objects, optimizers: called they give tensors, but are none
+        for targets, value in bindings:
+            if self._object(value) and len(targets) == 1 and isinstance(targets[0], ast.Name):
+                self.objects.add(targets[0].id)
+        self.names -= self.objects
+        for _ in range(3):  # a loop body can use a name assigned further down
+            before = len(self.names) + len(self.bool_names)
+            for targets, value in bindings:
+                if self.is_tensor(value) and not (len(targets) == 1 and isinstance(targets[0], ast.Name)
+                                                  and targets[0].id in self.objects):
+                    names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                    self.names |= names
+                    if self.is_bool(value):
+                        self.bool_names |= names
+            if len(self.names) + len(self.bool_names) == before:
+                break
+
+    # ------------------------------------------------------------------------------------------ calls
+
+    def _object(self, value: ast.AST) -> bool:
+        """An instance of a class (GPT(...), nn.Linear(...), optim.AdamW(...)), a model moved or wrapped
+        (`model.to(device)`, `torch.compile(model)`), or another name for one."""
+        if isinstance(value, ast.Name):
+            return value.id in self.objects or any(w in value.id.lower() for w in MODEL_WORDS)
+        if not isinstance(value, ast.Call):
+            return False
+        name = last_name(value.func)
+        if name[:1].isupper() and name not in TENSOR_CLASSES:
+            return True
+        if name in {"from_pretrained", "compile", "prepare_model"}:
+            return True
+        receiver = value.func.value if isinstance(value.func, ast.Attribute) else None
+        return name in {"to", "cuda", "train", "eval", "half", "float", "bfloat16"} and receiver is not None and \
+            self._object(receiver)
+
+    def framework_call(self, call: ast.Call) -> bool:
+        """A call into a framework module (jnp.sum, torch.where, tf.boolean_mask) that returns a tensor."""
+        path = dotted(call.func)
+        if not path or path.split(".")[0] not in self.aliases:
+            return False
+        name = path.rsplit(".", 1)[-1]
+        if path.split(".")[0] in XLA_HELPER_ROOTS or ".core.xla_model" in path:
+            return name in XLA_TENSOR_CALLS
+        return name not in PYTHON_VALUED and not path.startswith(PYTHON_PREFIXES)
+
+    def _call(self, call: ast.Call) -> bool:
+        func = call.func
+        if isinstance(func, ast.Name) and func.id in PYTHON_BUILTINS:
+            return False
+        path = dotted(func)
+        if path and path.split(".")[0] in self.aliases:
+            return self.framework_call(call)
+        if isinstance(func, ast.Attribute):
+            if func.attr in PYTHON_METHODS:
+                return False
+            if self.is_tensor(func.value) or (func.attr == "to" and not self._object(func.value)):
+                return True
+        if self._object(func) or self.is_tensor(func) or any(w in last_name(func).lower() for w in MODEL_WORDS):
+            return True  # calling a model or a loss object
+        if self._object(call):
+            return False
+        if isinstance(func, ast.Call) and self._call(func):
+            return True  # jax.value_and_grad(f)(params)
+        arguments = [*call.args, *(k.value for k in call.keywords)]
+        return any(self.is_tensor(a) for a in arguments)  # a tensor in, a tensor out
+
+    # ------------------------------------------------------------------------------------ expressions
+
+    def is_tensor(self, expr: ast.AST | None) -> bool:  # noqa: C901  one case per expression kind
+        if expr is None:
+            return False
+        if isinstance(expr, ast.Name):
+            return expr.id in self.names and expr.id not in self.objects
+        if isinstance(expr, ast.Attribute):
+            return expr.attr not in PYTHON_ATTRIBUTES and self.is_tensor(expr.value)
+        if isinstance(expr, ast.Subscript):
+            return self.is_tensor(expr.value)
+        if isinstance(expr, ast.Call):
+            return self._call(expr)
+        if isinstance(expr, ast.Compare):
+            if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
+                return False
+            return any(self.is_tensor(e) for e in [expr.left, *expr.comparators])
+        if isinstance(expr, ast.BinOp):
+            if isinstance(expr.op, ast.Mod) and isinstance(expr.left, ast.Constant | ast.JoinedStr):
+                return False  # "%f" % x is a string
+            return self.is_tensor(expr.left) or self.is_tensor(expr.right)
+        if isinstance(expr, ast.UnaryOp):
+            return self.is_tensor(expr.operand)
+        if isinstance(expr, ast.BoolOp):
+            return any(self.is_tensor(v) for v in expr.values)
+        if isinstance(expr, ast.IfExp):
+            return self.is_tensor(expr.body) or self.is_tensor(expr.orelse)
+        if isinstance(expr, ast.Tuple | ast.List | ast.Set):
+            return any(self.is_tensor(e) for e in expr.elts)
+        if isinstance(expr, ast.Dict):
+            return any(self.is_tensor(v) for v in expr.values)
+        if isinstance(expr, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+            return self.is_tensor(expr.elt)
+        if isinstance(expr, ast.DictComp):
+            return self.is_tensor(expr.value)
+        if isinstance(expr, ast.Starred | ast.NamedExpr):
+            return self.is_tensor(expr.value)
+        return False
+
+    def is_bool(self, expr: ast.AST) -> bool:
+        """A boolean tensor: a comparison of tensors, logical_*/isnan/..., x.bool(), or a name holding one."""
+        if isinstance(expr, ast.Name):
+            return expr.id in self.bool_names
+        if isinstance(expr, ast.Compare):
+            return self.is_tensor(expr)
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert | ast.Not):
+            return self.is_bool(expr.operand)
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitAnd | ast.BitOr | ast.BitXor):
+            return self.is_bool(expr.left) or self.is_bool(expr.right)
+        if isinstance(expr, ast.Call):
+            name = last_name(expr.func)
+            return (name.startswith("logical_") or name in {"isnan", "isinf", "isfinite", "bool", "not_equal",
+                                                            "equal", "greater", "less", "eq", "ne", "gt", "lt"}) \
+                and self.is_tensor(expr)
+        return False
