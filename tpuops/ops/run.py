@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tpuops.context import Context
+from tpuops.guard.loop import watch_with_lease
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.tail import latest_values
 from tpuops.ops import down as down_ops
@@ -115,7 +116,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
             return RunSummary(cluster, report.run_id, time.monotonic() - started)
         if watch is not None:  # watch (and recover) instead of following: `tpuops logs -f` shows the output
             phase("watch")
-            watched = watch_ops.watch(ctx, cluster, replace(watch, down=False), on_event)  # --down is ours
+            watched = watch_with_lease(ctx, cluster, replace(watch, down=False), on_event=on_event)  # --down: ours
             return RunSummary(cluster, watched.run_id, time.monotonic() - started, torn_down=down, watched=watched)
         phase("follow")
         workers = _follow_run(ctx, cluster, report.run_id, on_line, scalars)

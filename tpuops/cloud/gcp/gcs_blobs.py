@@ -135,7 +135,12 @@ class GcsBlobStore:
         def read() -> VersionedBlob:
             blob = self._bucket().blob(self.root + name)
             data = blob.download_as_bytes(retry=None, timeout=REQUEST_TIMEOUT_S)  # x-goog-generation sets it
-            return VersionedBlob(data, int(blob.generation))
+            generation = blob.generation
+            if generation is None:  # an endpoint that does not send it: metadata, then that generation's bytes
+                blob.reload(retry=None, timeout=REQUEST_TIMEOUT_S)
+                generation = blob.generation
+                data = blob.download_as_bytes(if_generation_match=generation, retry=None, timeout=REQUEST_TIMEOUT_S)
+            return VersionedBlob(data, int(generation))
 
         return self._call(f"reading {blob_url}", read, not_found=lambda: BlobNotFound(f"{blob_url} not found"))
 
