@@ -118,6 +118,8 @@ def status(
     if result.found_by_label:
         console.print(f"  no local state: found by its label in {result.found_by_label}")
     print_guard(result.guard)
+    if result.recovery_guard is not None:
+        console.print(f"  guard: {result.recovery_guard.summary()}", markup=False)
     for row in result.resources:
         console.print(f"  {row.kind:<16} {row.name:<28} {row.state:<12} {row.detail}")
     if result.tpu_state:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 GUARD_PREFIX = "guard"  # under gs://BUCKET/.tpuops/NAME/: the bundle, the lease and the ledger
+HOLDER_ENV = "TPUOPS_GUARD_HOLDER"  # the guard's lease holder id, the same across its restarts
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from tpuops.cloud.blob_types import BlobStore
 from tpuops.cloud.kinds.tpu import READY
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.lease import Lease, LeaseKeeper, LeaseLost, LeaseRecord
+from tpuops.guard.host import HOLDER_ENV
+from tpuops.guard.lease import Lease, LeaseKeeper, LeaseLost, LeaseRecord, read_lease
 from tpuops.guard.ledger import Heartbeat, Ledger, Progress
 from tpuops.guard.notify import Notifier
 from tpuops.guard.place import guard_store, notify_url
@@ -32,7 +33,6 @@ from tpuops.ops.remote import resolve_name
 from tpuops.ops.status import spec_of
 
 ROLE_GUARD, ROLE_WATCH = "guard", "watch"
-HOLDER_ENV = "TPUOPS_GUARD_HOLDER"  # a guard's id, kept across its restarts
 HEARTBEAT_ENV = "TPUOPS_GUARD_HEARTBEAT"  # seconds between heartbeats (default a minute; tests shrink it)
 HEARTBEAT_S = 60.0
 ERROR_KINDS = frozenset({"observe", "gave-up", "error"})
@@ -64,6 +64,8 @@ def watch_with_lease(ctx: Context, name: str | None, options: watch_ops.WatchOpt
             raise UsageError(f"the guard keeps its lease and ledger in the run's bucket, and '{cluster}' has none",
                              "add `bucket: {name: ...}` to the spec and run `tpuops up SPEC` again")
         return watch_ops.watch(ctx, cluster, options, on_event, sleep)
+    if role == ROLE_GUARD:
+        _wait_for_a_run(ctx, cluster, options.poll_interval, _sayer(on_event), sleep)
     holder = default_holder(role, ctx.env)
     lease = Lease(store, holder, role, options.poll_interval)
     ledger = Ledger(store, holder)
@@ -89,9 +91,17 @@ def watch_with_lease(ctx: Context, name: str | None, options: watch_ops.WatchOpt
         sleep(options.poll_interval)
 
 
-def lease_of(store: BlobStore) -> LeaseRecord | None:
-    from tpuops.guard.lease import read_lease
+def _wait_for_a_run(ctx: Context, cluster: str, interval: float, say: Callable[[str, str], None],
+                    sleep: Callable[[float], None]) -> None:
+    """A guard started before the first launch (`up --guard`) waits for it instead of exiting."""
+    if ctx.store.require(cluster).current_run is not None:
+        return
+    say("guard", f"'{cluster}' has no run yet: waiting for `tpuops launch {cluster}`")
+    while ctx.store.require(cluster).current_run is None:
+        sleep(interval)
 
+
+def lease_of(store: BlobStore) -> LeaseRecord | None:
     return read_lease(store)[0]
 
 

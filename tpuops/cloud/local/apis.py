@@ -84,6 +84,15 @@ class LocalCloud(LocalSearch):
         shutil.rmtree(home, ignore_errors=True)
         self._record("tpus", name).unlink(missing_ok=True)
 
+    def preempt_node(self, name: str) -> None:
+        """A preemption: every process of the node's workers ends, the record reads PREEMPTED (the homes stay,
+        as a preempted TPU keeps its name until it is deleted)."""
+        record = self._read("tpus", name)
+        if record is None:
+            raise CloudError(f"no simulated TPU named {name}")
+        stop_processes_under(self.root / "workers" / name)
+        self._write("tpus", name, {**record, "state": "PREEMPTED"})
+
     def host_keys(self, zone: str, name: str) -> list[HostKey]:
         return []  # local workers are not reached over SSH
 
