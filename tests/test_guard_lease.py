@@ -103,7 +103,7 @@ def test_steps_lost_and_goodput() -> None:
     progress.tick(240)
     assert (progress.recoveries, progress.steps_lost, progress.step) == (1, 2, 6)
     assert progress.goodput == Goodput(paid_s=120.0, advancing_s=120.0, lost_s=120.0)
-    assert "0.03h paid" in progress.goodput.line()
+    assert "2m paid" in progress.goodput.line()
 
 
 def test_ledger_events_in_order_and_after(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tpuops.cloud.blob_types import BlobNotFound, BlobStore
+from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError
 
 HEARTBEAT_BLOB = "heartbeat.json"
@@ -55,10 +56,14 @@ class Goodput:
     lost_s: float = 0.0
 
     def line(self) -> str:
-        paid = self.paid_s / HOUR
         share = f" ({100 * self.advancing_s / self.paid_s:.0f}%)" if self.paid_s > 0 else ""
-        return (f"goodput so far: {paid:.2f}h paid, {self.advancing_s / HOUR:.2f}h with steps advancing{share}, "
-                f"{self.lost_s / HOUR:.2f}h lost to preemption and recovery")
+        return (f"goodput so far: {hours(self.paid_s)} paid, {hours(self.advancing_s)} with steps advancing{share}, "
+                f"{hours(self.lost_s)} lost to preemption and recovery")
+
+
+def hours(seconds: float) -> str:
+    """2.35h from an hour on (what a bill counts in), 12m or 40s below."""
+    return f"{seconds / HOUR:.2f}h" if seconds >= HOUR else format_duration(seconds)
 
 
 @dataclass

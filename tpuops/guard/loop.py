@@ -228,7 +228,7 @@ class GuardedWatcher(watch_ops.Watcher):
         self._check_lease()
         self.progress.preempted(time.time())
         kind = "preemption" if verdict.recreate else "failure"
-        self.record(kind, verdict.reason, step_before=self.progress.step)
+        self.note(kind, verdict.reason, step_before=self.progress.step)
         super().recover(verdict)
         self.progress.relaunched = True
 
@@ -240,6 +240,11 @@ class GuardedWatcher(watch_ops.Watcher):
         super().event(kind, message)
         error = kind in ERROR_KINDS or message.startswith("attempt failed")
         self.record(kind, message, **({"error": True} if error else {}))
+
+    def note(self, kind: str, message: str, **data: Any) -> None:
+        """An event of the guard's own (not the watch's): printed too, and kept in the ledger."""
+        self.say(kind, message)
+        self.record(kind, message, **data)
 
     def record(self, kind: str, message: str, **data: Any) -> None:
         if self.ledger is not None:
@@ -263,7 +268,7 @@ class GuardedWatcher(watch_ops.Watcher):
             return
         closed = self.progress.steps_seen(self.steps.poll(), time.time())
         if closed is not None:
-            self.record("recovered", f"training resumed at step {closed['first_step_after']} "
+            self.note("recovered", f"training resumed at step {closed['first_step_after']} "
                                      f"{closed['seconds_to_recover']:.0f}s after the preemption was seen; "
                                      f"{closed['steps_lost']} step(s) lost (last before: {closed['step_before']})",
                         **closed)

@@ -3,7 +3,6 @@ in the bucket (never from the guard itself: a dead guard must still be reported,
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -54,6 +53,8 @@ class GuardReport:
         who = self.heartbeat.role if self.heartbeat.role != "guard" else ""
         if self.heartbeat.alive():
             return f"alive (heartbeat {age} ago{', from ' + who if who else ''}; {where})"
+        if self.events and self.events[-1].kind == "ended":
+            return f"done: the run ended ({self.events[-1].message}) {age} ago"
         return f"dead: last heartbeat {age} ago ({where}); `tpuops guard up {self.cluster}` brings it back"
 
     def summary(self) -> str:
@@ -103,7 +104,3 @@ def guard_report(ctx: Context, state: ClusterState, spec: Spec | None, last: int
     recoveries = sum(1 for event in events if event.kind == RESTART_KIND)
     return GuardReport(state.name, info, heartbeat, lease, recoveries, tuple(events[-last:]),
                        errors[-1] if errors else None)
-
-
-def age_text(seconds: float) -> str:
-    return format_duration(max(0.0, time.time() - seconds))

@@ -88,7 +88,8 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
              on_phase: Phase | None = None, on_step: launch_ops.StepHandler | None = None,
              watch: watch_ops.WatchOptions | None = None,
              on_event: watch_ops.EventHandler | None = None,
-             on_progress: up_ops.Progress | None = None, preflight: bool = False) -> RunSummary:
+             on_progress: up_ops.Progress | None = None, preflight: bool = False,
+             guard: bool | None = None) -> RunSummary:
     phase = on_phase or (lambda text: None)
     started = time.monotonic()
     cluster: str | None = None
@@ -102,7 +103,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
     during_up: up_ops.UpInterrupted | None = None
     try:
         phase("up")
-        result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress)
+        result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress, guard=guard)
         cluster = result.cluster
         scalars = ScalarFollower(ctx, cluster, on_points)
         scalars.skip_existing()  # what the logdir holds now belongs to earlier runs

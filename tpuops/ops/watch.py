@@ -353,7 +353,7 @@ class Watcher:
         self.forget_workers()
         self.event("recovery", f"creating the TPU again ({spec.tpu.type})")
         result = up_ops.up(self.ctx, state.spec_path, wait_for_capacity=self.options.wait_for_capacity,
-                           progress=lambda kind, name, text: self.say("up", f"{kind} {name}: {text}"))
+                           progress=lambda kind, name, text: self.say("up", f"{kind} {name}: {text}"), guard=False)
         self.pending_recreate = False
         zone = self.state().zone
         self.event("recovery", f"TPU ready again in {zone} with {len(result.workers)} worker(s)")

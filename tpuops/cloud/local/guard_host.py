@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,7 +59,7 @@ class LocalGuardHost:
         with self._locked(cluster):
             if is_guard_process(pid, cluster):
                 stop_process_group(pid)
-            (self.directory(cluster) / "guard.pid").unlink(missing_ok=True)
+        shutil.rmtree(self.directory(cluster), ignore_errors=True)  # its events stay in the ledger
         return True
 
     # ------------------------------------------------------------------------------------------ parts
