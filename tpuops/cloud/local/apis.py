@@ -47,6 +47,8 @@ class LocalCloud(LocalSearch):
             return json.loads(self._record(kind, name).read_text())
         except FileNotFoundError:
             return None
+        except ValueError as err:  # as a cloud API that answers garbage: an error of the call, not a verdict
+            raise CloudError(f"the simulator's {kind} record {name} is unreadable: {err}") from err
 
     def _write(self, kind: str, name: str, data: Mapping[str, object]) -> None:
         path = self._record(kind, name)
