@@ -10,9 +10,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -82,7 +84,36 @@ def quickstart(tmp_path: Path, tpuops_home: Path, monkeypatch: pytest.MonkeyPatc
         assert processes_under(tpuops_home / "local" / "workers") == []
 
 
-def test_the_guard_recovers_a_preemption_with_no_cli_attached(quickstart: str, tpuops_home: Path) -> None:
+@pytest.fixture
+def webhook() -> Iterator[tuple[str, list[dict]]]:
+    """A loopback endpoint standing for a Slack webhook: its URL (the secret) and what it received."""
+    received: list[dict] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/services/T0/B0/SECRET-{uuid.uuid4().hex[:6]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_the_guard_recovers_a_preemption_with_no_cli_attached(quickstart: str, tpuops_home: Path,
+                                                              webhook: tuple[str, list[dict]]) -> None:
+    url, received = webhook
+    spec = Path(quickstart)
+    spec.write_text(spec.read_text() + f"guard: {{notify: '{url}'}}\n")
     up = cli("guard", "up", "quickstart")
     assert up.returncode == 0 and "guard: process pid" in up.stdout, up.stderr
     pid = guard_pid(tpuops_home, "quickstart")
@@ -109,6 +140,14 @@ def test_the_guard_recovers_a_preemption_with_no_cli_attached(quickstart: str, t
     report = json.loads(cli("guard", "status", "quickstart", "--json").stdout)
     assert report["alive"] and report["recoveries"] == 1 and report["heartbeat"]["goodput"]["paid_s"] > 0
     assert "recovered: training resumed" in cli("guard", "logs", "quickstart").stdout
+    wait_until(lambda: any(m["kind"] == "recovered" for m in received), "the webhook's POST")
+    hook = next(m for m in received if m["kind"] == "recovered")
+    assert hook["cluster"] == "quickstart" and hook["steps_lost"] == facts["steps_lost"]
+    secret = url.rsplit("/", 1)[1]
+    shown = [status.stdout, json.dumps(report), (guard_dir(tpuops_home, "quickstart") / "guard.log").read_text(),
+             (tpuops_home / "clusters" / "quickstart" / "state.json").read_text(),
+             cli("status", "quickstart", "--json").stdout, cli("plan", quickstart).stdout]
+    assert not [text for text in shown if secret in text]  # the webhook URL is a secret
 
 
 def test_a_laptop_watch_views_and_a_killed_guard_keeps_lease_and_ledger(quickstart: str, tpuops_home: Path) -> None:
