@@ -99,7 +99,9 @@ class Lease:
         except PreconditionFailed:  # someone else took it between our read and write
             self.generation = None
             again, _ = read_lease(self.store)
-            return again if again is not None and again.holder != self.holder else self.try_acquire()
+            if again is not None and again.holder not in (None, self.holder) and again.live(self.clock()):
+                return again
+            return self.try_acquire()  # released or stale meanwhile: try again, through the precondition
         return None
 
     def renew(self) -> None:
