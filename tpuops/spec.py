@@ -15,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tpuops.errors import SpecError
-from tpuops.spec_autostop import AutostopSpec
+from tpuops.guard.autostop.spec import AutostopSpec
+from tpuops.guard.spec import GuardSpec
 from tpuops.spec_watch import WatchSpec
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -147,6 +148,7 @@ class Spec(Model):
         default_factory=AutostopSpec, description="The cost guard on worker 0: delete the TPU when idle, or later."
     )
     watch: WatchSpec = Field(default_factory=WatchSpec, description="The hang watchdog of `tpuops watch`.")
+    guard: GuardSpec = Field(default_factory=GuardSpec, description="Recovery that outlives the laptop.")
 
     @field_validator("name")
     @classmethod

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
-    from tpuops.remote.autostop import LocalTarget
+    from tpuops.guard.autostop.remote import LocalTarget
+    from tpuops.guard.host import GuardHost
     from tpuops.remote.base import Runner
 
 ProviderName = Literal["gcp", "local"]
@@ -97,6 +98,15 @@ class Provider(Protocol):
 
     def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget | None:
         """What the autostop agent deletes when it is not a TPU behind Google's API (None: the TPU API)."""
+        ...
+
+    def guard_host(self) -> GuardHost:
+        """Where `tpuops guard` keeps the headless watch alive (a local process, or a small VM)."""
+        ...
+
+    def preempt(self, node: str) -> None:
+        """Preempt a TPU node on purpose, to rehearse recovery (`tpuops simulate preempt`); UsageError where the
+        cloud cannot."""
         ...
 
 

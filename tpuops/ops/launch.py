@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.ops import cost_guard
+from tpuops.guard.autostop import cost_guard
+from tpuops.guard.autostop.remote import AgentInstall
 from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push
 from tpuops.ops.run_control import (  # noqa: F401  (also the run's other commands, where callers find them)
     UNREACHABLE,
@@ -43,7 +44,6 @@ from tpuops.ops.run_control import (  # noqa: F401  (also the run's other comman
     worst_exit_code,
 )
 from tpuops.ops.trainer_env import localize, trainer_envs
-from tpuops.remote.autostop import AgentInstall
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_text
 from tpuops.remote.fanout import run_each
 from tpuops.remote.launch_lock import LaunchLock, LockBusy, LockOwner

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
+from tpuops.guard.loop import watch_with_lease
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.tail import latest_values
 from tpuops.ops import down as down_ops
@@ -89,7 +90,8 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
              on_phase: Phase | None = None, on_step: launch_ops.StepHandler | None = None,
              watch: watch_ops.WatchOptions | None = None,
              on_event: watch_ops.EventHandler | None = None,
-             on_progress: up_ops.Progress | None = None, preflight: bool = False) -> RunSummary:
+             on_progress: up_ops.Progress | None = None, preflight: bool = False,
+             guard: bool | None = None) -> RunSummary:
     phase = on_phase or (lambda text: None)
     started = time.monotonic()
     cluster: str | None = None
@@ -104,7 +106,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
     during_up: up_ops.UpInterrupted | None = None
     try:
         phase("up")
-        result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress)
+        result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress, guard=guard)
         cluster = result.cluster
         scalars = ScalarFollower(ctx, cluster, on_points)
         scalars.skip_existing()  # what the logdir holds now belongs to earlier runs
@@ -118,7 +120,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
             return RunSummary(cluster, report.run_id, time.monotonic() - started)
         if watch is not None:  # watch (and recover) instead of following: `tpuops logs -f` shows the output
             phase("watch")
-            watched = watch_ops.watch(ctx, cluster, replace(watch, down=False), on_event)  # --down is ours
+            watched = watch_with_lease(ctx, cluster, replace(watch, down=False), on_event=on_event)  # --down: ours
             down = down and not watched.keep_tpu  # the watchdog kept a hung run's TPU for the user
             return RunSummary(cluster, watched.run_id, time.monotonic() - started, torn_down=down, watched=watched)
         phase("follow")

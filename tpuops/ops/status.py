@@ -14,7 +14,8 @@ from tpuops.cloud.kinds.storage import bucket_row
 from tpuops.cloud.kinds.tpu import node_row, queued_row
 from tpuops.context import Context
 from tpuops.errors import ClusterNotFound, TpuopsError
-from tpuops.ops.cost_guard import GuardStatus, guard_status
+from tpuops.guard.autostop.cost_guard import GuardStatus, guard_status
+from tpuops.guard.report import GuardReport, guard_report
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.workers import number_hosts
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
@@ -37,10 +38,12 @@ class ClusterStatus:
     found_by_label: str | None = None  # no local state: where the search by label looked
     guard: GuardStatus | None = None  # uptime, cost so far, autostop
     watchdog: WatchdogView | None = None  # the hang watchdog's last step and verdict, as a watch last wrote it
+    recovery_guard: GuardReport | None = None  # `tpuops guard`: alive, recoveries, goodput (None: never had one)
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "workers": [w.model_dump() for w in self.workers],
-                "guard": self.guard.as_dict() if self.guard else None}
+                "guard": self.guard.as_dict() if self.guard else None,
+                "recovery_guard": self.recovery_guard.as_dict() if self.recovery_guard else None}
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
         run_status(ctx, state, reachable=tpu_state == "READY"),
         guard=guard_status(ctx, state, spec, tpu_state == "READY", accelerator_type),
         watchdog=watchdog_view(ctx, state, spec),
+        recovery_guard=guard_report(ctx, state, spec, last=3),
     )
 
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from tpuops.cloud.provider import TrainerSite
 from tpuops.context import Context
-from tpuops.ops import cost_guard
-from tpuops.ops.autostop import record_prefix
+from tpuops.guard.autostop import cost_guard
+from tpuops.guard.autostop.client import record_prefix
 from tpuops.ops.remote import ClusterAccess
 from tpuops.spec import Spec
 from tpuops.state import WorkerRecord, bucket_of

@@ -21,7 +21,7 @@ from typing import Any
 from tpuops.cloud.blobs import BlobNotFound, BlobStore, DirBlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
-from tpuops.ops.autostop import record_prefix
+from tpuops.guard.autostop.client import record_prefix
 from tpuops.spec import Spec
 from tpuops.state import ClusterState, bucket_of
 
