@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
+    from tpuops.guard.host import GuardHost
     from tpuops.remote.autostop import LocalTarget
     from tpuops.remote.base import Runner
 
@@ -97,6 +98,10 @@ class Provider(Protocol):
 
     def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget | None:
         """What the autostop agent deletes when it is not a TPU behind Google's API (None: the TPU API)."""
+        ...
+
+    def guard_host(self) -> GuardHost:
+        """Where `tpuops guard` keeps the headless watch alive (a local process, or a small VM)."""
         ...
 
 

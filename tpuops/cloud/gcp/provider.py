@@ -11,6 +11,7 @@ from tpuops.errors import UsageError
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
+    from tpuops.guard.host import GuardHost
     from tpuops.remote.base import Runner
 
 XRT_PORT = 8470  # a legacy TPU Node's gRPC endpoint
@@ -63,6 +64,10 @@ class GcpProvider:
 
     def tpu_paths(self, vfio: bool) -> tuple[str, str]:
         return tpu_paths_from(self.env, vfio)
+
+    def guard_host(self) -> GuardHost:
+        raise UsageError("the guard VM on Google Cloud is not available in this build yet",
+                         "use `tpuops watch NAME` on a machine that stays awake")
 
     def coordinator(self, worker0_ip: str) -> str:
         return f"{worker0_ip}:{COORDINATOR_PORT}"

@@ -1,0 +1,50 @@
+"""Where the guard runs: the boundary between the guard (lease, ledger, headless loop, commands) and the
+provider's way of keeping a process alive (a detached local process, or a small VM under systemd).
+
+A provider hands out its `GuardHost` through `Provider.guard_host()`; everything above only calls these three
+methods, so `guard up`, `guard down`, `status` and `down` never ask which provider they have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+GUARD_PREFIX = "guard"  # under gs://BUCKET/.tpuops/NAME/: the bundle, the lease and the ledger
+
+
+@dataclass(frozen=True)
+class GuardPlacement:
+    """Where and how the guard runs."""
+
+    cluster: str
+    project: str | None
+    zone: str | None
+    machine_type: str  # e2-micro by default
+    service_account: str | None
+    bucket: str  # the run's bucket: the bundle is staged under gs://BUCKET/.tpuops/NAME/guard/
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class GuardHostInfo:
+    kind: Literal["process", "vm"]
+    name: str
+    zone: str | None
+    state: str  # running, stopped, missing, ...
+    detail: str | None = None
+
+
+class GuardHost(Protocol):
+    def ensure(self, placement: GuardPlacement, bundle_prefix: str) -> GuardHostInfo:
+        """Start the guard, or adopt the one running and refresh it (idempotent)."""
+        ...
+
+    def describe(self, cluster: str) -> GuardHostInfo | None:
+        """The guard's host as it is now; None when there is none."""
+        ...
+
+    def delete(self, cluster: str) -> bool:
+        """Stop and remove the guard's host; False when there was none."""
+        ...
