@@ -15,7 +15,7 @@ from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
 from tpuops.errors import ForeignResourceError
 from tpuops.spec import CLUSTER_LABEL, Spec
 
-Kind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm"]
+Kind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm", "guard_vm"]
 Verb = Literal["create", "keep", "recreate"]
 IAM_ROLE = "roles/storage.objectAdmin"
 
