@@ -39,7 +39,7 @@ def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def script_for(tmp_path: Path, bucket: str = "night-bucket", prefix: str = PREFIX) -> Path:
     path = tmp_path / "startup.sh"
-    path.write_text(startup_script(GuardBoot("night", bucket, prefix, WHEEL)))
+    path.write_text(startup_script(GuardBoot("night", bucket, prefix)))
     return path
 
 
@@ -47,8 +47,9 @@ def run_part(script: Path, home: Path, line: str, env: dict[str, str] | None = N
              timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Source the script's functions, point them at a temporary home, run `line`."""
     program = (f'. "$1" && GUARD_HOME="$2" && VENV="$2/venv" && UNIT_DIR="$2/units" && BUNDLE_WAIT=0 && {line}')
+    env = {**os.environ, "TPUOPS_GUARD_FUNCTIONS_ONLY": "1", **(env or {})}
     return subprocess.run(["sh", "-c", program, "sh", str(script), str(home)], capture_output=True, text=True,
-                          timeout=timeout, cwd=script.parent, env={**os.environ, "TPUOPS_GUARD_FUNCTIONS_ONLY": "1", **(env or {})})
+                          timeout=timeout, cwd=script.parent, env=env)
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
@@ -69,17 +70,16 @@ def test_every_value_reaches_the_script_literally(tmp_path: Path) -> None:
 
 def test_values_that_reach_the_systemd_unit_must_be_plain() -> None:
     with pytest.raises(ValueError):
-        GuardBoot("night; rm -rf /", "b", PREFIX, WHEEL)
+        GuardBoot("night; rm -rf /", "b", PREFIX)
     with pytest.raises(ValueError):
-        GuardBoot("night", "b", PREFIX, WHEEL, home="/var/lib/with space")
-    with pytest.raises(ValueError):
-        GuardBoot("night", "b", PREFIX, "evil.whl")
+        GuardBoot("night", "b", PREFIX, home="/var/lib/with space")
 
 
 def test_the_bundle_is_mirrored_with_the_vms_token_and_only_what_changed_is_fetched_again(
         tmp_path: Path, gcs_emulator: GcsEmulator, metadata: MetadataFake) -> None:  # noqa: F811
     bucket = gcs_emulator.client().bucket(gcs_emulator.new_bucket("guard"))
     bucket.blob(PREFIX + "wheels/" + WHEEL).upload_from_string(b"not really a wheel")
+    bucket.blob(PREFIX + "wheels/CURRENT").upload_from_string(WHEEL.encode())
     bucket.blob(PREFIX + "clusters/night/state.json").upload_from_string(b'{"name": "night"}')
     bucket.blob(".tpuops/night/guard/lease.json").upload_from_string(b"not the bundle's")
     script = script_for(tmp_path, bucket.name)
@@ -120,13 +120,14 @@ def test_a_vm_that_boots_before_the_bundle_is_staged_waits_then_says_what_is_mis
     env = {"GCE_METADATA_HOST": metadata.host, "STORAGE_EMULATOR_HOST": gcs_emulator.host}
     done = run_part(script_for(tmp_path, bucket), tmp_path / "home", "fetch_bundle", env)
     assert done.returncode == 1
-    assert f"no wheel staged under gs://{bucket}/{PREFIX}wheels/ yet" in done.stderr
+    assert f"no wheel staged under gs://{bucket}/{PREFIX}wheels/CURRENT yet" in done.stderr
 
 
 def test_the_wheel_is_installed_into_the_guards_venv_and_runs(tmp_path: Path, built_wheel: Path) -> None:
     home = tmp_path / "home"
     (home / "wheels").mkdir(parents=True)
     shutil.copy(built_wheel, home / "wheels" / WHEEL)
+    (home / "wheels/CURRENT").write_text(WHEEL)
     # The dependencies come from this machine's site-packages instead of PyPI: no test may reach the internet.
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(home / "venv")], check=True,
                    timeout=120)
@@ -143,6 +144,10 @@ def test_the_wheel_is_installed_into_the_guards_venv_and_runs(tmp_path: Path, bu
     assert where.stdout.startswith(str(home / "venv")), where  # the wheel's copy, not this machine's
     again = run_part(script_for(tmp_path), home, "install_tpuops", env, timeout=300)
     assert again.returncode == 0 and "installing" not in again.stdout  # same wheel: nothing to do
+    for bad in ("../../evil.sh", "tpuops-/../../evil.whl"):
+        (home / "wheels/CURRENT").write_text(bad)
+        refused = run_part(script_for(tmp_path), home, "install_tpuops", env)
+        assert refused.returncode != 0 and "does not name a tpuops wheel" in refused.stdout
 
 
 def test_the_unit_runs_the_headless_watch_as_the_guard_user_and_restarts_always(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ the VM's own token from the metadata server.
 An object is fetched only when its generation differs from the one fetched last time (kept in
 `.bundle-generations.json`), so a reboot does not put back a stale copy over what the guard wrote since, and a
 bundle staged again (`guard up` after a change of spec or code) does replace it. It waits, within --wait seconds,
-until a wheel is staged: the VM may boot before `guard up` has staged the bundle.
+until a wheel is staged (wheels/CURRENT names it): the VM may boot before `guard up` has staged the bundle.
 
     python3 fetch_bundle.py BUCKET PREFIX DEST [--wait SECONDS]
 
@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 
 MANIFEST = ".bundle-generations.json"
-WHEELS = "wheels/"
+CURRENT = "wheels/CURRENT"  # names the wheel to install; written after the wheel itself
 TIMEOUT = 30
 
 
@@ -136,9 +136,9 @@ def main(argv):
             objects, fetched = mirror(bucket, prefix, dest, metadata_token())
             for name in fetched:
                 print("fetched " + name)
-            if any(name.startswith(WHEELS) and name.endswith(".whl") for name, _ in objects):
+            if any(name == CURRENT for name, _ in objects):
                 return 0
-            problem = f"no wheel staged under gs://{bucket}/{prefix}{WHEELS} yet"
+            problem = f"no wheel staged under gs://{bucket}/{prefix}{CURRENT} yet"
         except (OSError, ValueError, KeyError) as err:  # URLError and HTTPError are OSErrors
             problem = f"{type(err).__name__}: {err}"
         if time.time() >= deadline:

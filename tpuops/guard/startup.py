@@ -35,7 +35,6 @@ class GuardBoot:
     cluster: str
     bucket: str
     bundle_prefix: str  # object prefix in the bucket, e.g. .tpuops/NAME/guard/bundle/
-    wheel: str  # the wheel's file name, under BUNDLE_PREFIX/wheels/
     home: str = GUARD_HOME
     user: str = GUARD_USER
 
@@ -45,8 +44,6 @@ class GuardBoot:
             raise ValueError(f"not a cluster name: {self.cluster!r}")
         if not SAFE_PATH.match(self.home) or not re.match(r"^[a-z_][a-z0-9_-]*$", self.user):
             raise ValueError(f"guard home {self.home!r} or user {self.user!r} is not a plain path and name")
-        if not re.match(r"^tpuops-[A-Za-z0-9._+-]+\.whl$", self.wheel):
-            raise ValueError(f"not a tpuops wheel: {self.wheel!r}")
 
 
 def key_path(home: str, cluster: str) -> str:
@@ -64,7 +61,7 @@ def startup_script(boot: GuardBoot) -> str:
     q = shlex.quote
     values = {
         "CLUSTER": boot.cluster, "BUCKET": boot.bucket, "BUNDLE_PREFIX": boot.bundle_prefix,
-        "WHEEL": boot.wheel, "GUARD_HOME": boot.home, "GUARD_USER": boot.user, "SERVICE": SERVICE,
+        "GUARD_HOME": boot.home, "GUARD_USER": boot.user, "SERVICE": SERVICE,
         "UNIT_DIR": "/etc/systemd/system", "BUNDLE_WAIT": str(BUNDLE_WAIT_SECONDS),
     }
     assignments = "\n".join(f"{name}={q(value)}" for name, value in values.items())
@@ -105,13 +102,20 @@ FETCH_BUNDLE_PY
 }
 
 install_tpuops() {
-    wheel="$GUARD_HOME/wheels/$WHEEL"
+    # wheels/CURRENT names the wheel `guard up` staged last: the script stays the same across versions.
+    name="$(cat "$GUARD_HOME/wheels/CURRENT")"
+    case "$name" in
+        */*) log "wheels/CURRENT does not name a tpuops wheel"; return 1 ;;
+        tpuops-*.whl) ;;
+        *) log "wheels/CURRENT does not name a tpuops wheel"; return 1 ;;
+    esac
+    wheel="$GUARD_HOME/wheels/$name"
     if [ ! -x "$VENV/bin/pip" ]; then
         python3 -m venv "$VENV"
     fi
     stamp="$(sha256sum "$wheel" | cut -d ' ' -f 1)"
     if [ "$(cat "$VENV/.tpuops-wheel" 2>/dev/null || true)" != "$stamp" ]; then
-        log "installing $WHEEL (its dependencies from PyPI)"
+        log "installing $name (its dependencies from PyPI)"
         "$VENV/bin/pip" install --quiet --disable-pip-version-check "$wheel"
         # The same version again with other code (a changed checkout): replace tpuops itself.
         "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall "$wheel"
