@@ -83,13 +83,14 @@ def staged(rig: Rig, prefix: str) -> dict[str, bytes]:
 def test_guard_up_creates_the_vm_stages_the_wheel_and_copies_the_key_over_ssh_only(rig: Rig) -> None:
     placement = rig.placement()
     prefix = f".tpuops/{placement.cluster}/guard/bundle/"
-    info = rig.host().ensure(placement, prefix)
+    info = rig.host().ensure(placement, f"gs://{rig.bucket}/.tpuops/{placement.cluster}/guard")
 
     assert (info.kind, info.name, info.zone, info.state) == ("vm", f"{placement.cluster}-guard", ZONE, "running")
     instance = rig.gcp.compute.instances[(ZONE, f"{placement.cluster}-guard")]
     assert instance.labels == {"team": "nlp", "tpuops-cluster": placement.cluster, "tpuops-role": "guard"}
     assert "tpuops watch \"$CLUSTER\"" not in instance.metadata["startup-script"]  # values are assigned, quoted
     assert f"CLUSTER={placement.cluster}" in instance.metadata["startup-script"]
+    assert f"BUNDLE_PREFIX={prefix}" in instance.metadata["startup-script"]  # apart from lease and ledger
     objects = staged(rig, prefix)
     current = objects["wheels/CURRENT"].decode()
     assert current.startswith("tpuops-") and objects[f"wheels/{current}"][:2] == b"PK"  # a zip: the wheel
@@ -109,12 +110,11 @@ def test_guard_up_creates_the_vm_stages_the_wheel_and_copies_the_key_over_ssh_on
 
 def test_guard_up_again_adopts_the_vm_and_refreshes_it(rig: Rig) -> None:
     placement = rig.placement()
-    prefix = f".tpuops/{placement.cluster}/guard/bundle/"
     host = rig.host()
-    host.ensure(placement, prefix)
+    host.ensure(placement, f".tpuops/{placement.cluster}/guard")
     inserts = len(rig.gcp.compute_api.server.calls("POST", r"/instances$"))
     (rig.root / "refreshed").unlink(missing_ok=True)
-    info = host.ensure(placement, prefix)
+    info = host.ensure(placement, f".tpuops/{placement.cluster}/guard")
     assert info.state == "running"
     assert len(rig.gcp.compute_api.server.calls("POST", r"/instances$")) == inserts
     assert (rig.root / "refreshed").exists()  # the startup script was asked to run again
@@ -129,7 +129,7 @@ def test_a_network_without_a_rule_for_the_guard_is_refused_before_anything_is_cr
     prefix = f".tpuops/{placement.cluster}/guard/bundle/"
     inserts = len(rig.gcp.compute_api.server.calls("POST", r"/instances$"))
     with pytest.raises(CloudError) as caught:
-        rig.host().ensure(placement, prefix)
+        rig.host().ensure(placement, f".tpuops/{placement.cluster}/guard")
     assert "no firewall rule of network isolated lets it in on tcp:" in caught.value.message
     assert caught.value.hint is not None and "--network=isolated" in caught.value.hint
     assert f"--allow=tcp:{rig.sshd.port} --source-tags=tpuops-guard" in caught.value.hint
@@ -144,7 +144,7 @@ def test_a_rule_naming_the_guards_tag_is_enough(rig: Rig) -> None:
     rig.gcp.compute.firewalls["tagged-guard"] = FakeFirewall(
         "tagged-guard", network="tagged", allowed=[("tcp", [f"{rig.sshd.port}"])], source_tags=["tpuops-guard"])
     try:
-        assert rig.host().ensure(placement, f".tpuops/{placement.cluster}/guard/bundle/").state == "running"
+        assert rig.host().ensure(placement, f".tpuops/{placement.cluster}/guard").state == "running"
     finally:
         del rig.gcp.compute.firewalls["tagged-guard"]
 
@@ -161,7 +161,7 @@ def test_a_403_names_the_missing_role_and_leaves_nothing_behind(rig: Rig, messag
     prefix = f".tpuops/{placement.cluster}/guard/bundle/"
     rig.gcp.compute_api.server.faults.http_error("POST", r"/instances$", 403, message=message)
     with pytest.raises(PermissionDenied) as caught:
-        rig.host().ensure(placement, prefix)
+        rig.host().ensure(placement, f".tpuops/{placement.cluster}/guard")
     assert f"(missing role: {role})" in caught.value.message and "\n" not in caught.value.message
     assert (ZONE, f"{placement.cluster}-guard") not in rig.gcp.compute.instances
     assert staged(rig, prefix) == {}
@@ -170,5 +170,5 @@ def test_a_403_names_the_missing_role_and_leaves_nothing_behind(rig: Rig, messag
 def test_a_vm_created_by_a_guard_up_that_then_failed_is_deleted_again(rig: Rig) -> None:
     placement = rig.placement(ssh_port=1)  # nothing answers SSH there
     with pytest.raises(RemoteError, match="guard"):
-        rig.host(ssh_wait=1.0).ensure(placement, f".tpuops/{placement.cluster}/guard/bundle/")
+        rig.host(ssh_wait=1.0).ensure(placement, f".tpuops/{placement.cluster}/guard")
     assert (ZONE, f"{placement.cluster}-guard") not in rig.gcp.compute.instances

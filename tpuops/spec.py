@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tpuops.errors import SpecError
+from tpuops.guard.spec import GuardSpec
 from tpuops.spec_autostop import AutostopSpec
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -145,6 +146,7 @@ class Spec(Model):
     autostop: AutostopSpec = Field(
         default_factory=AutostopSpec, description="The cost guard on worker 0: delete the TPU when idle, or later."
     )
+    guard: GuardSpec = Field(default_factory=GuardSpec, description="Recovery that outlives the laptop.")
 
     @field_validator("name")
     @classmethod

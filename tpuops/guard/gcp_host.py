@@ -1,10 +1,12 @@
 """The guard on Google Cloud: one small VM per cluster (cloud/kinds/guard_vm.py) that runs the headless watch.
 
 `ensure` checks before anything is created that the network lets the guard reach the workers' SSH port, creates
-or adopts the VM with its startup script (guard/startup.py), stages the wheel of the running tpuops beside the
-bundle the core staged, then copies the cluster's SSH key to the guard's disk over SSH (0600, owned by the guard's
-user; on the wire only inside SSH, on stdin: never in the bucket, the metadata, an argument or a log). An adopted
-VM is asked to run its startup script again, which fetches what changed and restarts the service.
+or adopts the VM with its startup script (guard/startup.py), stages the wheel of the running tpuops in the bundle
+(gs://BUCKET/.tpuops/NAME/guard/bundle/, mirrored into the VM's TPUOPS_HOME: the core stages the cluster's state,
+spec and code snapshot there, as clusters/NAME/... relative to TPUOPS_HOME), then copies the cluster's SSH key
+to the guard's disk over SSH (0600, owned by the guard's user; on the wire only inside SSH, on stdin: never in the
+bucket, the metadata, an argument or a log). An adopted VM is asked to run its startup script again, which
+fetches what changed and restarts the service.
 
 A 403 becomes one line naming the role to grant, and a VM created by a call that then failed is deleted again.
 """
@@ -36,6 +38,7 @@ from tpuops.guard.wheel import running_wheel
 from tpuops.spec import CLUSTER_LABEL
 
 T = TypeVar("T")
+BUNDLE = "bundle"  # under the guard's prefix: what the VM mirrors (wheels/, clusters/NAME/..., the code)
 # A VM just created answers SSH within a minute or two; its host keys reach the guest attributes about then.
 SSH_WAIT_SECONDS = 300.0
 HOST_KEY_WAIT_SECONDS = 90.0
@@ -96,10 +99,11 @@ class GcpGuardHost:
             raise UsageError(f"no SSH key for cluster {placement.cluster}", f"run `tpuops up` for {placement.cluster}")
         cloud = self._cloud()
         check_reach(cloud, placement)  # before anything is created
-        settings = self.settings(placement, bundle_prefix)
+        bundle = bundle_objects(placement.bucket, bundle_prefix)
+        settings = self.settings(placement, bundle)
         vm, created = with_role(lambda: ensure_guard_vm(cloud, settings), vm_role(placement))
         try:
-            self.stage_wheel(placement.bucket, bundle_prefix)
+            self.stage_wheel(placement.bucket, bundle)
             self.hand_over_key(cloud, vm, placement, refresh=not created)
         except BaseException:
             if created:  # nothing half-done: the next `guard up` starts clean
@@ -189,6 +193,13 @@ class GcpGuardHost:
     def _find(self, cluster: str) -> list[Vm]:
         labels = {CLUSTER_LABEL: cluster, ROLE_LABEL: GUARD_ROLE}
         return with_role(lambda: self._cloud().vms.find_vms(labels), "roles/compute.viewer")
+
+
+def bundle_objects(bucket: str, guard_prefix: str) -> str:
+    """The object prefix the VM mirrors into its TPUOPS_HOME: `bundle/` under the guard's prefix (given as
+    gs://BUCKET/.tpuops/NAME/guard or as the object prefix), apart from the lease and the ledger beside it."""
+    prefix = guard_prefix.removeprefix(f"gs://{bucket}").strip("/")
+    return f"{prefix}/{BUNDLE}/" if prefix else f"{BUNDLE}/"
 
 
 def check_reach(cloud: Cloud, placement: GuardPlacement) -> None:

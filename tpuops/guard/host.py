@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from tpuops.cloud.provider import Login
 
 GUARD_PREFIX = "guard"  # under gs://BUCKET/.tpuops/NAME/: the bundle, the lease and the ledger
+HOLDER_ENV = "TPUOPS_GUARD_HOLDER"  # the guard's lease holder id, the same across its restarts
 
 
 @dataclass(frozen=True)
