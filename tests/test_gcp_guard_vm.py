@@ -130,3 +130,24 @@ def test_down_with_state_finds_the_guard_vm_in_the_clusters_zone(gcp: FakeGcp, c
     assert down.returncode == 0, down.stderr
     assert ("guard_vm", f"{name}-guard") in [(d["kind"], d["name"]) for d in json.loads(down.stdout)["deleted"]]
     assert (ZONE, f"{name}-guard") not in gcp.compute.instances
+
+
+def test_plan_live_names_the_firewall_rule_the_guard_would_need(gcp: FakeGcp, tmp_path: Path) -> None:
+    from tests.helpers import write_spec
+
+    def plan(network: str) -> str:
+        path = write_spec(tmp_path, f"""
+            name: night
+            zone: {ZONE}
+            tpu: {{type: v2-8, runtime: tpu-ubuntu2204-base, network: {network}}}
+            guard: {{enabled: true}}
+            """)
+        result = run_cli("plan", str(path), "--live", env=gcp.env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert "firewall rule" not in plan("default").replace("a firewall rule letting it reach", "")
+    isolated = " ".join(plan("isolated").split())
+    assert "no firewall rule of network isolated lets the guard reach the workers on tcp:22" in isolated
+    assert ("gcloud compute firewall-rules create night-guard-ssh --network=isolated --direction=INGRESS "
+            "--allow=tcp:22 --source-tags=tpuops-guard") in isolated

@@ -24,20 +24,18 @@ from tpuops.cloud.kinds.base import (
     owned_by,
 )
 from tpuops.errors import CloudError
+from tpuops.guard.vm_shape import (
+    DISK_GB,
+    GUARD_ROLE,
+    GUARD_TAG,
+    IMAGE_FAMILY,
+    IMAGE_PROJECT,
+    ROLE_LABEL,
+    guard_vm_name,
+)
 from tpuops.plan import Action, Kind, ObservedResource
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ResourceRecord
-
-ROLE_LABEL = "tpuops-role"
-GUARD_ROLE = "guard"
-GUARD_TAG = "tpuops-guard"  # a network tag: a firewall rule may name the guard as its source by it
-DEFAULT_MACHINE_TYPE = "e2-micro"
-IMAGE_PROJECT, IMAGE_FAMILY = "debian-cloud", "debian-12"  # ships python3; the startup script adds python3-venv
-DISK_GB = 10  # the smallest standard boot disk; 30 GB of pd-standard are free with the free e2-micro
-
-
-def guard_vm_name(cluster: str) -> str:
-    return f"{cluster}-guard"
 
 
 def guard_labels(labels: Mapping[str, str], cluster: str) -> dict[str, str]:
