@@ -34,10 +34,10 @@ class Rig:
     root: Path
     bucket: str
 
-    def host(self, ssh_wait: float = 30.0) -> GcpGuardHost:
+    def host(self, ssh_wait: float = 30.0, refresh: str | None = None) -> GcpGuardHost:
         cloud = make_cloud(self.gcp.env, PROJECT)
         layout = GuardVmLayout(home=str(self.root / "guard-home"), user="root",
-                               refresh=f"touch {self.root / 'refreshed'}")
+                               refresh=refresh or f"touch {self.root / 'refreshed'}")
         return GcpGuardHost(lambda: cloud, lambda url: open_blob_store(url, env=self.gcp.env),
                             self.root / "wheels", layout, ssh_wait=ssh_wait, host_key_wait=2.0)
 
@@ -118,8 +118,13 @@ def test_guard_up_again_adopts_the_vm_and_refreshes_it(rig: Rig) -> None:
     assert info.state == "running"
     assert len(rig.gcp.compute_api.server.calls("POST", r"/instances$")) == inserts
     assert (rig.root / "refreshed").exists()  # the startup script was asked to run again
+    assert info.detail is not None and "not refreshed" not in info.detail
 
     assert host.describe(placement.cluster) == info
+
+    broken = rig.host(refresh="echo no such unit >&2; exit 5")
+    assert "not refreshed (no such unit): it runs the code and spec it had" in (broken.ensure(
+        placement, f".tpuops/{placement.cluster}/guard").detail or "")
     assert host.delete(placement.cluster) is True
     assert host.describe(placement.cluster) is None and host.delete(placement.cluster) is False
 

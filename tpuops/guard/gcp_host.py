@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -99,13 +99,14 @@ class GcpGuardHost:
         vm, created = with_role(lambda: ensure_guard_vm(cloud, settings), vm_role(placement))
         try:
             self.stage_wheel(placement.bucket, bundle)
-            self.hand_over_key(cloud, vm, placement, refresh=not created)
+            trouble = self.hand_over_key(cloud, vm, placement, refresh=not created)
         except BaseException:
             if created:  # nothing half-done: the next `guard up` starts clean
                 with contextlib.suppress(TpuopsError):
                     cloud.vms.delete_vm(vm.zone, vm.name)
             raise
-        return host_info(vm)
+        info = host_info(vm)
+        return replace(info, detail=f"{info.detail}; {trouble}") if trouble else info
 
     def describe(self, cluster: str) -> GuardHostInfo | None:
         found = self._find(cluster)
@@ -148,7 +149,9 @@ class GcpGuardHost:
                 store.delete(old.name)
         return wheel.name
 
-    def hand_over_key(self, cloud: Cloud, vm: Vm, placement: GuardPlacement, refresh: bool) -> None:
+    def hand_over_key(self, cloud: Cloud, vm: Vm, placement: GuardPlacement, refresh: bool) -> str | None:
+        """Copy the key; on an adopted VM, run its startup script again. What went wrong with that, if anything
+        (the guard keeps running what it has)."""
         from tpuops.remote.ssh import KnownHosts, SshRunner, SshSettings, SshTarget, load_private_key
 
         login = placement.login
@@ -169,7 +172,11 @@ class GcpGuardHost:
                 raise RemoteError(f"could not copy the cluster's key to guard VM {vm.name}: {why}",
                                   "the login user needs passwordless sudo (Compute Engine gives it to ssh-keys users)")
             if refresh:
-                runner.run(self.layout.refresh, capture=True, timeout=60)
+                again = runner.run(self.layout.refresh, capture=True, timeout=60)
+                if not again.ok:
+                    why = again.error or (again.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+                    return f"not refreshed ({why}): it runs the code and spec it had"
+            return None
         finally:
             runner.close()
 
