@@ -32,6 +32,8 @@ def up(
         None, "--autostop", metavar="DURATION",
         help="Delete the TPU after this long idle (no run, nothing holding the TPU), e.g. 30m; off to disable.",
     ),
+    guard: bool = typer.Option(None, "--guard/--no-guard", help="Also start the guard (recovery that outlives "
+                               "your laptop; default: the spec's guard.enabled)."),
     json_output: bool = JSON_OPTION,
     yes: bool = YES_OPTION,
     project: str = PROJECT_OPTION,
@@ -51,7 +53,7 @@ def up(
     setting = parse_setting(autostop) if autostop is not None else None
     view = ProgressView(enabled=not json_output)
     with ends_cleanly(up_interrupted), view.shown():
-        result = run_up(ctx, spec, wait_for_capacity=seconds, progress=view.update, autostop=setting)
+        result = run_up(ctx, spec, wait_for_capacity=seconds, progress=view.update, autostop=setting, guard=guard)
     if json_output:
         print_json(result)
         return
@@ -68,6 +70,12 @@ def up(
             f"ssh {worker.ssh_host}:{worker.ssh_port}"
         )
     print_autostop_install(result.cluster, result.autostop)
+    print_guard_started(result.guard)
+
+
+def print_guard_started(info) -> None:  # noqa: ANN001  (GuardHostInfo | None; import kept lazy)
+    if info is not None:
+        console.print(f"  guard: {info.kind} {info.name} {info.state} (`tpuops guard status` shows it)", markup=False)
 
 
 def print_autostop_install(cluster: str, agent) -> None:  # noqa: ANN001  (AgentInstall | None; import kept lazy)
@@ -118,6 +126,8 @@ def status(
     if result.found_by_label:
         console.print(f"  no local state: found by its label in {result.found_by_label}")
     print_guard(result.guard)
+    if result.recovery_guard is not None:
+        console.print(f"  guard: {result.recovery_guard.summary()}", markup=False)
     for row in result.resources:
         console.print(f"  {row.kind:<16} {row.name:<28} {row.state:<12} {row.detail}")
     if result.tpu_state:

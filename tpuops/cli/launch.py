@@ -161,6 +161,8 @@ def run_(
     max_restarts: int = MAX_RESTARTS_OPTION,
     restart_on_failure: bool = RESTART_ON_FAILURE_OPTION,
     preflight: bool = PREFLIGHT_OPTION,
+    guard: bool = typer.Option(None, "--guard/--no-guard", help="Also start the guard, so the run is recovered "
+                               "after a preemption with no laptop awake (default: the spec's guard.enabled)."),
     json_: bool = JSON_OPTION,
     yes: bool = YES_OPTION,
     project: str | None = PROJECT_OPTION,
@@ -194,7 +196,7 @@ def run_(
                 on_line=printer, on_points=None if json_ else _print_points,
                 on_phase=None if json_ else show_phase,
                 on_step=None if json_ else lambda step: _show_step(step.name, step.results),
-                watch=watching, on_event=print_event, on_progress=view.update, preflight=preflight,
+                watch=watching, on_event=print_event, on_progress=view.update, preflight=preflight, guard=guard,
             ))
         finally:
             view.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import typer
@@ -33,6 +34,8 @@ def watch(
     unhealthy_grace: str = GRACE_OPTION,
     down: bool = typer.Option(False, "--down", help="Tear down when the run has ended (not after Ctrl-C); "
                               "the bucket stays."),
+    headless: bool = typer.Option(False, "--headless", help="Run as the guard (no terminal; what `tpuops guard "
+                                  "up` starts): events go to the ledger in the bucket, one line each to stdout."),
     json_: bool = JSON_OPTION,
     yes: bool = YES_OPTION,
     project: str | None = PROJECT_OPTION,
@@ -40,16 +43,24 @@ def watch(
     """Stay attached to the run: on preemption delete and recreate the TPU, push, and relaunch (resume).
 
     \b
+    While a guard (`tpuops guard up`) holds the run's lease, this prints the guard's events instead and
+    deletes or creates nothing; it takes over if the guard falls silent.
+
+    \b
     Example:
       tpuops watch my-bert --max-restarts 20
     """
     from tpuops.context import Context
-    from tpuops.ops.watch import watch as run_watch
+    from tpuops.guard.loop import ROLE_GUARD, ROLE_WATCH, watch_with_lease
 
     ctx = Context.from_env(project=project, assume_yes=yes)
     options = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, interval,
                             unhealthy_grace, down)
-    result = interruptible(lambda: run_watch(ctx, name, options, on_event=print_event))
+    role = ROLE_GUARD if headless else ROLE_WATCH
+    if headless:  # systemd and `guard down` stop it with SIGTERM: leave as after Ctrl-C (the lease released)
+        signal.signal(signal.SIGTERM, _interrupt)
+    on_event = print_line if headless else print_event
+    result = interruptible(lambda: watch_with_lease(ctx, name, options, role=role, on_event=on_event))
     if json_:
         print_json(result)
     raise typer.Exit(result.exit_code)
@@ -71,6 +82,15 @@ def watch_options(env, max_restarts: int, restart_on_failure: bool, wait_for_cap
 
 def print_event(at: str, kind: str, message: str) -> None:
     err_console.print(f"{at} [bold]{kind}[/]: {message}", highlight=False)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def print_line(at: str, kind: str, message: str) -> None:
+    """The guard's log (a file, or the journal): plain lines, flushed at once."""
+    print(f"{at} {kind}: {message}", flush=True)
 
 
 def interruptible(watch_call):  # noqa: ANN001, ANN201

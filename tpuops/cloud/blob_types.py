@@ -15,6 +15,18 @@ class BlobNotFound(CloudError):
     """The blob is gone (deleted between a listing and a read, or never there)."""
 
 
+class PreconditionFailed(CloudError):
+    """A conditional write lost: the blob's generation was not the one the writer had read (HTTP 412)."""
+
+
+@dataclass(frozen=True)
+class VersionedBlob:
+    """A blob's whole content and the generation it had when read (the token for a conditional write)."""
+
+    data: bytes
+    generation: int
+
+
 @dataclass(frozen=True)
 class BlobInfo:
     name: str
@@ -45,4 +57,14 @@ class BlobStore(Protocol):
 
     def delete(self, name: str) -> None:
         """Remove a blob; a blob already gone is not an error."""
+        ...
+
+    def read_versioned(self, name: str) -> VersionedBlob:
+        """The whole blob with its generation, read together. Raises BlobNotFound."""
+        ...
+
+    def write_bytes(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        """Replace the blob whole and return its new generation. With `if_generation_match` the write happens
+        only while the blob's generation is that one (0: only if the blob does not exist), else
+        PreconditionFailed: compare-and-swap, safe between processes and machines."""
         ...

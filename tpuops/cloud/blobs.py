@@ -11,19 +11,26 @@ big-endian CRC32C of the content, base64-encoded.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import google_crc32c
 
-from tpuops.atomic import replacing
-from tpuops.cloud.blob_types import BlobInfo, BlobNotFound, BlobStore
+from tpuops.atomic import replacing, write_atomic
+from tpuops.cloud.blob_types import BlobInfo, BlobNotFound, BlobStore, PreconditionFailed, VersionedBlob
 from tpuops.errors import UsageError
 
-__all__ = ["BlobInfo", "BlobNotFound", "BlobStore", "DirBlobStore", "same_content",
-           "crc32c_of_bytes", "crc32c_of_file"]
+__all__ = ["BlobInfo", "BlobNotFound", "BlobStore", "DirBlobStore", "PreconditionFailed", "VersionedBlob",
+           "same_content", "crc32c_of_bytes", "crc32c_of_file"]
 
 CHUNK = 1 << 20
+HIDDEN = ".tpuops-"  # upload temporaries, the directory's lock and generation counters: never listed as blobs
+LOCK_FILE = HIDDEN + "lock"
+GENERATION_PREFIX = HIDDEN + "gen-"
 
 
 def crc32c_of_bytes(data: bytes) -> str:
@@ -79,7 +86,7 @@ class DirBlobStore:
             relative_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
             for filename in sorted(filenames):
                 name = filename if relative_dir == "." else f"{relative_dir}/{filename}"
-                if not name.startswith(prefix) or filename.startswith(".tpuops-upload-"):
+                if not name.startswith(prefix) or filename.startswith(HIDDEN):
                     continue
                 info = self._info(name, Path(dirpath, filename), checksums)
                 if info is not None:
@@ -116,14 +123,82 @@ class DirBlobStore:
     def upload_file(self, local_path: str | Path, name: str) -> BlobInfo:
         target = self._path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
-        # Write beside the target, then rename: a reader (or a crash) never sees a half-written blob.
-        with replacing(target, suffix="", prefix=".tpuops-upload-") as tmp, open(tmp, "wb") as out, \
-                open(local_path, "rb") as source:
-            while chunk := source.read(CHUNK):
-                out.write(chunk)
+        with self._locked(target):
+            self._bump_generation(target)
+            # Write beside the target, then rename: a reader (or a crash) never sees a half-written blob.
+            with replacing(target, suffix="", prefix=HIDDEN + "upload-") as tmp, open(tmp, "wb") as out, \
+                    open(local_path, "rb") as source:
+                while chunk := source.read(CHUNK):
+                    out.write(chunk)
         info = self._info(name, target, checksums=True)
         assert info is not None
         return info
 
     def delete(self, name: str) -> None:
-        self._path(name).unlink(missing_ok=True)
+        target = self._path(name)
+        if not target.parent.is_dir():
+            return
+        with self._locked(target):
+            target.unlink(missing_ok=True)
+            _generation_file(target).unlink(missing_ok=True)
+
+    # -- compare-and-swap: one lock per directory (flock: between threads and processes), a counter per blob
+
+    def read_versioned(self, name: str) -> VersionedBlob:
+        target = self._path(name)
+        if not target.parent.is_dir():
+            raise BlobNotFound(f"{self.url}/{name} not found")
+        with self._locked(target, exclusive=False):
+            try:
+                data = target.read_bytes()
+            except FileNotFoundError as err:
+                raise BlobNotFound(f"{self.url}/{name} not found") from err
+            return VersionedBlob(data, _generation(target))
+
+    def write_bytes(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        target = self._path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with self._locked(target):
+            current = _generation(target)
+            if if_generation_match is not None and current != if_generation_match:
+                raise PreconditionFailed(f"{self.url}/{name} is at generation {current}, not {if_generation_match}",
+                                         "someone else wrote it since it was read: read it again")
+            # The counter first: a crash between the two leaves the old content under a new generation, which
+            # fails a writer holding the old one (safe), never the reverse.
+            generation = self._bump_generation(target)
+            write_atomic(target, data)
+            return generation
+
+    @contextlib.contextmanager
+    def _locked(self, target: Path, exclusive: bool = True) -> Iterator[None]:
+        with open(target.parent / LOCK_FILE, "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _bump_generation(target: Path) -> int:
+        """A new generation, above the last one and at least the time in microseconds (as GCS's are), so a
+        blob deleted and written again never gets back a generation a stale writer may hold."""
+        generation = max(_generation(target) + 1, time.time_ns() // 1000)
+        write_atomic(_generation_file(target), str(generation))
+        return generation
+
+
+def _generation_file(target: Path) -> Path:
+    return target.parent / f"{GENERATION_PREFIX}{target.name}"
+
+
+def _generation(target: Path) -> int:
+    """The blob's generation; 0 when it does not exist (what `if_generation_match=0` asks for). A blob written
+    past the store (a worker's agent) has its modification time in microseconds."""
+    try:
+        mtime_us = target.stat().st_mtime_ns // 1000
+    except FileNotFoundError:
+        return 0
+    try:
+        return int(_generation_file(target).read_text())
+    except (FileNotFoundError, ValueError):
+        return mtime_us

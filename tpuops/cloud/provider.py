@@ -104,6 +104,11 @@ class Provider(Protocol):
         """Where `tpuops guard` keeps the headless watch alive (a local process, or a small VM)."""
         ...
 
+    def preempt(self, node: str) -> None:
+        """Preempt a TPU node on purpose, to rehearse recovery (`tpuops simulate preempt`); UsageError where the
+        cloud cannot."""
+        ...
+
 
 def tpu_paths_from(env: Mapping[str, str], vfio: bool, prefix: str = "") -> tuple[str, str]:
     """The defaults (under `prefix`, e.g. "~" for a worker home), unless the environment overrides them."""

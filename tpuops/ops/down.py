@@ -20,6 +20,7 @@ from tpuops.cloud.kinds.base import Doomed, owned_by
 from tpuops.cloud.kinds.guard_vm import is_guard
 from tpuops.context import Context
 from tpuops.errors import CloudError, TpuopsError
+from tpuops.guard import commands as guard_commands
 from tpuops.ops import cost_guard
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.run_records import end_runs_with_the_tpu
@@ -121,6 +122,7 @@ def find_without_state(ctx: Context, name: str, zones: Sequence[str], delete_buc
 
 def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | None = None) -> DownResult:
     report = progress or (lambda kind, name, text: None)
+    stop_guard(ctx, plan.cluster, report)  # first: it would take the deletions below for a preemption
     if any(d.kind in ("tpu", "queued_resource") for d in plan.doomed):
         stop_autostop(ctx, plan.cluster, report)
     # The guard first: left running, it would see the TPU gone and create it again.
@@ -137,6 +139,16 @@ def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | Non
             delete_one(cloud, plan.mode, doomed, report)
     forget_cluster(ctx, plan)
     return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket, plan.where)
+
+
+def stop_guard(ctx: Context, cluster: str, report: Progress) -> None:
+    try:
+        stopped = guard_commands.guard_down(ctx, cluster)
+    except TpuopsError as err:
+        report("guard", cluster, f"could not stop the guard ({err.message}); deleting anyway")
+        return
+    if stopped:
+        report("guard", cluster, "stopped")
 
 
 def stop_autostop(ctx: Context, cluster: str, report: Progress) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tpuops.context import Context
+from tpuops.guard.loop import watch_with_lease
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.tail import latest_values
 from tpuops.ops import down as down_ops
@@ -87,7 +88,8 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
              on_phase: Phase | None = None, on_step: launch_ops.StepHandler | None = None,
              watch: watch_ops.WatchOptions | None = None,
              on_event: watch_ops.EventHandler | None = None,
-             on_progress: up_ops.Progress | None = None, preflight: bool = False) -> RunSummary:
+             on_progress: up_ops.Progress | None = None, preflight: bool = False,
+             guard: bool | None = None) -> RunSummary:
     phase = on_phase or (lambda text: None)
     started = time.monotonic()
     cluster: str | None = None
@@ -101,7 +103,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
     during_up: up_ops.UpInterrupted | None = None
     try:
         phase("up")
-        result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress)
+        result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress, guard=guard)
         cluster = result.cluster
         scalars = ScalarFollower(ctx, cluster, on_points)
         scalars.skip_existing()  # what the logdir holds now belongs to earlier runs
@@ -115,7 +117,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
             return RunSummary(cluster, report.run_id, time.monotonic() - started)
         if watch is not None:  # watch (and recover) instead of following: `tpuops logs -f` shows the output
             phase("watch")
-            watched = watch_ops.watch(ctx, cluster, replace(watch, down=False), on_event)  # --down is ours
+            watched = watch_with_lease(ctx, cluster, replace(watch, down=False), on_event=on_event)  # --down: ours
             return RunSummary(cluster, watched.run_id, time.monotonic() - started, torn_down=down, watched=watched)
         phase("follow")
         workers = _follow_run(ctx, cluster, report.run_id, on_line, scalars)

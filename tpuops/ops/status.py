@@ -15,6 +15,7 @@ from tpuops.cloud.kinds.storage import bucket_row
 from tpuops.cloud.kinds.tpu import node_row, queued_row
 from tpuops.context import Context
 from tpuops.errors import ClusterNotFound, TpuopsError
+from tpuops.guard.report import GuardReport, guard_report
 from tpuops.ops.cost_guard import GuardStatus, guard_status
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.workers import number_hosts
@@ -36,10 +37,12 @@ class ClusterStatus:
     run: RunStatus | None = None  # the current run, each worker's state of it
     found_by_label: str | None = None  # no local state: where the search by label looked
     guard: GuardStatus | None = None  # uptime, cost so far, autostop
+    recovery_guard: GuardReport | None = None  # `tpuops guard`: alive, recoveries, goodput (None: never had one)
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "workers": [w.model_dump() for w in self.workers],
-                "guard": self.guard.as_dict() if self.guard else None}
+                "guard": self.guard.as_dict() if self.guard else None,
+                "recovery_guard": self.recovery_guard.as_dict() if self.recovery_guard else None}
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
         tuple(RestartEvent(e.at, e.message) for e in state.events if e.kind == "restart"),
         run_status(ctx, state, reachable=tpu_state == "READY"),
         guard=guard_status(ctx, state, spec, tpu_state == "READY", accelerator_type),
+        recovery_guard=guard_report(ctx, state, spec, last=3),
     )
 
 

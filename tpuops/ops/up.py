@@ -20,6 +20,8 @@ from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, silent
 from tpuops.cloud.kinds.tpu import reachable_hosts
 from tpuops.cloud.queued import QueuedLeftBehind, withdraw_queued
 from tpuops.context import Context
+from tpuops.guard import commands as guard_commands
+from tpuops.guard.host import GuardHostInfo
 from tpuops.ops import cost_guard
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.specs import load_checked
@@ -42,6 +44,7 @@ class UpResult:
     known_hosts: str | None
     offer_warnings: tuple[str, ...] = ()  # zones that could not be asked what they offer
     autostop: AgentInstall | None = None  # the cost guard on worker 0 (None: autostop is off)
+    guard: GuardHostInfo | None = None  # `up --guard` / spec guard.enabled: the guard started or adopted
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -60,16 +63,21 @@ class UpResult:
             "known_hosts": self.known_hosts,
             "warnings": list(self.warnings),
             "autostop": asdict(self.autostop) if self.autostop else None,
+            "guard": asdict(self.guard) if self.guard else None,
         }
 
 
 def up(
     ctx: Context, spec_path: str | Path, wait_for_capacity: float = 0.0, progress: Progress | None = None,
-    autostop: AutostopSpec | None = None,
+    autostop: AutostopSpec | None = None, guard: bool | None = None,
 ) -> UpResult:
-    """`autostop` (--autostop) replaces the spec's setting for this cluster until changed again."""
+    """`autostop` (--autostop) replaces the spec's setting for this cluster until changed again. `guard`
+    (--guard; None: the spec's guard.enabled) starts or adopts the guard once everything is up."""
     spec = load_checked(spec_path)
     provider = ctx.provider_for(spec)
+    start_guard = spec.guard.enabled if guard is None else guard
+    if start_guard:
+        provider.guard_host()  # before anything is created: a provider without a guard says so now
     cloud = provider.cloud()
     path = str(Path(spec_path).resolve())
     state = ctx.store.load(spec.name) or ClusterState(
@@ -96,7 +104,8 @@ def up(
         raise interrupted(job) from None
     workers, known_hosts = record_workers(ctx, job, known[tpu_kind(spec)])
     agent = cost_guard.install(ctx, spec.name)
-    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent)
+    guard_info = guard_commands.guard_up(ctx, spec.name) if start_guard else None
+    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info)
 
 
 def ask_the_zones(job: Job, plan: Plan) -> tuple[str, ...]:

@@ -167,9 +167,11 @@ def all_unreachable(states: dict[str, str]) -> bool:
 
 
 def watch(ctx: Context, name: str | None, options: WatchOptions, on_event: EventHandler | None = None,
-          sleep: Callable[[float], None] = time.sleep) -> WatchResult:
-    """Watch the cluster's current run until it ends; recover from preemption on the way."""
-    watcher = Watcher(ctx, resolve_name(ctx, name), options, on_event, sleep)
+          sleep: Callable[[float], None] = time.sleep, make_watcher: Callable[..., Watcher] | None = None
+          ) -> WatchResult:
+    """Watch the cluster's current run until it ends; recover from preemption on the way. `make_watcher`:
+    a Watcher that also answers to a lease (the guard's; see tpuops/guard/loop.py)."""
+    watcher = (make_watcher or Watcher)(ctx, resolve_name(ctx, name), options, on_event, sleep)
     try:
         result = watcher.run()
     except WatchGaveUp as err:
@@ -351,7 +353,7 @@ class Watcher:
         self.forget_workers()
         self.event("recovery", f"creating the TPU again ({spec.tpu.type})")
         result = up_ops.up(self.ctx, state.spec_path, wait_for_capacity=self.options.wait_for_capacity,
-                           progress=lambda kind, name, text: self.say("up", f"{kind} {name}: {text}"))
+                           progress=lambda kind, name, text: self.say("up", f"{kind} {name}: {text}"), guard=False)
         self.pending_recreate = False
         zone = self.state().zone
         self.event("recovery", f"TPU ready again in {zone} with {len(result.workers)} worker(s)")

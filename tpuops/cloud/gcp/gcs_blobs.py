@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from tenacity import Retrying
 
-from tpuops.cloud.blob_types import BlobInfo, BlobNotFound
+from tpuops.cloud.blob_types import BlobInfo, BlobNotFound, PreconditionFailed, VersionedBlob
 from tpuops.cloud.gcp.clients import Endpoints, base_url, storage_client
 from tpuops.cloud.gcp.errors import is_connection_error, translate
 from tpuops.errors import CloudError, CredentialsError, TpuopsError, TransientError
@@ -129,6 +129,30 @@ class GcsBlobStore:
 
         self._call(f"deleting {self.url}/{name}", delete)
 
+    def read_versioned(self, name: str) -> VersionedBlob:
+        blob_url = f"{self.url}/{name}"
+
+        def read() -> VersionedBlob:
+            blob = self._bucket().blob(self.root + name)
+            data = blob.download_as_bytes(retry=None, timeout=REQUEST_TIMEOUT_S)  # x-goog-generation sets it
+            generation = blob.generation
+            if generation is None:  # an endpoint that does not send it: metadata, then that generation's bytes
+                blob.reload(retry=None, timeout=REQUEST_TIMEOUT_S)
+                generation = blob.generation
+                data = blob.download_as_bytes(if_generation_match=generation, retry=None, timeout=REQUEST_TIMEOUT_S)
+            return VersionedBlob(data, int(generation))
+
+        return self._call(f"reading {blob_url}", read, not_found=lambda: BlobNotFound(f"{blob_url} not found"))
+
+    def write_bytes(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        def write() -> int:
+            blob = self._bucket().blob(self.root + name)
+            blob.upload_from_string(data, if_generation_match=if_generation_match, checksum="crc32c", retry=None,
+                                    timeout=REQUEST_TIMEOUT_S)
+            return int(blob.generation)
+
+        return self._call(f"writing {self.url}/{name}", write, not_found=self._bucket_missing)
+
     # -- helpers ----------------------------------------------------------------------------------------
 
     def _info(self, blob: Any) -> BlobInfo:
@@ -170,6 +194,9 @@ def translate_error(err: Exception, what: str, not_found: Callable[[], Exception
 
     if isinstance(err, TpuopsError):
         return err
+    if isinstance(err, exceptions.PreconditionFailed):
+        return PreconditionFailed(f"{what}: the object changed since it was read (HTTP 412)",
+                                  "someone else wrote it since it was read: read it again")
     if isinstance(err, exceptions.NotFound):
         return not_found() if not_found else BlobNotFound(f"{what}: not found")
     if isinstance(err, TransportError) or is_connection_error(err):

@@ -65,6 +65,11 @@ class GcpProvider:
     def tpu_paths(self, vfio: bool) -> tuple[str, str]:
         return tpu_paths_from(self.env, vfio)
 
+    def preempt(self, node: str) -> None:
+        raise UsageError("Google Cloud has no API to preempt a TPU on request, so a preemption cannot be "
+                         "simulated on provider: gcp",
+                         "rehearse with a copy of the spec that sets `provider: local`, e.g. the quickstart")
+
     def guard_host(self) -> GuardHost:
         from tpuops.guard.gcp_host import GcpGuardHost, GuardVmLayout
         from tpuops.state import tpuops_home

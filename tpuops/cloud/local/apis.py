@@ -47,6 +47,8 @@ class LocalCloud(LocalSearch):
             return json.loads(self._record(kind, name).read_text())
         except FileNotFoundError:
             return None
+        except ValueError as err:  # as a cloud API that answers garbage: an error of the call, not a verdict
+            raise CloudError(f"the simulator's {kind} record {name} is unreadable: {err}") from err
 
     def _write(self, kind: str, name: str, data: Mapping[str, object]) -> None:
         path = self._record(kind, name)
@@ -83,6 +85,15 @@ class LocalCloud(LocalSearch):
         stop_processes_under(home)
         shutil.rmtree(home, ignore_errors=True)
         self._record("tpus", name).unlink(missing_ok=True)
+
+    def preempt_node(self, name: str) -> None:
+        """A preemption: every process of the node's workers ends, the record reads PREEMPTED (the homes stay,
+        as a preempted TPU keeps its name until it is deleted)."""
+        record = self._read("tpus", name)
+        if record is None:
+            raise CloudError(f"no simulated TPU named {name}")
+        stop_processes_under(self.root / "workers" / name)
+        self._write("tpus", name, {**record, "state": "PREEMPTED"})
 
     def host_keys(self, zone: str, name: str) -> list[HostKey]:
         return []  # local workers are not reached over SSH

@@ -15,6 +15,7 @@ from tpuops.errors import UsageError
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
+    from tpuops.guard.host import GuardHost
     from tpuops.remote.autostop import LocalTarget
     from tpuops.remote.base import Runner
 
@@ -73,6 +74,17 @@ class LocalProvider:
 
     def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget:
         return autostop_target(self.root, cluster, node, queued, bucket)
+
+    def guard_host(self) -> GuardHost:
+        from tpuops.cloud.local.guard_host import LocalGuardHost
+
+        return LocalGuardHost(self.env, self.root)
+
+    def preempt(self, node: str) -> None:
+        """What Google does to a preemptible TPU: its hosts' processes end and the node reads PREEMPTED."""
+        from tpuops.cloud.local.apis import LocalCloud
+
+        LocalCloud(self.root).preempt_node(node)
 
 
 def autostop_target(root: Path, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget:

@@ -1,0 +1,88 @@
+"""The guard's commands at their edges: the rehearsal refused where it cannot be done, the webhook URL kept
+out of errors, and a guard that runs out of --max-restarts says so in the ledger."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from tests.helpers import run_cli, write_spec
+from tests.test_guard_local import FAST, cli, kinds, ledger_of, wait_until
+from tpuops.state import ClusterState, StateStore, TpuRecord
+
+
+def test_simulate_preempt_refuses_on_google_cloud(tmp_path: Path, tpuops_home: Path) -> None:
+    spec = write_spec(tmp_path, """
+        name: real-tpu
+        zone: us-central2-b
+        tpu: {type: v4-8}
+        """)
+    state = ClusterState(name="real-tpu", provider="gcp", project="p", zone="us-central2-b", spec_path=str(spec),
+                         resources=[TpuRecord(name="real-tpu", zone="us-central2-b", status="created")])
+    StateStore(tpuops_home).save(state)
+    done = run_cli("simulate", "preempt", "real-tpu")
+    assert done.returncode == 2
+    assert done.stderr.startswith("tpuops: error: Google Cloud has no API to preempt a TPU on request")
+    assert "provider: local" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_webhook_that_is_not_a_url_is_refused_without_repeating_it(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, """
+        name: q
+        provider: local
+        tpu: {type: v2-8}
+        guard: {notify: "hooks.slack.com/services/T0/B0/SECRETTOKEN"}
+        """)
+    done = run_cli("plan", str(spec))
+    assert done.returncode == 2 and "guard.notify must be an http(s):// webhook URL" in done.stderr
+    assert "SECRETTOKEN" not in done.stderr + done.stdout
+
+
+def test_guard_status_without_a_guard(tmp_path: Path, tpuops_home: Path) -> None:
+    name = f"gn-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        bucket: {{name: {name}-b}}
+        """)
+    assert cli("up", str(spec)).returncode == 0
+    try:
+        done = cli("guard", "status", name)
+        assert done.returncode == 1 and f"no guard (start one with `tpuops guard up {name}`)" in done.stdout
+    finally:
+        cli("down", name, "--yes", "--delete-bucket", "--force")
+
+
+def test_max_restarts_used_up_is_said_in_the_ledger(tmp_path: Path, tpuops_home: Path) -> None:
+    name = f"gm-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        bucket: {{name: {name}-b}}
+        trainer: {{framework: jax, command: "sleep 300"}}
+        """)
+    assert cli("up", str(spec)).returncode == 0
+    assert cli("launch", name).returncode == 0
+    guard = subprocess.Popen([sys.executable, "-m", "tpuops", "watch", name, "--headless", "--max-restarts", "0"],
+                             env={**os.environ, **FAST}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    ledger = ledger_of(tpuops_home, f"{name}-b", name)
+    try:
+        wait_until(lambda: "watch" in kinds(ledger), "the guard to start")
+        assert cli("simulate", "preempt", name).returncode == 0
+        output, _ = guard.communicate(timeout=60)
+        events = [event for _, event in ledger.events()]
+    finally:
+        if guard.poll() is None:
+            guard.kill()
+            guard.communicate(timeout=10)
+        cli("down", name, "--yes", "--delete-bucket", "--force")
+    assert guard.returncode == 1, output
+    gave_up = [event for event in events if event.kind == "gave-up"]
+    assert gave_up and "--max-restarts 0 is used up" in gave_up[0].message
+    assert "restart" not in [event.kind for event in events]

@@ -1,0 +1,103 @@
+"""The guard's workflows over a Context: `guard up`, `guard down` (also the first thing `tpuops down` does),
+`guard logs`, and `simulate preempt`, the rehearsal of a preemption. `guard status` is `report.guard_report`."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+from tpuops.context import Context
+from tpuops.errors import TpuopsError, UsageError
+from tpuops.guard.host import GuardHostInfo, GuardPlacement
+from tpuops.guard.lease import Lease, read_lease
+from tpuops.guard.ledger import Ledger, LedgerEvent
+from tpuops.guard.place import guard_store, guard_url
+from tpuops.guard.report import host_of
+from tpuops.ops.remote import resolve_name
+from tpuops.ops.status import spec_of
+from tpuops.spec import CLUSTER_LABEL, Spec
+from tpuops.state import ClusterState, bucket_of
+
+FOLLOW_INTERVAL_S = 2.0
+
+
+def placement_for(state: ClusterState, spec: Spec | None, zone: str | None = None,
+                  machine_type: str | None = None) -> GuardPlacement:
+    """Where the guard runs: the options, else the spec's `guard:` section, else beside the TPU."""
+    bucket = bucket_of(state, spec)
+    if bucket is None:
+        raise UsageError(f"the guard keeps its lease and ledger in the run's bucket, and '{state.name}' has none",
+                         "add `bucket: {name: ...}` to the spec and run `tpuops up SPEC` again")
+    guard = spec.guard if spec is not None else None
+    labels = {**(spec.labels if spec is not None else {}), CLUSTER_LABEL: state.name}
+    return GuardPlacement(
+        cluster=state.name, project=state.project, zone=zone or (guard.zone if guard else None) or state.zone,
+        machine_type=machine_type or (guard.machine_type if guard else "e2-micro"),
+        service_account=guard.service_account if guard else None, bucket=bucket, labels=labels)
+
+
+def guard_up(ctx: Context, name: str | None, zone: str | None = None,
+             machine_type: str | None = None) -> GuardHostInfo:
+    """Start the guard, or adopt the one running and refresh it (idempotent)."""
+    state = ctx.store.require(resolve_name(ctx, name))
+    spec = spec_of(state)
+    placement = placement_for(state, spec, zone, machine_type)
+    info = ctx.provider_for(spec, state).guard_host().ensure(placement, guard_url(placement.bucket, state.name))
+    state.log("guard", f"guard up: {info.kind} {info.name} ({info.state})")
+    ctx.store.save(state)
+    return info
+
+
+def guard_down(ctx: Context, name: str) -> bool:
+    """Stop and remove the guard; its lease is freed at once (else a laptop watch would wait 3 polls)."""
+    state = ctx.store.load(name)
+    if state is None:
+        return False
+    spec = spec_of(state)
+    host = host_of(ctx.provider_for(spec, state))
+    stopped = host.delete(state.name) if host is not None else False
+    store = guard_store(ctx, state, spec)
+    if store is not None:
+        with contextlib.suppress(TpuopsError):  # the bucket unreachable: the lease goes stale by itself
+            record, generation = read_lease(store)
+            if record is not None and record.holder is not None and record.role == "guard":
+                Lease(store, record.holder, record.role, record.poll_interval, generation=generation).release()
+            if stopped:
+                Ledger(store, "tpuops guard down").append("guard-down", "the guard was stopped (`guard down`)")
+    return stopped
+
+
+def guard_events(ctx: Context, name: str | None, follow: bool, interval: float = FOLLOW_INTERVAL_S,
+                 sleep: Callable[[float], None] = time.sleep) -> Iterator[LedgerEvent]:
+    """The guard's events from the ledger, oldest first; with `follow`, then new ones as they come."""
+    state = ctx.store.require(resolve_name(ctx, name))
+    store = guard_store(ctx, state, spec_of(state))
+    if store is None:
+        raise UsageError(f"'{state.name}' has no bucket, so no guard ledger", "the guard needs the run's bucket")
+    ledger = Ledger(store)
+    seen = ""
+    while True:
+        for blob, event in ledger.events(after=seen):
+            seen = blob
+            yield event
+        if not follow:
+            return
+        sleep(interval)
+
+
+def simulate_preempt(ctx: Context, name: str | None, slice_index: int = 0) -> str:
+    """Preempt the cluster's TPU (one slice of it) as Google would: the rehearsal before paying for one."""
+    state = ctx.store.require(resolve_name(ctx, name))
+    tpu = state.tpu_record()
+    if tpu is None or tpu.status != "created":
+        raise UsageError(f"'{state.name}' has no TPU to preempt", f"run `tpuops up` for '{state.name}' first")
+    nodes = tpu.node_names
+    if not 0 <= slice_index < len(nodes):
+        raise UsageError(f"--slice {slice_index}: '{state.name}' has {len(nodes)} slice(s)",
+                         f"give 0..{len(nodes) - 1}")
+    provider = ctx.provider_for(spec_of(state), state)
+    provider.preempt(nodes[slice_index])
+    state.log("simulate", f"preempted {nodes[slice_index]} (tpuops simulate preempt)")
+    ctx.store.save(state)
+    return nodes[slice_index]
