@@ -177,3 +177,41 @@ def test_a_vm_created_by_a_guard_up_that_then_failed_is_deleted_again(rig: Rig) 
     with pytest.raises(RemoteError, match="guard"):
         rig.host(ssh_wait=1.0).ensure(placement, f".tpuops/{placement.cluster}/guard")
     assert (ZONE, f"{placement.cluster}-guard") not in rig.gcp.compute.instances
+
+
+def test_guard_up_on_the_cli_creates_the_vm_that_status_lists_and_down_deletes(rig: Rig, tmp_path: Path,
+                                                                             tpuops_home: Path) -> None:
+    import json
+
+    from tests.helpers import run_cli, write_spec
+
+    name = f"night-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        zone: {ZONE}
+        tpu: {{type: v2-8, runtime: tpu-ubuntu2204-base}}
+        bucket: {{name: {name}-b}}
+        ssh: {{user: root, port: {rig.sshd.port}}}
+        guard: {{zone: us-west1-a}}
+        """)
+    assert run_cli("up", str(spec), env=rig.gcp.env).returncode == 0
+    cluster_key = tpuops_home / "clusters" / name / "id_ed25519"
+    authorized = rig.sshd.root / "authorized_keys"
+    authorized.write_text(authorized.read_text() + cluster_key.with_suffix(".pub").read_text())
+    env = {**rig.gcp.env, "TPUOPS_GUARD_VM_HOME": str(rig.root / "guard-home"), "TPUOPS_GUARD_VM_USER": "root"}
+
+    up = run_cli("guard", "up", name, "--json", env=env)
+    assert up.returncode == 0, up.stderr
+    instance = rig.gcp.compute.instances[("us-west1-a", f"{name}-guard")]
+    assert instance.machine_type.endswith("/e2-micro") and instance.labels["tpuops-role"] == "guard"
+    assert rig.guard_key(name).read_bytes() == cluster_key.read_bytes()
+    assert cluster_key.read_bytes() not in up.stdout.encode() + up.stderr.encode()
+
+    status = run_cli("status", name, "--json", env=env)
+    assert status.returncode == 0, status.stderr
+    rows = {(row["kind"], row["name"], row["zone"]) for row in json.loads(status.stdout)["resources"]}
+    assert ("guard_vm", f"{name}-guard", "us-west1-a") in rows
+
+    down = run_cli("down", name, "--yes", env=env)
+    assert down.returncode == 0, down.stderr
+    assert ("us-west1-a", f"{name}-guard") not in rig.gcp.compute.instances
