@@ -96,8 +96,8 @@ def guard_report(ctx: Context, state: ClusterState, spec: Spec | None, last: int
         heartbeat = ledger.heartbeat()
         lease = read_lease(store)[0]
         events = [event for _, event in ledger.events()]
-    except TpuopsError as err:
-        return GuardReport(state.name, info, None, None, 0, (), None, read_error=err.message)
+    except TpuopsError as err:  # the bucket unreadable: worth a line only where a guard is known to exist
+        return None if info is None else GuardReport(state.name, info, None, None, 0, (), None, read_error=err.message)
     if info is None and heartbeat is None and not events:
         return None
     errors = [event for event in events if event.data.get("error")]
