@@ -190,3 +190,34 @@ def test_an_installed_tpuops_is_packed_into_a_wheel_again(tmp_path: Path, built_
     subprocess.run([*pip, str(second), str(repacked)], check=True, timeout=120)
     files = {p.relative_to(second) for p in second.rglob("*.py")}
     assert files == {p.relative_to(first) for p in first.rglob("*.py")} and Path("tpuops/cli/main.py") in files
+
+
+def test_the_whole_script_runs_in_order_with_the_system_tools_stubbed(
+        tmp_path: Path, built_wheel: Path, gcs_emulator: GcsEmulator, metadata: MetadataFake) -> None:  # noqa: F811
+    """main(): python3-venv present, the guard's user made, the bundle fetched, the wheel installed, the home
+    handed to the user, the unit written and the service enabled and restarted."""
+    bucket = gcs_emulator.client().bucket(gcs_emulator.new_bucket("guard"))
+    bucket.blob(PREFIX + "wheels/" + WHEEL).upload_from_filename(str(built_wheel))
+    bucket.blob(PREFIX + "wheels/CURRENT").upload_from_string(WHEEL.encode())
+    home, stubs, calls = tmp_path / "home", tmp_path / "stubs", tmp_path / "calls"
+    stubs.mkdir()
+    for tool in ("useradd", "chown", "systemctl", "apt-get"):
+        (stubs / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{calls}"\n')
+        (stubs / tool).chmod(0o755)
+    (stubs / "id").write_text("#!/bin/sh\nexit 1\n")  # the guard's user does not exist yet
+    (stubs / "id").chmod(0o755)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(home / "venv")], check=True,
+                   timeout=120)
+    (home / "units").mkdir()
+    env = {"GCE_METADATA_HOST": metadata.host, "STORAGE_EMULATOR_HOST": gcs_emulator.host, "PIP_NO_INDEX": "1",
+           "PATH": f"{stubs}:{os.environ['PATH']}"}
+    done = run_part(script_for(tmp_path, bucket.name), home, "main", env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().splitlines() == [
+        f"useradd --system --home-dir {home} --shell /usr/sbin/nologin tpuops-guard",
+        f"chown -R tpuops-guard:tpuops-guard {home}",
+        "systemctl daemon-reload",
+        "systemctl enable tpuops-guard",
+        "systemctl restart tpuops-guard",
+    ]
+    assert (home / "units/tpuops-guard.service").is_file() and (home / "venv/bin/tpuops").is_file()
