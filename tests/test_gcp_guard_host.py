@@ -174,8 +174,9 @@ def test_a_403_names_the_missing_role_and_leaves_nothing_behind(rig: Rig, messag
 
 def test_a_vm_created_by_a_guard_up_that_then_failed_is_deleted_again(rig: Rig) -> None:
     placement = rig.placement(ssh_port=1)  # nothing answers SSH there
-    with pytest.raises(RemoteError, match="guard"):
+    with pytest.raises(RemoteError, match="could not copy the cluster's key to guard VM") as caught:
         rig.host(ssh_wait=1.0).ensure(placement, f".tpuops/{placement.cluster}/guard")
+    assert caught.value.hint is not None and "must reach the VM at" in caught.value.hint
     assert (ZONE, f"{placement.cluster}-guard") not in rig.gcp.compute.instances
 
 

@@ -121,13 +121,17 @@ class GcpGuardHost:
 
     # ------------------------------------------------------------------------------------------------ steps
     def settings(self, placement: GuardPlacement, bundle_prefix: str) -> GuardVmSettings:
-        assert placement.login is not None and placement.zone is not None
-        public = keys.ensure_key_pair(placement.login.key_path.parent, placement.cluster)
+        login = placement.login
+        assert login is not None and placement.zone is not None
+        if not login.key_path.is_file():  # a new key would be one no worker knows
+            raise UsageError(f"the cluster's SSH key {login.key_path} does not exist",
+                             f"run `tpuops up` for {placement.cluster} first")
+        public = keys.ensure_key_pair(login.key_path.parent, placement.cluster)
         boot = GuardBoot(placement.cluster, placement.bucket, bundle_prefix, self.layout.home, self.layout.user)
         return GuardVmSettings(
             cluster=placement.cluster, zone=placement.zone, machine_type=placement.machine_type,
             service_account=placement.service_account, labels=placement.labels,
-            startup_script=startup_script(boot), ssh_keys=keys.ssh_keys_metadata(placement.login.user, public),
+            startup_script=startup_script(boot), ssh_keys=keys.ssh_keys_metadata(login.user, public),
             network=placement.network, subnetwork=placement.subnetwork,
         )
 
@@ -166,11 +170,18 @@ class GcpGuardHost:
         runner = SshRunner(target, settings, known, load_private_key(login.key_path))
         try:
             argv = ["sh", "-c", INSTALL_KEY, "sh", self.layout.home, placement.cluster, self.layout.user]
-            done = runner.run(argv, stdin=login.key_path.read_bytes(), capture=True, timeout=120)
+            try:
+                done = runner.run(argv, stdin=login.key_path.read_bytes(), capture=True, timeout=120)
+            except RemoteError as err:  # could not connect: said for a worker, said again for the guard
+                raise RemoteError(f"could not copy the cluster's key to guard VM {vm.name}: {err.message}",
+                                  f"this machine must reach the VM at {host} on tcp:{placement.ssh_port} (the "
+                                  "default network's default-allow-ssh lets it); `tpuops guard up` again") from err
             if not done.ok:
                 why = done.error or (done.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
-                raise RemoteError(f"could not copy the cluster's key to guard VM {vm.name}: {why}",
-                                  "the login user needs passwordless sudo (Compute Engine gives it to ssh-keys users)")
+                hint = (f"this machine must reach the VM at {host} on tcp:{placement.ssh_port} (the default "
+                        "network's default-allow-ssh lets it)" if done.exit_code is None else
+                        "the login user needs passwordless sudo (Compute Engine gives it to ssh-keys users)")
+                raise RemoteError(f"could not copy the cluster's key to guard VM {vm.name}: {why}", hint)
             if refresh:
                 again = runner.run(self.layout.refresh, capture=True, timeout=60)
                 if not again.ok:
