@@ -20,13 +20,12 @@ from tests.fakes.tpu_model import FakeNode
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.sshd import SshdCluster, sshd_available
 from tests.test_autostop_agent import ZONE, wait_for
-from tpuops.agents import agent_source
 from tpuops.cloud.base import TpuRequest
 from tpuops.cloud.local.apis import LocalCloud
 from tpuops.cloud.local.provider import LocalProvider, autostop_target
 from tpuops.durations import format_duration, parse_autostop
 from tpuops.errors import UsageError
-from tpuops.ops.autostop import (
+from tpuops.guard.autostop.client import (
     AutostopRecord,
     agent_config,
     autostop_view,
@@ -37,10 +36,11 @@ from tpuops.ops.autostop import (
     record_prefix,
     stop_for_down,
 )
-from tpuops.remote.autostop import AgentFailure, AgentReport, read_agent, stop_agent
+from tpuops.guard.autostop.remote import AgentFailure, AgentReport, read_agent, stop_agent
+from tpuops.guard.autostop.shipped import agent_source
+from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.remote.local import LocalRunner, worker_path
 from tpuops.remote.ssh import KnownHosts, SshRunner, SshSettings, SshTarget, load_private_key
-from tpuops.spec_autostop import AutostopSpec
 
 FAST = {"TPUOPS_AUTOSTOP_TICK": "0.1"}
 
@@ -49,7 +49,7 @@ FAST = {"TPUOPS_AUTOSTOP_TICK": "0.1"}
 
 
 def test_the_agent_is_python_3_8_syntax_and_standard_library_only() -> None:
-    tree = ast.parse(agent_source("autostop"), feature_version=(3, 8))
+    tree = ast.parse(agent_source("agent"), feature_version=(3, 8))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
@@ -251,7 +251,7 @@ def test_the_agent_installed_over_ssh_outlives_the_session_and_deletes_the_idle_
 
 
 def test_a_new_idle_time_keeps_the_hard_cap_and_off_turns_everything_off() -> None:
-    from tpuops.ops.cost_guard import parse_setting, with_idle
+    from tpuops.guard.autostop.cost_guard import parse_setting, with_idle
 
     current = AutostopSpec(idle="30m", max_hours=12)
     assert with_idle(current, parse_setting("2h")) == AutostopSpec(idle="2h", max_hours=12)

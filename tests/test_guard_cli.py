@@ -86,3 +86,32 @@ def test_max_restarts_used_up_is_said_in_the_ledger(tmp_path: Path, tpuops_home:
     gave_up = [event for event in events if event.kind == "gave-up"]
     assert gave_up and "--max-restarts 0 is used up" in gave_up[0].message
     assert "restart" not in [event.kind for event in events]
+
+
+def test_up_guard_starts_a_guard_that_waits_for_the_run_and_down_stops_it(tmp_path: Path, tpuops_home: Path) -> None:
+    from tpuops.cloud.local.guard_host import is_guard_process
+
+    name = f"gu-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        bucket: {{name: {name}-b}}
+        trainer: {{framework: jax, command: "sleep 300"}}
+        """)
+    up = cli("up", str(spec), "--guard")
+    pid_file = tpuops_home / "local" / "guards" / name / "guard.pid"
+    try:
+        assert up.returncode == 0 and "guard: process pid" in up.stdout, up.stderr
+        pid = int(pid_file.read_text())
+        log = pid_file.with_name("guard.log")
+        wait_until(lambda: "has no run yet: waiting" in log.read_text(), "the guard to wait for a run")
+        assert cli("launch", name).returncode == 0
+        wait_until(lambda: "watching run" in log.read_text(), "the guard to watch the run")
+        down = cli("down", name, "--yes", "--delete-bucket", "--force")
+        assert down.returncode == 0, down.stderr
+        assert not is_guard_process(pid, name) and not pid_file.exists()
+    finally:
+        if pid_file.exists():
+            cli("guard", "down", name)
+            cli("down", name, "--yes", "--delete-bucket", "--force")

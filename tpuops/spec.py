@@ -15,8 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tpuops.errors import SpecError
+from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.guard.spec import GuardSpec
-from tpuops.spec_autostop import AutostopSpec
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")

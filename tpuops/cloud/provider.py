@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
+    from tpuops.guard.autostop.remote import LocalTarget
     from tpuops.guard.host import GuardHost
-    from tpuops.remote.autostop import LocalTarget
     from tpuops.remote.base import Runner
 
 ProviderName = Literal["gcp", "local"]

@@ -75,7 +75,7 @@ def watch_with_lease(ctx: Context, name: str | None, options: watch_ops.WatchOpt
         other = lease.try_acquire()
         if other is None:
             try:
-                return _recover_holding(ctx, cluster, options, lease, ledger, role, on_event, sleep, spec)
+                return _recover_holding(ctx, cluster, options, lease, ledger, on_event, sleep, spec)
             except GuardStoodDown as err:
                 say("lease", str(err))
                 continue
@@ -106,7 +106,7 @@ def lease_of(store: BlobStore) -> LeaseRecord | None:
 
 
 def _recover_holding(ctx: Context, cluster: str, options: watch_ops.WatchOptions, lease: Lease, ledger: Ledger,
-                     role: str, on_event: watch_ops.EventHandler | None, sleep: Callable[[float], None],
+                     on_event: watch_ops.EventHandler | None, sleep: Callable[[float], None],
                      spec: Any) -> watch_ops.WatchResult:
     say = _sayer(on_event)
     progress = Progress.resumed(_quietly(ledger.heartbeat))
@@ -129,8 +129,8 @@ def _recover_holding(ctx: Context, cluster: str, options: watch_ops.WatchOptions
         raise
     finally:
         keeper.stop()
-        beat.tick(force=True)
-        if not stood_down:
+        if not stood_down:  # after losing the lease, the heartbeat and the lease are the new holder's
+            beat.tick(force=True)
             lease.release()
         if notifier is not None:
             notifier.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from tpuops.cloud.blob_types import BlobStore
 from tpuops.context import Context
+from tpuops.guard.autostop.client import record_prefix
 from tpuops.guard.host import GUARD_PREFIX
-from tpuops.ops.autostop import record_prefix
 from tpuops.spec import Spec
 from tpuops.state import ClusterState, bucket_of
 

@@ -21,7 +21,7 @@ from tpuops.cloud.kinds.guard_vm import is_guard
 from tpuops.context import Context
 from tpuops.errors import CloudError, TpuopsError
 from tpuops.guard import commands as guard_commands
-from tpuops.ops import cost_guard
+from tpuops.guard.autostop import cost_guard
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.run_records import end_runs_with_the_tpu
 from tpuops.ops.status import spec_of, tpu_mode

@@ -18,10 +18,10 @@ from datetime import datetime, timezone
 from tpuops.cloud.provider import TrainerSite
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.ops import cost_guard
-from tpuops.ops.autostop import record_prefix
+from tpuops.guard.autostop import cost_guard
+from tpuops.guard.autostop.client import record_prefix
+from tpuops.guard.autostop.remote import AgentInstall
 from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push, tpu_paths
-from tpuops.remote.autostop import AgentInstall
 from tpuops.remote.base import LineHandler, Runner, RunResult
 from tpuops.remote.fanout import run_each
 from tpuops.remote.scripts import script_command

@@ -15,8 +15,8 @@ from tpuops.cloud.kinds.storage import bucket_row
 from tpuops.cloud.kinds.tpu import node_row, queued_row
 from tpuops.context import Context
 from tpuops.errors import ClusterNotFound, TpuopsError
+from tpuops.guard.autostop.cost_guard import GuardStatus, guard_status
 from tpuops.guard.report import GuardReport, guard_report
-from tpuops.ops.cost_guard import GuardStatus, guard_status
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.workers import number_hosts
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec

@@ -38,7 +38,7 @@ from tpuops.errors import (
     TpuopsError,
     UsageError,
 )
-from tpuops.ops import cost_guard
+from tpuops.guard.autostop import cost_guard
 from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops

@@ -15,8 +15,8 @@ from tpuops.errors import UsageError
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
+    from tpuops.guard.autostop.remote import LocalTarget
     from tpuops.guard.host import GuardHost
-    from tpuops.remote.autostop import LocalTarget
     from tpuops.remote.base import Runner
 
 CPU_ENV = {"pytorch": {"PJRT_DEVICE": "CPU"}, "jax": {"JAX_PLATFORMS": "cpu"}}
@@ -90,7 +90,7 @@ class LocalProvider:
 def autostop_target(root: Path, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget:
     """What the agent removes to delete a simulated TPU (the records LocalCloud keeps under tpus/ and queued/,
     the workers' homes under workers/NODE), and the directory standing for gs://BUCKET/.tpuops/NAME."""
-    from tpuops.remote.autostop import LocalTarget
+    from tpuops.guard.autostop.remote import LocalTarget
 
     record_dir = str(bucket_path(root, f"gs://{bucket}/.tpuops/{cluster}")) if bucket else None
     return LocalTarget(node_record=str(root / "tpus" / f"{node}.json"), workers_dir=str(root / "workers" / node),

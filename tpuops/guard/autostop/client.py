@@ -2,7 +2,7 @@
 what `status` shows about it (setting, time left, last failure, the record left in the bucket) and the
 cost so far at the catalog's list price.
 
-The agent itself runs on worker 0 (`tpuops/agents/autostop.py`); `tpuops.remote.autostop` talks to it.
+The agent itself runs on worker 0 (`tpuops/guard/autostop/agent.py`); `tpuops.guard.autostop.remote` talks to it.
 Everything here takes plain values (no Context), so up/launch/status/down/watch can call it as they are.
 """
 
@@ -17,7 +17,7 @@ from tpuops import catalog
 from tpuops.cloud.endpoints import base_url
 from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError
-from tpuops.remote.autostop import (
+from tpuops.guard.autostop.remote import (
     DEFAULT_TICK_SECONDS,
     AgentConfig,
     AgentInstall,
@@ -31,7 +31,7 @@ from tpuops.remote.base import Runner
 
 if TYPE_CHECKING:
     from tpuops.cloud.blobs import BlobStore
-from tpuops.spec_autostop import AutostopSpec
+from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.state import epoch_seconds
 
 TICK_ENV = "TPUOPS_AUTOSTOP_TICK"  # seconds between the agent's decisions (tests use a fraction of a second)

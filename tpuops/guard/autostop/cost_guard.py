@@ -2,8 +2,8 @@
 `launch`), `tpuops autostop NAME 30m|off`, the agent stopped before `down`, and what `status` shows (uptime,
 cost so far, the agent's setting and time left, the record it left when it deleted the TPU).
 
-The plain-value pieces (configuration, install, the status view, cost) are in `ops/autostop.py`; the agent
-itself in `tpuops/agents/autostop.py`.
+The plain-value pieces (configuration, install, the status view, cost) are in `client.py`; the agent
+itself in `tpuops/guard/autostop/agent.py`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from tpuops.context import Context
 from tpuops.durations import parse_autostop
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.ops.autostop import (
+from tpuops.guard.autostop.client import (
     AutostopRecord,
     AutostopView,
     CostSoFar,
@@ -29,10 +29,10 @@ from tpuops.ops.autostop import (
     record_prefix,
     stop_for_down,
 )
+from tpuops.guard.autostop.remote import AgentConfig, AgentInstall, AgentStop, read_agent, stop_agent
+from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, tpu_paths
-from tpuops.remote.autostop import AgentConfig, AgentInstall, AgentStop, read_agent, stop_agent
 from tpuops.spec import Spec
-from tpuops.spec_autostop import AutostopSpec
 from tpuops.state import ClusterState, TpuRecord, bucket_of, epoch_seconds
 
 JAX_CACHE_DIR = "jax-cache"  # under gs://BUCKET/.tpuops/NAME/, as launch points JAX_COMPILATION_CACHE_DIR
