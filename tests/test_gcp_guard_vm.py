@@ -151,3 +151,12 @@ def test_plan_live_names_the_firewall_rule_the_guard_would_need(gcp: FakeGcp, tm
     assert "no firewall rule of network isolated lets the guard reach the workers on tcp:22" in isolated
     assert ("gcloud compute firewall-rules create night-guard-ssh --network=isolated --direction=INGRESS "
             "--allow=tcp:22 --source-tags=tpuops-guard") in isolated
+
+
+def test_a_guard_vm_stopped_by_hand_is_started_again(gcp: FakeGcp, cloud: Cloud) -> None:
+    name = fresh()
+    ensure_guard_vm(cloud, settings(name))
+    gcp.compute.instances[(ZONE, f"{name}-guard")].status = "TERMINATED"
+    vm, created = ensure_guard_vm(cloud, settings(name))
+    assert not created and vm.state == "RUNNING"
+    assert gcp.compute_api.server.calls("POST", rf"/instances/{name}-guard/start$")

@@ -99,6 +99,15 @@ class ComputeModel:
         instance.external_ip = self.external_ip(instance.name, number) if instance.wants_external_ip else None
         instance.status = "RUNNING"
 
+    def start(self, zone: str, name: str) -> FakeOperation | None:
+        with self.lock:
+            instance = self.instances.get((zone, name))
+            if instance is None:
+                return None
+            location = f"projects/{self.project}/zones/{zone}"
+            return self.operations.start(location, name, self.create_seconds,
+                                         lambda: setattr(instance, "status", "RUNNING"))
+
     def delete(self, zone: str, name: str) -> FakeOperation | None:
         with self.lock:
             instance = self.instances.get((zone, name))
@@ -122,6 +131,7 @@ class ComputeFake:
             ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/aggregated/instances$", self.aggregated_list),
             ("GET", ZONE + r"/instances/(?P<name>[^/]+)$", self.get),
             ("DELETE", ZONE + r"/instances/(?P<name>[^/]+)$", self.delete),
+            ("POST", ZONE + r"/instances/(?P<name>[^/]+)/start$", self.start_instance),
             ("GET", ZONE + r"/instances/(?P<name>[^/]+)/getGuestAttributes$", self.guest_attributes),
             ("GET", ZONE + r"/operations/(?P<op>[^/]+)$", self.get_operation),
             ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/global/firewalls$", self.list_firewalls),
@@ -213,6 +223,12 @@ class ComputeFake:
         if operation is None:
             raise HttpError(404, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found")
         return self._operation(operation, "delete")
+
+    def start_instance(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
+        operation = self.model.start(zone, name)
+        if operation is None:
+            raise HttpError(404, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found")
+        return self._operation(operation, "start")
 
     def guest_attributes(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         from google.cloud import compute_v1

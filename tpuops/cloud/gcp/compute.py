@@ -125,6 +125,16 @@ class ComputeApi:
             raise CloudError(f"{what}: the operation finished but the VM is not there", "rerun `tpuops up`")
         return vm
 
+    def start_vm(self, zone: str, name: str) -> Vm:
+        what = f"start VM {name}"
+        operation = self.timing.call(
+            lambda: self.instances.start_unary(project=self.project, zone=zone, instance=name), what, API)
+        self._wait(operation, zone, what)
+        vm = self.get_vm(zone, name)
+        if vm is None:
+            raise CloudError(f"{what}: the VM is gone", "rerun the command")
+        return vm
+
     def delete_vm(self, zone: str, name: str) -> None:
 
         what = f"delete VM {name}"

@@ -37,6 +37,8 @@ from tpuops.plan import Action, Kind, ObservedResource
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ResourceRecord
 
+STOPPED_STATES = frozenset({"TERMINATED", "STOPPED"})  # Compute's words for a VM stopped (by hand or by Google)
+
 
 def guard_labels(labels: Mapping[str, str], cluster: str) -> dict[str, str]:
     """The spec's labels, the cluster's, and the role that tells a guard VM from a client VM."""
@@ -95,6 +97,8 @@ def ensure_guard_vm(cloud: Cloud, settings: GuardVmSettings) -> tuple[Vm, bool]:
                 f"(no labels {CLUSTER_LABEL}={settings.cluster}, {ROLE_LABEL}={GUARD_ROLE})",
                 "tpuops never touches resources it did not create: delete or rename that VM",
             )
+        if vm.state in STOPPED_STATES:  # stopped by hand: started again, as `guard up` promises
+            return cloud.vms.start_vm(settings.zone, settings.name), False
         return vm, False
     return cloud.vms.create_vm(guard_request(settings)), True
 
