@@ -168,20 +168,20 @@ class GcpGuardHost:
         known = KnownHosts(login.known_hosts_path, trust_on_first_use=True)
         target = SshTarget("guard", host, placement.ssh_port, login.user)
         runner = SshRunner(target, settings, known, load_private_key(login.key_path))
+        failed = f"could not copy the cluster's key to guard VM {vm.name}"
+        unreachable = (f"this machine must reach the VM at {host} on tcp:{placement.ssh_port} (the default network's "
+                       "default-allow-ssh lets it), then `tpuops guard up` again")
         try:
             argv = ["sh", "-c", INSTALL_KEY, "sh", self.layout.home, placement.cluster, self.layout.user]
             try:
                 done = runner.run(argv, stdin=login.key_path.read_bytes(), capture=True, timeout=120)
             except RemoteError as err:  # could not connect: said for a worker, said again for the guard
-                raise RemoteError(f"could not copy the cluster's key to guard VM {vm.name}: {err.message}",
-                                  f"this machine must reach the VM at {host} on tcp:{placement.ssh_port} (the "
-                                  "default network's default-allow-ssh lets it); `tpuops guard up` again") from err
+                raise RemoteError(f"{failed}: {err.message}", unreachable) from err
             if not done.ok:
                 why = done.error or (done.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
-                hint = (f"this machine must reach the VM at {host} on tcp:{placement.ssh_port} (the default "
-                        "network's default-allow-ssh lets it)" if done.exit_code is None else
-                        "the login user needs passwordless sudo (Compute Engine gives it to ssh-keys users)")
-                raise RemoteError(f"could not copy the cluster's key to guard VM {vm.name}: {why}", hint)
+                hint = unreachable if done.exit_code is None else \
+                    "the login user needs passwordless sudo (Compute Engine gives it to ssh-keys users)"
+                raise RemoteError(f"{failed}: {why}", hint)
             if refresh:
                 again = runner.run(self.layout.refresh, capture=True, timeout=60)
                 if not again.ok:
