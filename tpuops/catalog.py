@@ -73,6 +73,18 @@ class Accelerator:
 
 
 @dataclass(frozen=True)
+class GuardPrices:
+    """What the guard VM costs beyond its machine type's hourly price, and the Always Free tier that covers it."""
+
+    as_of: str
+    free_machine_type: str
+    free_regions: tuple[str, ...]
+    free_disk_gb: int
+    external_ip_price_per_hour: float
+    standard_disk_price_per_gb_month: float
+
+
+@dataclass(frozen=True)
 class Catalog:
     as_of: str
     source: str
@@ -80,6 +92,7 @@ class Catalog:
     aliases: dict[str, str]
     machine_prices: dict[str, float]
     disk_price_per_gb_month: float
+    guard: GuardPrices
 
     def all_types(self) -> list[str]:
         return [t for generation in self.generations.values() for t in generation.types()]
@@ -165,4 +178,12 @@ def load() -> Catalog:
         aliases=dict(raw.get("aliases", {})),
         machine_prices=raw["machine_price_per_hour"],
         disk_price_per_gb_month=raw["disk_price_per_gb_month"],
+        guard=GuardPrices(
+            as_of=str(raw["guard"]["as_of"]),
+            free_machine_type=raw["guard"]["free_machine_type"],
+            free_regions=tuple(raw["guard"]["free_regions"]),
+            free_disk_gb=int(raw["guard"]["free_disk_gb"]),
+            external_ip_price_per_hour=float(raw["guard"]["external_ip_price_per_hour"]),
+            standard_disk_price_per_gb_month=float(raw["guard"]["standard_disk_price_per_gb_month"]),
+        ),
     )

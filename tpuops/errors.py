@@ -62,6 +62,10 @@ class CloudError(TpuopsError):
     """A cloud API call failed for a reason retrying will not fix (400, 403, 404, 409, ...)."""
 
 
+class PermissionDenied(CloudError):
+    """HTTP 403 for want of a role (not a disabled API): the caller names the role to grant."""
+
+
 class TransientError(CloudError):
     """A cloud call failed in a way worth retrying (429, 500, 503, deadline exceeded)."""
 

@@ -13,9 +13,10 @@ from typing import Literal
 from tpuops import catalog
 from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
 from tpuops.errors import ForeignResourceError
+from tpuops.guard.vm_plan import GuardPlan, guard_plan
 from tpuops.spec import CLUSTER_LABEL, Spec
 
-Kind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm"]
+Kind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm", "guard_vm"]
 Verb = Literal["create", "keep", "recreate"]
 IAM_ROLE = "roles/storage.objectAdmin"
 
@@ -50,6 +51,7 @@ class Plan:
     cost_per_hour: float
     cost_note: str
     autostop: str = "off"  # what `up` installs on worker 0: "idle 30m, max 12h" | "off"
+    guard: GuardPlan | None = None  # the guard the spec enables (guard.enabled)
 
     @property
     def changes(self) -> tuple[Action, ...]:
@@ -114,6 +116,7 @@ def make_plan(spec: Spec, observed: Sequence[ObservedResource] = (), project: st
         cost_per_hour=round(cost, 4),
         cost_note=note,
         autostop=spec.autostop.describe(),
+        guard=guard_plan(spec),
     )
 
 

@@ -51,7 +51,7 @@ class StateModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-ResourceKind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm"]
+ResourceKind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm", "guard_vm"]
 
 
 class ResourceBase(StateModel):
@@ -115,12 +115,15 @@ class TpuRecord(ResourceBase):
 
 
 class VmRecord(ResourceBase):
-    kind: Literal["client_vm"] = "client_vm"
+    """A legacy Node's client VM, or the guard VM that keeps the run alive (`tpuops guard up`)."""
+
+    kind: Literal["client_vm", "guard_vm"] = "client_vm"
 
 
 ResourceRecord = Annotated[BucketRecord | IamRecord | TpuRecord | VmRecord, Field(discriminator="kind")]
 RECORD_TYPES: dict[ResourceKind, type[ResourceBase]] = {
     "bucket": BucketRecord, "iam": IamRecord, "tpu": TpuRecord, "queued_resource": TpuRecord, "client_vm": VmRecord,
+    "guard_vm": VmRecord,
 }
 
 

@@ -1,4 +1,4 @@
-"""Compute Engine REST fake (instances, zone operations, projects.get), with its state model."""
+"""Compute Engine REST fake (instances, zone operations, projects.get, firewalls.list), with its state model."""
 
 from __future__ import annotations
 
@@ -30,6 +30,30 @@ class FakeInstance:
     internal_ip: str = ""
     external_ip: str | None = None
     wants_external_ip: bool = False
+    service_accounts: dict[str, list[str]] = field(default_factory=dict)  # email -> scopes, as inserted
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FakeFirewall:
+    """An allow rule as the API stores it: `allowed` is [(protocol, [ports])]."""
+
+    name: str
+    network: str = "default"
+    allowed: list[tuple[str, list[str]]] = field(default_factory=lambda: [("tcp", ["22"])])
+    source_ranges: list[str] = field(default_factory=list)
+    source_tags: list[str] = field(default_factory=list)
+    target_tags: list[str] = field(default_factory=list)
+    direction: str = "INGRESS"
+    disabled: bool = False
+
+
+# The rules Google creates with a project's `default` network (auto mode).
+DEFAULT_NETWORK_RULES = (
+    FakeFirewall("default-allow-internal", allowed=[("tcp", ["0-65535"]), ("udp", ["0-65535"]), ("icmp", [])],
+                 source_ranges=["10.128.0.0/9"]),
+    FakeFirewall("default-allow-ssh", source_ranges=["0.0.0.0/0"]),
+)
 
 
 class ComputeModel:
@@ -38,6 +62,7 @@ class ComputeModel:
         self.lock = threading.RLock()
         self.operations = Operations(self.lock, "operation")
         self.instances: dict[tuple[str, str], FakeInstance] = {}
+        self.firewalls: dict[str, FakeFirewall] = {rule.name: rule for rule in DEFAULT_NETWORK_RULES}
         self.create_seconds = 0.0
         self.delete_seconds = 0.0
         self.capacity_failures: dict[str, int] = {}
@@ -74,6 +99,15 @@ class ComputeModel:
         instance.external_ip = self.external_ip(instance.name, number) if instance.wants_external_ip else None
         instance.status = "RUNNING"
 
+    def start(self, zone: str, name: str) -> FakeOperation | None:
+        with self.lock:
+            instance = self.instances.get((zone, name))
+            if instance is None:
+                return None
+            location = f"projects/{self.project}/zones/{zone}"
+            return self.operations.start(location, name, self.create_seconds,
+                                         lambda: setattr(instance, "status", "RUNNING"))
+
     def delete(self, zone: str, name: str) -> FakeOperation | None:
         with self.lock:
             instance = self.instances.get((zone, name))
@@ -97,8 +131,10 @@ class ComputeFake:
             ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/aggregated/instances$", self.aggregated_list),
             ("GET", ZONE + r"/instances/(?P<name>[^/]+)$", self.get),
             ("DELETE", ZONE + r"/instances/(?P<name>[^/]+)$", self.delete),
+            ("POST", ZONE + r"/instances/(?P<name>[^/]+)/start$", self.start_instance),
             ("GET", ZONE + r"/instances/(?P<name>[^/]+)/getGuestAttributes$", self.guest_attributes),
             ("GET", ZONE + r"/operations/(?P<op>[^/]+)$", self.get_operation),
+            ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/global/firewalls$", self.list_firewalls),
             ("POST", ZONE + r"/operations/(?P<op>[^/]+)/wait$", self.wait_operation),
         ]
 
@@ -126,6 +162,10 @@ class ComputeFake:
             labels=dict(message.labels),
             metadata={item.key: item.value for item in message.metadata.items},
             wants_external_ip=bool(interfaces and list(interfaces[0].access_configs)),
+            # "default" is resolved to the project's Compute default account, as the API does
+            service_accounts={self.model.default_service_account if account.email == "default" else account.email:
+                              list(account.scopes) for account in message.service_accounts},
+            tags=list(message.tags.items),
         )
         return self._operation(self.model.insert(instance), "insert")
 
@@ -154,6 +194,27 @@ class ComputeFake:
         items = {scope: compute_v1.InstancesScopedList(instances=found) for scope, found in scopes.items()}
         return _dict(compute_v1.InstanceAggregatedList(items=items))
 
+    def list_firewalls(self, request: Request, project: str) -> dict[str, Any]:
+        from google.cloud import compute_v1
+
+        with self.model.lock:
+            rules = [self.firewall_message(rule) for _, rule in sorted(self.model.firewalls.items())]
+        return _dict(compute_v1.FirewallList(items=rules))
+
+    def firewall_message(self, rule: FakeFirewall) -> Any:
+        from google.cloud import compute_v1
+
+        return compute_v1.Firewall(
+            name=rule.name,
+            network=f"https://www.googleapis.com/compute/v1/projects/{self.model.project}/global/networks/{rule.network}",
+            direction=rule.direction,
+            disabled=rule.disabled,
+            allowed=[compute_v1.Allowed(I_p_protocol=protocol, ports=ports) for protocol, ports in rule.allowed],
+            source_ranges=rule.source_ranges,
+            source_tags=rule.source_tags,
+            target_tags=rule.target_tags,
+        )
+
     def get(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         return _dict(self.instance_message(self._instance(zone, name)))
 
@@ -162,6 +223,12 @@ class ComputeFake:
         if operation is None:
             raise HttpError(404, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found")
         return self._operation(operation, "delete")
+
+    def start_instance(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
+        operation = self.model.start(zone, name)
+        if operation is None:
+            raise HttpError(404, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found")
+        return self._operation(operation, "start")
 
     def guest_attributes(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         from google.cloud import compute_v1
@@ -210,6 +277,9 @@ class ComputeFake:
             machine_type=instance.machine_type,
             status=instance.status,
             labels=instance.labels,
+            service_accounts=[compute_v1.ServiceAccount(email=email, scopes=scopes)
+                              for email, scopes in instance.service_accounts.items()],
+            tags=compute_v1.Tags(items=instance.tags),
             metadata=compute_v1.Metadata(
                 items=[compute_v1.Items(key=k, value=v) for k, v in instance.metadata.items()]
             ),

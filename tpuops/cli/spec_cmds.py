@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, app
 from tpuops.cli.render import console, print_json
+
+if TYPE_CHECKING:
+    from tpuops.guard.vm_plan import GuardPlan
 
 VERB_STYLE = {"create": "[green]+ create  [/]", "keep": "[dim]= keep    [/]", "recreate": "[yellow]~ recreate[/]"}
 
@@ -45,10 +49,21 @@ def plan(
     if not any("region" in w for w in result.warnings) and result.region:
         console.print(f"Region check: ok (bucket and TPU in {result.region})")
     console.print(f"Estimated cost: [bold]${result.cost_per_hour:.2f}/hour[/] ({result.cost_note})")
+    if result.guard is not None:
+        render_guard(result.guard)
     if result.autostop != "off":
         console.print(f"Autostop: {result.autostop} (the agent on worker 0 deletes the TPU by itself)")
     else:
         console.print("Autostop: off (`autostop: {idle: 30m}` in the spec, or `tpuops up --autostop 30m`)")
+
+
+def render_guard(guard: GuardPlan) -> None:
+    where = f" in {guard.zone}" if guard.zone else ""
+    console.print(f"Guard: {guard.host}{where}, ${guard.price_per_month:.2f}/month ({guard.price_note})")
+    if guard.guard_roles:
+        console.print(f"  runs as {guard.service_account}, which needs: {'; '.join(guard.guard_roles)}")
+        console.print(f"  `guard up` needs: {'; '.join(guard.creator_roles)}")
+        console.print(f"  needs of the network: {guard.network}")
 
 
 @app.command()

@@ -104,6 +104,9 @@ class VmRequest:
     subnetwork: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     ssh_keys: str | None = None
+    service_account: str | None = None  # None: the project's Compute default account
+    startup_script: str | None = None  # the `startup-script` metadata: run as root at every boot
+    tags: tuple[str, ...] = ()  # network tags, which firewall rules may name as source or target
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,22 @@ class Vm:
     internal_ip: str | None = None
     external_ip: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    machine_type: str | None = None  # e2-micro, n1-standard-2, ... (the last part of Compute's URL)
+
+
+@dataclass(frozen=True)
+class FirewallRule:
+    """An ingress rule of a VPC network, as far as "may A reach B's SSH port" needs it."""
+
+    name: str
+    network: str  # the network's name, not its URL
+    allowed: tuple[tuple[str, tuple[str, ...]], ...]  # (protocol, ports): ("tcp", ("22", "8000-8100")); "all"
+    source_ranges: tuple[str, ...] = ()
+    source_tags: tuple[str, ...] = ()
+    source_service_accounts: tuple[str, ...] = ()
+    target_tags: tuple[str, ...] = ()
+    target_service_accounts: tuple[str, ...] = ()
+    disabled: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,6 +191,9 @@ class VmApi(Protocol):
     def get_vm(self, zone: str, name: str) -> Vm | None: ...
     def list_vms(self, zone: str) -> list[Vm]: ...
     def create_vm(self, request: VmRequest) -> Vm: ...
+    def start_vm(self, zone: str, name: str) -> Vm:
+        """Start a stopped VM (TERMINATED in Compute's words) and wait until it runs."""
+        ...
     def delete_vm(self, zone: str, name: str) -> None: ...
     def host_keys(self, zone: str, name: str) -> list[HostKey]: ...
     def find_vms(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[Vm]: ...
@@ -198,6 +220,12 @@ class StorageApi(Protocol):
         ...
 
 
+class FirewallApi(Protocol):
+    def ingress_rules(self, network: str) -> list[FirewallRule]:
+        """The enabled and disabled ingress rules of `network` (a name); allow rules only."""
+        ...
+
+
 class ProjectApi(Protocol):
     def default_service_account(self) -> str:
         """The Compute default service account (PROJECT_NUMBER-compute@developer.gserviceaccount.com)."""
@@ -215,6 +243,7 @@ class Cloud:
     storage: StorageApi
     projects: ProjectApi
     tpu_nodes: TpuApi | None = None
+    firewalls: FirewallApi | None = None  # None where there is no VPC (the local simulator)
 
     def tpu_api(self, mode: TpuMode) -> TpuApi:
         if mode == "node":

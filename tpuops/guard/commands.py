@@ -7,6 +7,8 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 
+from tpuops import keys
+from tpuops.cloud.provider import Login
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.host import GuardHostInfo, GuardPlacement
@@ -17,13 +19,13 @@ from tpuops.guard.report import host_of
 from tpuops.ops.remote import resolve_name
 from tpuops.ops.status import spec_of
 from tpuops.spec import CLUSTER_LABEL, Spec
-from tpuops.state import ClusterState, bucket_of
+from tpuops.state import ClusterState, VmRecord, bucket_of
 
 FOLLOW_INTERVAL_S = 2.0
 
 
 def placement_for(state: ClusterState, spec: Spec | None, zone: str | None = None,
-                  machine_type: str | None = None) -> GuardPlacement:
+                  machine_type: str | None = None, login: Login | None = None) -> GuardPlacement:
     """Where the guard runs: the options, else the spec's `guard:` section, else beside the TPU."""
     bucket = bucket_of(state, spec)
     if bucket is None:
@@ -34,7 +36,19 @@ def placement_for(state: ClusterState, spec: Spec | None, zone: str | None = Non
     return GuardPlacement(
         cluster=state.name, project=state.project, zone=zone or (guard.zone if guard else None) or state.zone,
         machine_type=machine_type or (guard.machine_type if guard else "e2-micro"),
-        service_account=guard.service_account if guard else None, bucket=bucket, labels=labels)
+        service_account=guard.service_account if guard else None, bucket=bucket, labels=labels,
+        # A guard VM joins the TPU's network, must reach the workers' SSH port, and gets the cluster's key.
+        network=spec.tpu.network if spec is not None else "default",
+        subnetwork=spec.tpu.subnetwork if spec is not None else None,
+        ssh_port=state.workers[0].ssh_port if state.workers else (spec.ssh.port if spec is not None else 22),
+        login=login)
+
+
+def cluster_login(ctx: Context, state: ClusterState, spec: Spec | None) -> Login:
+    """The cluster's SSH identity as `up` left it (what a guard VM is given over SSH)."""
+    cluster_dir = ctx.store.cluster_dir(state.name)
+    user = state.ssh_user or keys.ssh_user(spec.ssh.user if spec is not None else None)
+    return Login(user, cluster_dir / keys.PRIVATE_KEY, cluster_dir / keys.KNOWN_HOSTS)
 
 
 def guard_up(ctx: Context, name: str | None, zone: str | None = None,
@@ -42,9 +56,11 @@ def guard_up(ctx: Context, name: str | None, zone: str | None = None,
     """Start the guard, or adopt the one running and refresh it (idempotent)."""
     state = ctx.store.require(resolve_name(ctx, name))
     spec = spec_of(state)
-    placement = placement_for(state, spec, zone, machine_type)
+    placement = placement_for(state, spec, zone, machine_type, cluster_login(ctx, state, spec))
     info = ctx.provider_for(spec, state).guard_host().ensure(placement, guard_url(placement.bucket, state.name))
     state.log("guard", f"guard up: {info.kind} {info.name} ({info.state})")
+    if info.kind == "vm":  # a resource like the others: `status` describes it, `down` searches its zone
+        state.set_resource(VmRecord(kind="guard_vm", name=info.name, zone=info.zone, status="created"))
     ctx.store.save(state)
     return info
 
@@ -57,6 +73,9 @@ def guard_down(ctx: Context, name: str) -> bool:
     spec = spec_of(state)
     host = host_of(ctx.provider_for(spec, state))
     stopped = host.delete(state.name) if host is not None else False
+    if state.resource("guard_vm") is not None:
+        state.drop_resource("guard_vm")
+        ctx.store.save(state)
     store = guard_store(ctx, state, spec)
     if store is not None:
         with contextlib.suppress(TpuopsError):  # the bucket unreachable: the lease goes stale by itself

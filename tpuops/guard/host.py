@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from tpuops.cloud.provider import Login
 
 GUARD_PREFIX = "guard"  # under gs://BUCKET/.tpuops/NAME/: the bundle, the lease and the ledger
 HOLDER_ENV = "TPUOPS_GUARD_HOLDER"  # the guard's lease holder id, the same across its restarts
@@ -26,6 +29,12 @@ class GuardPlacement:
     service_account: str | None
     bucket: str  # the run's bucket: the bundle is staged under gs://BUCKET/.tpuops/NAME/guard/
     labels: Mapping[str, str]
+    # What a guard VM needs besides (the spec's tpu.network/subnetwork, ssh.port, and the cluster's Login): its
+    # network, the workers' SSH port it must reach, and the key `guard up` copies to it over SSH.
+    network: str = "default"
+    subnetwork: str | None = None
+    ssh_port: int = 22
+    login: Login | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from tpuops import keys
 from tpuops.cloud.base import Cloud, TpuMode
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Doomed, owned_by
+from tpuops.cloud.kinds.guard_vm import is_guard
 from tpuops.context import Context
 from tpuops.errors import CloudError, TpuopsError
 from tpuops.guard import commands as guard_commands
@@ -109,7 +110,7 @@ def find_without_state(ctx: Context, name: str, zones: Sequence[str], delete_buc
     for node in (*found.tpu_vms_outside_queued(), *found.tpu_nodes):
         finder.add(Doomed("tpu", node.name, node.zone))
     for vm in found.vms:
-        finder.add(Doomed("client_vm", vm.name, vm.zone))
+        finder.add(Doomed("guard_vm" if is_guard(vm.labels) else "client_vm", vm.name, vm.zone))
     kept = None
     for bucket in found.buckets:
         if delete_bucket:
@@ -124,9 +125,12 @@ def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | Non
     stop_guard(ctx, plan.cluster, report)  # first: it would take the deletions below for a preemption
     if any(d.kind in ("tpu", "queued_resource") for d in plan.doomed):
         stop_autostop(ctx, plan.cluster, report)
+    # The guard first: left running, it would see the TPU gone and create it again.
+    for doomed in (d for d in plan.doomed if d.kind == "guard_vm"):
+        delete_one(cloud, plan.mode, doomed, report)
     if plan.doomed:
         # The bucket last: the trainer may still be writing to it until its TPU is gone.
-        zonal = [d for d in plan.doomed if handler(d.kind).zonal]
+        zonal = [d for d in plan.doomed if handler(d.kind).zonal and d.kind != "guard_vm"]
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="down") as pool:
             futures = [pool.submit(delete_one, cloud, plan.mode, doomed, report) for doomed in zonal]
         for future in futures:

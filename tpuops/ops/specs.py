@@ -72,9 +72,12 @@ def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:
     spec = checked.spec
     warnings = checked.warnings
     if live:
+        from tpuops.guard.vm_plan import reach_warnings
         from tpuops.ops.offerings import verify_spec_zones
 
-        warnings += tuple(verify_spec_zones(ctx.provider_for(spec).cloud(), spec))
+        cloud = ctx.provider_for(spec).cloud()
+        warnings += tuple(verify_spec_zones(cloud, spec))
+        warnings += tuple(reach_warnings(cloud, spec))
     plan = make_plan(spec, project=ctx.project_for(spec))
     return dataclasses.replace(plan, warnings=warnings + plan.warnings)
 

@@ -10,6 +10,7 @@ from tpuops.cloud.base import TpuMode
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import ResourceStatus
 from tpuops.cloud.kinds.client_vm import vm_row
+from tpuops.cloud.kinds.guard_vm import guard_row, is_guard
 from tpuops.cloud.kinds.storage import bucket_row
 from tpuops.cloud.kinds.tpu import node_row, queued_row
 from tpuops.context import Context
@@ -132,7 +133,7 @@ def status_by_label(ctx: Context, name: str, zones: Sequence[str] = ()) -> Clust
     rows = [queued_row(queued, {node: by_name.get((queued.zone, node)) for node in queued.node_names})
             for queued in found.queued]
     rows += [node_row(node) for node in nodes]
-    rows += [vm_row(vm) for vm in found.vms]
+    rows += [guard_row(vm) if is_guard(vm.labels) else vm_row(vm) for vm in found.vms]
     rows += [bucket_row(bucket) for bucket in found.buckets]
     tpu = nodes[0] if nodes else None
     # the hosts of the cluster's TPU: with Multislice, of every slice its queued resource made

@@ -98,6 +98,12 @@ def compute_clients(endpoints: Endpoints, creds: Any) -> tuple[Any, Any, Any]:
     )
 
 
+def firewalls_client(endpoints: Endpoints, creds: Any) -> Any:
+    from google.cloud import compute_v1
+
+    return compute_v1.FirewallsClient(credentials=creds, client_options=client_options(endpoints.compute))
+
+
 def storage_client(endpoints: Endpoints, creds: Any, project: str | None) -> Any:
     """The one place a storage.Client is made (bucket adapter and blob stores)."""
     from google.cloud import storage

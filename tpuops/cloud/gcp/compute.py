@@ -17,6 +17,7 @@ from tpuops.errors import CapacityError, CloudError, TransientError
 
 API = "compute"
 TRANSIENT_OPERATION_CODES = frozenset({429, 500, 502, 503, 504})
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
 class ComputeApi:
@@ -124,6 +125,16 @@ class ComputeApi:
             raise CloudError(f"{what}: the operation finished but the VM is not there", "rerun `tpuops up`")
         return vm
 
+    def start_vm(self, zone: str, name: str) -> Vm:
+        what = f"start VM {name}"
+        operation = self.timing.call(
+            lambda: self.instances.start_unary(project=self.project, zone=zone, instance=name), what, API)
+        self._wait(operation, zone, what)
+        vm = self.get_vm(zone, name)
+        if vm is None:
+            raise CloudError(f"{what}: the VM is gone", "rerun the command")
+        return vm
+
     def delete_vm(self, zone: str, name: str) -> None:
 
         what = f"delete VM {name}"
@@ -191,7 +202,9 @@ def instance_message(request: VmRequest) -> Any:
     metadata = [compute_v1.Items(key="enable-guest-attributes", value="TRUE")]
     if request.ssh_keys:
         metadata.append(compute_v1.Items(key="ssh-keys", value=request.ssh_keys))
-    return compute_v1.Instance(
+    if request.startup_script:
+        metadata.append(compute_v1.Items(key="startup-script", value=request.startup_script))
+    instance = compute_v1.Instance(
         name=request.name,
         machine_type=f"zones/{zone}/machineTypes/{request.machine_type}",
         disks=[
@@ -207,11 +220,15 @@ def instance_message(request: VmRequest) -> Any:
         network_interfaces=[interface],
         metadata=compute_v1.Metadata(items=metadata),
         labels=dict(request.labels),
-        # The client VM talks to the TPU and the bucket as the default service account.
+        # The VM talks to the TPU and the bucket as its service account; what it may do is decided by that
+        # account's roles, not by narrower scopes.
         service_accounts=[
-            compute_v1.ServiceAccount(email="default", scopes=["https://www.googleapis.com/auth/cloud-platform"])
+            compute_v1.ServiceAccount(email=request.service_account or "default", scopes=[CLOUD_PLATFORM_SCOPE])
         ],
     )
+    if request.tags:
+        instance.tags = compute_v1.Tags(items=list(request.tags))
+    return instance
 
 
 def to_vm(instance: Any, zone: str) -> Vm:
@@ -227,4 +244,5 @@ def to_vm(instance: Any, zone: str) -> Vm:
         internal_ip=first.network_i_p if first is not None else None,
         external_ip=external,
         labels=dict(instance.labels),
+        machine_type=instance.machine_type.rsplit("/", 1)[-1] or None,
     )

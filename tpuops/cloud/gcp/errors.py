@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from tpuops.errors import CapacityError, CloudError, TpuopsError, TransientError
+from tpuops.errors import CapacityError, CloudError, PermissionDenied, TpuopsError, TransientError
 
 CAPACITY_MARKERS = ("no more capacity", "resource_pool_exhausted", "zone_resource_pool_exhausted", "stockout")
 TRANSIENT_HTTP = frozenset({429, 500, 502, 503, 504})
@@ -84,7 +84,7 @@ def _permission_error(what: str, api: str, message: str) -> CloudError:
     service = API_NAMES.get(api, api)
     if "has not been used" in lowered or "service_disabled" in lowered or "is disabled" in lowered:
         return CloudError(f"{what}: the {service} API is not enabled", f"run `gcloud services enable {service}`")
-    return CloudError(f"{what}: permission denied: {message}", "ask a project owner for the missing role")
+    return PermissionDenied(f"{what}: permission denied: {message}", "ask a project owner for the missing role")
 
 
 def _grpc_code(err: BaseException) -> int | None:

@@ -71,8 +71,11 @@ class GcpProvider:
                          "rehearse with a copy of the spec that sets `provider: local`, e.g. the quickstart")
 
     def guard_host(self) -> GuardHost:
-        raise UsageError("the guard VM on Google Cloud is not available in this build yet",
-                         "use `tpuops watch NAME` on a machine that stays awake")
+        from tpuops.guard.gcp_host import GcpGuardHost, GuardVmLayout
+        from tpuops.state import tpuops_home
+
+        return GcpGuardHost(self.cloud, self.blob_store, tpuops_home(dict(self.env)) / "cache" / "wheels",
+                            GuardVmLayout.from_env(self.env))
 
     def coordinator(self, worker0_ip: str) -> str:
         return f"{worker0_ip}:{COORDINATOR_PORT}"

@@ -16,6 +16,7 @@ from tpuops.cloud.kinds.base import (
     ResourceStatus,
     owned_by,
 )
+from tpuops.cloud.kinds.guard_vm import is_guard
 from tpuops.plan import Action, Kind, ObservedResource, client_vm_name, tpu_kind
 from tpuops.spec import Spec
 from tpuops.state import ResourceRecord
@@ -70,7 +71,7 @@ class ClientVmKind:
 
     def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
         return [Finding(Doomed("client_vm", vm.name, zone)) for vm in cloud.vms.list_vms(zone)
-                if owned_by(vm.labels, cluster)]
+                if owned_by(vm.labels, cluster) and not is_guard(vm.labels)]
 
     def labels(self, cloud: Cloud, mode: TpuMode, name: str, zone: str) -> Mapping[str, str] | None:
         vm = cloud.vms.get_vm(zone, name)

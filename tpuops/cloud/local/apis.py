@@ -147,6 +147,12 @@ class LocalCloud(LocalSearch):
         self._write("vms", request.name, asdict(vm))
         return vm
 
+    def start_vm(self, zone: str, name: str) -> Vm:
+        record = self._read("vms", name) or {}
+        vm = Vm(**{**record, "state": "RUNNING"})
+        self._write("vms", name, asdict(vm))
+        return vm
+
     def delete_vm(self, zone: str, name: str) -> None:
         self.delete_node(zone, name)
         self._record("vms", name).unlink(missing_ok=True)
