@@ -62,6 +62,10 @@ class CloudError(TpuopsError):
     """A cloud API call failed for a reason retrying will not fix (400, 403, 404, 409, ...)."""
 
 
+class UnreachableError(CloudError):
+    """A Google endpoint gave no answer at all for the whole deadline (offline, wrong endpoint, blackhole)."""
+
+
 class TransientError(CloudError):
     """A cloud call failed in a way worth retrying (429, 500, 503, deadline exceeded)."""
 

@@ -11,7 +11,7 @@ import re
 
 import typer
 
-from tpuops.errors import TpuopsError
+from tpuops.errors import TpuopsError, UnreachableError
 
 # click's UsageError (Typer may vendor click): the base of every command-line usage error.
 USAGE_ERROR: type[Exception] = next(k for k in typer.BadParameter.__mro__ if k.__name__ == "UsageError")
@@ -43,7 +43,7 @@ NETWORK_CLASS_NAMES = frozenset({
 
 
 def render_error(err: BaseException) -> tuple[str, int]:
-    network = _network_failure(err)
+    network = None if isinstance(err, UnreachableError) else _network_failure(err)  # that one says it all
     if network is not None:
         code = err.exit_code if isinstance(err, TpuopsError) else 1
         return f"tpuops: error: {network} (hint: {NETWORK_HINT})", code

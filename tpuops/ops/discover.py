@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tpuops.cloud.base import Bucket, Cloud, QueuedResource, TpuNode, Vm
-from tpuops.errors import CloudError, TpuopsError
+from tpuops.errors import CloudError, TpuopsError, UnreachableError
 
 if TYPE_CHECKING:
     from tpuops.cloud.provider import Provider
@@ -127,6 +127,8 @@ def _run_all(name: str, project: str, searches: list[Search]) -> dict[str, list[
                 failures.append((search, err))
     if failures:
         search, err = failures[0]
+        if isinstance(err, UnreachableError):
+            raise err  # no API answered: the same line as every other command's, not a search that failed
         also = [other.what for other, _ in failures[1:]]
         raise _failed(name, project, search.what, err, also) from err
     return answers
