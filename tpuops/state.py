@@ -7,6 +7,7 @@ is kept. The cluster's SSH key pair and pinned host keys live beside it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from datetime import datetime, timezone
@@ -239,6 +240,17 @@ class StateStore:
         directory = self.cluster_dir(state.name)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(self.path(state.name), json.dumps(state.model_dump(mode="json"), indent=2), fsync=True)
+
+    def remember(self, state: ClusterState) -> bool:
+        """Save what a read-only command only observed (`status` refreshing run states): with the disk full or
+        read-only it is not worth failing the command for; False when it could not be written."""
+        try:
+            self.save(state)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise
+            return False
+        return True
 
     def delete(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
