@@ -230,3 +230,21 @@ def test_ignore_patterns_can_be_checked_before_anything_is_created(tmp_path: Pat
     check_ignore_patterns(tmp_path, ["*.ckpt", "\\!important"])
     with pytest.raises(UsageError, match=r"code.exclude\[1\]: '!' is not a valid gitignore pattern"):
         check_ignore_patterns(tmp_path, ["*.ckpt", "!"])
+
+
+def test_a_mistyped_cluster_name_is_answered_with_the_close_one(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, """
+        name: quickstart
+        provider: local
+        tpu: {type: v2-8, workers: 1}
+        """)
+    assert run_cli("up", str(spec)).returncode == 0
+    try:
+        env = {"GOOGLE_CLOUD_PROJECT": "", "CLOUDSDK_CORE_PROJECT": "", "CLOUDSDK_CONFIG": str(tmp_path / "gcloud")}
+        for args in (["status", "quickstrat"], ["down", "quickstrat", "--yes"], ["exec", "quickstrat", "--", "true"]):
+            result = run_cli(*args, env=env)
+            assert result.returncode == 1
+            assert "no cluster named 'quickstrat' here (did you mean quickstart?)" in only_error_line(result)
+            assert "project" not in result.stderr.split("(hint:")[0]
+    finally:
+        run_cli("down", "quickstart", "--yes")

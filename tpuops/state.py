@@ -7,6 +7,7 @@ is kept. The cluster's SSH key pair and pinned host keys live beside it.
 
 from __future__ import annotations
 
+import difflib
 import errno
 import json
 import os
@@ -224,8 +225,10 @@ class StateStore:
     def require(self, name: str) -> ClusterState:
         state = self.load(name)
         if state is None:
+            close = difflib.get_close_matches(name, self.names(), n=1)
+            guess = f" (did you mean {close[0]}?)" if close else ""
             raise ClusterNotFound(
-                f"no cluster named '{name}' here", "run `tpuops status` to list clusters, or `tpuops up SPEC`"
+                f"no cluster named '{name}' here{guess}", "run `tpuops status` to list clusters, or `tpuops up SPEC`"
             )
         return state
 
