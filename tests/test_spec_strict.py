@@ -54,6 +54,7 @@ def with_line(key_line: str, after: str = "  type: v2-8\n") -> str:
     (with_line("  runtime: 1.10"), 5, "tpu.runtime", "expected text, got 1.10 (YAML reads it as a number)"),
     (BASE + "  env: {STEPS: 0100}\n", 8, "trainer.env.STEPS", "expected text, got 0100"),
     (BASE + "labels: {team: no}\n", 8, "labels.team", "expected text, got no (YAML reads it as a boolean)"),
+    (with_line("  zones: [1]"), 5, "tpu.zones.0", "expected text, got 1 (YAML reads it as a number)"),
 ])
 def test_a_value_of_the_wrong_kind_names_file_line_and_field(tmp_path: Path, text: str, line: int, field: str,
                                                              words: str) -> None:

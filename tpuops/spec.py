@@ -303,7 +303,8 @@ def _wrong_type(kind: str, given: Any, raw: str | None, loc: tuple[Any, ...], so
     crossed = isinstance(given, bool) or kind == "string_type" or isinstance(given, str)
     message = f"expected {_TYPE_WORDS[kind]}, got {shown}" + (f" (YAML reads it as {read_as})" if crossed else "")
     if kind == "string_type" and isinstance(given, (bool, int, float)):
-        hint = f"quote it to keep it as written: {loc[-1]}: '{shown}'"
+        written = f"{loc[-1]}: '{shown}'" if loc and isinstance(loc[-1], str) else f"'{shown}'"  # a list item: no key
+        hint = f"quote it to keep it as written: {written}"
     elif kind == "bool_type":
         hint = "write true or false"
     elif isinstance(given, bool):
