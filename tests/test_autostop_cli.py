@@ -85,6 +85,17 @@ def test_an_idle_tpu_is_deleted_and_status_says_why(tmp_path: Path, tpuops_home:
     assert "TPU deleted by autostop at" in gone.stdout and "(idle:" in gone.stdout, gone.stdout
     assert (tpuops_home / "local" / "buckets" / f"{name}-b").is_dir()  # never the bucket
 
+    # Commands that need the workers say so before connecting, and how to bring the TPU back.
+    for args in (["autostop", name, "30s"], ["exec", name, "--", "true"], ["launch", name]):
+        refused = cli(*args)
+        assert refused.returncode == 1, refused.stderr
+        [line] = refused.stderr.splitlines()
+        assert f"the TPU of '{name}' is gone: deleted by autostop at " in line and "(idle:" in line, line
+        assert f"`tpuops up {spec}` brings it back" in line
+    down = cli("down", name, "--yes", "--delete-bucket", "--force")  # down still works: the agent went with it
+    assert down.returncode == 0, down.stderr
+    cleanup.remove(name)
+
 
 def test_a_running_trainer_keeps_the_tpu_until_it_ends(tmp_path: Path, tpuops_home: Path,
                                                        cleanup: list[str]) -> None:

@@ -198,3 +198,53 @@ def test_completion_of_cluster_names_and_spec_files(tmp_path: Path) -> None:
     assert sorted(complete("tpuops exec ")) == ["alpha", "beta"]
     assert sorted(complete("tpuops plan ")) == ["home/", "spec.yaml", "sub/"]  # not notes.txt
     assert complete("tpuops run s") == ["spec.yaml", "sub/"]
+
+
+def test_a_bad_ignore_pattern_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    (code / ".tpuopsignore").write_text("data/\n# comment\n!\n")
+    spec = write_spec(tmp_path, """
+        name: ignored
+        provider: local
+        tpu: {type: v2-8, workers: 1}
+        code: {path: code}
+        trainer: {framework: jax, command: python3 train.py}
+        """)
+    expected = f"{code / '.tpuopsignore'}:3: '!' is not a valid gitignore pattern"
+    checked = run_cli("check", str(spec), "--no-run")
+    assert checked.returncode == 2 and expected in only_error_line(checked)
+    assert run_cli("up", str(spec)).returncode == 0
+    try:
+        pushed = run_cli("push", "ignored")
+        assert pushed.returncode == 2 and expected in only_error_line(pushed)
+    finally:
+        run_cli("down", "ignored", "--yes")
+
+
+def test_ignore_patterns_can_be_checked_before_anything_is_created(tmp_path: Path) -> None:
+    from tpuops.errors import UsageError
+    from tpuops.remote.manifest import check_ignore_patterns
+
+    check_ignore_patterns(tmp_path, ["*.ckpt", "\\!important"])
+    with pytest.raises(UsageError, match=r"code.exclude\[1\]: '!' is not a valid gitignore pattern"):
+        check_ignore_patterns(tmp_path, ["*.ckpt", "!"])
+
+
+def test_a_mistyped_cluster_name_is_answered_with_the_close_one(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, """
+        name: quickstart
+        provider: local
+        tpu: {type: v2-8, workers: 1}
+        """)
+    assert run_cli("up", str(spec)).returncode == 0
+    try:
+        env = {"GOOGLE_CLOUD_PROJECT": "", "CLOUDSDK_CORE_PROJECT": "", "CLOUDSDK_CONFIG": str(tmp_path / "gcloud")}
+        for args in (["status", "quickstrat"], ["down", "quickstrat", "--yes"], ["exec", "quickstrat", "--", "true"]):
+            result = run_cli(*args, env=env)
+            assert result.returncode == 1
+            assert "no cluster named 'quickstrat' here (did you mean quickstart?)" in only_error_line(result)
+            assert "project" not in result.stderr.split("(hint:")[0]
+    finally:
+        run_cli("down", "quickstart", "--yes")

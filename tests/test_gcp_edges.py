@@ -44,7 +44,8 @@ def test_without_endpoints_or_credentials_up_says_how_to_log_in(tmp_path: Path) 
     # google-auth skips its metadata-server probe only for the lower-case value.
     env.update({"GOOGLE_CLOUD_PROJECT": "p", "HOME": str(tmp_path), "NO_GCE_CHECK": "true"})
     env.pop("TPUOPS_TPU_V1_GRPC_ENDPOINT", None)
-    result = run_cli("up", str(spec_file(tmp_path, unique("nocred"))), env=env)
+    (tmp_path / "project").mkdir()  # a spec in $HOME itself would push all of $HOME (code.path: .)
+    result = run_cli("up", str(spec_file(tmp_path / "project", unique("nocred"))), env=env)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "tpuops: error: no Google credentials found (hint: run `gcloud auth application-default login` or set "

@@ -95,7 +95,7 @@ def test_plot_once_on_a_terminal_shows_every_tag(tmp_path: Path) -> None:
     assert code == 0, output
     text = ANSI.sub("", output)
     for tag in ("loss", "lr", "eval_loss", "tokens"):
-        assert re.search(rf"^\s+{tag}\s*$", text, re.M), text
+        assert re.search(rf"^\s+{tag} \(run train\)\s*$", text, re.M), text  # one run: named in the title
     assert all(rows >= 4 for rows in curve_rows(text)), text
 
 

@@ -49,6 +49,16 @@ def test_a_file_given_as_code_path_stops_run_before_up(tmp_path: Path, tpuops_ho
     assert nothing_created(tpuops_home)
 
 
+def test_a_bad_ignore_pattern_stops_run_before_up(tmp_path: Path, tpuops_home: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    (tmp_path / "code" / ".tpuopsignore").write_text("*.ckpt\n!\n")
+    done = run_cli("run", str(spec_with(tmp_path, "code")))
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and ".tpuopsignore:2" in done.stderr, done.stderr
+    assert nothing_created(tpuops_home)
+
+
 # Root reads everything: the CLI runs as root without the capabilities that let it ignore file modes, as a
 # user whose code directory holds a file only its owner may read.
 WITHOUT_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]

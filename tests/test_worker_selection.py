@@ -3,8 +3,11 @@ what does not exist."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tests.helpers import run_cli, write_spec
 from tpuops.errors import UsageError
 from tpuops.ops.workers import one_worker, select_workers
 from tpuops.state import WorkerRecord
@@ -77,3 +80,30 @@ def test_ssh_goes_to_one_worker() -> None:
     assert names(one_worker(workers(2, 2), "2")) == ["s1w0"]
     with pytest.raises(UsageError, match="one worker"):
         one_worker(workers(2, 2), "0,1")
+
+
+def test_a_one_slice_cluster_takes_s0wn_as_worker_n() -> None:
+    assert names(select_workers(workers(1, 4), "s0w1")) == ["w1"]
+    assert names(select_workers(workers(1, 4), "s0w2-3,0")) == ["w0", "w2", "w3"]
+    assert names(one_worker(workers(1, 4), "s0w3")) == ["w3"]
+    with pytest.raises(UsageError, match="no worker s0w4") as err:
+        select_workers(workers(1, 4), "s0w4")
+    assert err.value.hint == "slice 0 has s0w0-3"
+    with pytest.raises(UsageError, match="no slice 1") as other:
+        select_workers(workers(1, 4), "s1w0")
+    assert other.value.hint == "this cluster has one slice: s0wN is worker N"
+
+
+def test_exec_on_a_one_slice_cluster_with_a_slice_name(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, """
+        name: oneslice
+        provider: local
+        tpu: {type: v2-8, workers: 2}
+        """)
+    assert run_cli("up", str(spec)).returncode == 0
+    try:
+        result = run_cli("exec", "oneslice", "--worker", "s0w1", "--", "echo ok")
+        assert result.returncode == 0, result.stderr
+        assert [line for line in result.stdout.splitlines() if line.startswith("[")] == ["[w1] ok"]
+    finally:
+        run_cli("down", "oneslice", "--yes")

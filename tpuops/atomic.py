@@ -26,9 +26,15 @@ def replacing(path: str | Path, suffix: str = ".tmp", prefix: str | None = None)
 
 
 def write_atomic(path: str | Path, data: str | bytes, *, fsync: bool = False) -> None:
-    """Replace `path`'s content with `data` in one step; `fsync` also survives a power loss (the state file)."""
-    with replacing(path) as tmp, open(tmp, "wb") as handle:
-        handle.write(data.encode() if isinstance(data, str) else data)
-        if fsync:
-            handle.flush()
-            os.fsync(handle.fileno())
+    """Replace `path`'s content with `data` in one step; `fsync` also survives a power loss (the state file).
+    A failed write names `path` (a full disk's ENOSPC from write() names no file)."""
+    try:
+        with replacing(path) as tmp, open(tmp, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise OSError(err.errno, err.strerror, str(path)) from err

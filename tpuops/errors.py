@@ -66,6 +66,10 @@ class PermissionDenied(CloudError):
     """HTTP 403 for want of a role (not a disabled API): the caller names the role to grant."""
 
 
+class UnreachableError(CloudError):
+    """A Google endpoint gave no answer at all for the whole deadline (offline, wrong endpoint, blackhole)."""
+
+
 class TransientError(CloudError):
     """A cloud call failed in a way worth retrying (429, 500, 503, deadline exceeded)."""
 

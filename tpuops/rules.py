@@ -40,15 +40,30 @@ def check(spec: Spec, source: str = "<spec>", lines: LineIndex | None = None) ->
 
 
 def check_files(spec: Spec, base_dir: Path, source: str = "<spec>", lines: LineIndex | None = None) -> tuple[str, ...]:
-    """The local paths the spec pushes, as warnings: `plan` and `up` do not need them, `push` does."""
-    return _raise_first_error_or_warnings(missing_local_paths(spec, base_dir, "warning"), source, lines)
+    """The local paths the spec pushes, as warnings: `plan` and `up` do not need them, `push` does; a code path
+    that is `/` or the home directory is an error (nobody means to push all of it to every worker)."""
+    problems = [*_broad_code_path(spec, base_dir), *missing_local_paths(spec, base_dir, "warning")]
+    return _raise_first_error_or_warnings(problems, source, lines)
 
 
 def require_local_paths(spec: Spec, base_dir: Path, source: str = "<spec>", *, code: bool = True,
                         data: bool = True, lines: LineIndex | None = None) -> None:
     """Before a push sends anything: the local paths it pushes exist (SpecError for the first missing)."""
-    for problem in missing_local_paths(spec, base_dir, "error", code=code, data=data):
+    for problem in [*(_broad_code_path(spec, base_dir) if code else []),
+                    *missing_local_paths(spec, base_dir, "error", code=code, data=data)]:
         raise _spec_error(problem, source, lines)
+
+
+def _broad_code_path(spec: Spec, base_dir: Path) -> list[Problem]:
+    resolved = (base_dir / Path(spec.code.path).expanduser()).resolve()
+    if resolved == Path("/"):
+        what = "the root directory /"
+    elif resolved == Path.home().resolve():
+        what = f"your home directory {resolved}"
+    else:
+        return []
+    return [Problem(("code", "path"), f"code.path {spec.code.path} is {what}: every file in it would be pushed to "
+                    "every worker", f"point it at the project's own directory; {PATHS_HINT}")]
 
 
 def missing_local_paths(spec: Spec, base_dir: Path, severity: Literal["error", "warning"], *, code: bool = True,

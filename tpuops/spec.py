@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tpuops import spec_yaml
 from tpuops.errors import SpecError
 from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.guard.spec import GuardSpec
@@ -27,7 +28,9 @@ LOCAL_ZONE = "local"
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # strict: YAML reads `yes`/`on` as true and pydantic's lax mode reads true as 1, so `slices: yes` would make
+    # one slice; every number and boolean must be written as one.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
 
 
 class TpuSpec(Model):
@@ -111,6 +114,13 @@ class TrainerSpec(Model):
     setup: str | None = Field(None, description="Run once per worker (again when its text changes).")
     command: str
     env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("command")
+    @classmethod
+    def _something_to_run(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("trainer.command is empty: a run would start nothing and report success")
+        return value
 
     @field_validator("env")
     @classmethod
@@ -248,17 +258,7 @@ def read_spec_text(path: Path) -> str:
 
 def parse_spec(text: str, source: str = "<spec>") -> tuple[Spec, LineIndex]:
     """YAML text -> Spec, with errors naming source, line and field."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        problem = getattr(err, "problem", None) or str(err)
-        raise SpecError(
-            f"invalid YAML: {problem}", "check indentation and quoting", path=source, line=line
-        ) from None
-    _refuse_duplicate_keys(node, source)
+    node, data = spec_yaml.compose(text, source)
     lines = LineIndex(node)
     if not isinstance(data, dict):
         raise SpecError(
@@ -271,24 +271,6 @@ def parse_spec(text: str, source: str = "<spec>") -> tuple[Spec, LineIndex]:
         return Spec.model_validate(data), lines
     except ValidationError as err:
         raise _spec_error(err, source, lines) from None
-
-
-def _refuse_duplicate_keys(node: yaml.Node | None, source: str) -> None:
-    """YAML lets a second `zone:` silently win; a spec with two values for one key is refused instead."""
-    if isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _refuse_duplicate_keys(item, source)
-    if not isinstance(node, yaml.MappingNode):
-        return
-    first_line: dict[str, int] = {}
-    for key, value in node.value:
-        if isinstance(key, yaml.ScalarNode) and key.value != "<<":
-            line = key.start_mark.line + 1
-            if key.value in first_line:
-                raise SpecError(f"duplicate key '{key.value}' (first at {source}:{first_line[key.value]})",
-                                "keep one of the two: YAML would silently use the last", path=source, line=line)
-            first_line[key.value] = line
-        _refuse_duplicate_keys(value, source)
 
 
 def _spec_error(err: ValidationError, source: str, lines: LineIndex) -> SpecError:
@@ -305,10 +287,37 @@ def _spec_error(err: ValidationError, source: str, lines: LineIndex) -> SpecErro
         return SpecError(f"unknown key '{key}'", hint, path=source, line=line, field=field)
     if kind == "missing":
         return SpecError("required key is missing", "see `tpuops schema`", path=source, line=line, field=field)
+    if kind in _TYPE_WORDS:
+        return _wrong_type(kind, first["input"], lines.text_of(loc), loc, source, line, field)
     message = first["msg"].removeprefix("Value error, ")
     if kind == "literal_error":
         message = f"{message}, got {first['input']!r}"
     return SpecError(message, path=source, line=line, field=field)
+
+
+_TYPE_WORDS = {"bool_type": "a boolean (true or false)", "int_type": "a whole number", "float_type": "a number",
+               "string_type": "text"}
+
+
+def _wrong_type(kind: str, given: Any, raw: str | None, loc: tuple[Any, ...], source: str, line: int | None,
+                field: str | None) -> SpecError:
+    """`slices: yes`, `port: true`, `preemptible: 1`, `runtime: 1.10`: what YAML read, and how to write it."""
+    shown = repr(given) if isinstance(given, str) or raw is None else raw
+    read_as = {bool: "a boolean", int: "a number", float: "a number", str: "text"}.get(type(given))
+    crossed = isinstance(given, bool) or kind == "string_type" or isinstance(given, str)
+    message = f"expected {_TYPE_WORDS[kind]}, got {shown}" + (f" (YAML reads it as {read_as})" if crossed else "")
+    if kind == "string_type" and isinstance(given, (bool, int, float)):
+        written = f"{loc[-1]}: '{shown}'" if loc and isinstance(loc[-1], str) else f"'{shown}'"  # a list item: no key
+        hint = f"quote it to keep it as written: {written}"
+    elif kind == "bool_type":
+        hint = "write true or false"
+    elif isinstance(given, bool):
+        hint = "true, yes and on are booleans in YAML, not numbers: write the number"
+    elif isinstance(given, str):
+        hint = "write the number without quotes"
+    else:
+        hint = "write a whole number" if kind == "int_type" else None
+    return SpecError(message, hint, path=source, line=line, field=field)
 
 
 def _known_keys(loc: tuple[Any, ...]) -> list[str]:
@@ -343,6 +352,14 @@ class LineIndex:
         self.root = root
 
     def line_of(self, loc: tuple[Any, ...]) -> int | None:
+        return self._walk(loc)[1]
+
+    def text_of(self, loc: tuple[Any, ...]) -> str | None:
+        """The scalar at `loc` as written in the file (`1.10`, not the 1.1 YAML made of it)."""
+        node, _ = self._walk(loc)
+        return node.value if isinstance(node, yaml.ScalarNode) else None
+
+    def _walk(self, loc: tuple[Any, ...]) -> tuple[yaml.Node | None, int | None]:
         node, line = self.root, None
         for part in loc:
             if isinstance(node, yaml.MappingNode):
@@ -351,10 +368,10 @@ class LineIndex:
                         node, line = value, key.start_mark.line + 1
                         break
                 else:
-                    return line or (node.start_mark.line + 1)
+                    return None, line or (node.start_mark.line + 1)
             elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
                 node = node.value[part]
                 line = node.start_mark.line + 1
             else:
-                break
-        return line
+                return None, line
+        return node, line

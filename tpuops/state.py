@@ -7,6 +7,8 @@ is kept. The cluster's SSH key pair and pinned host keys live beside it.
 
 from __future__ import annotations
 
+import difflib
+import errno
 import json
 import os
 from datetime import datetime, timezone
@@ -226,8 +228,10 @@ class StateStore:
     def require(self, name: str) -> ClusterState:
         state = self.load(name)
         if state is None:
+            close = difflib.get_close_matches(name, self.names(), n=1)
+            guess = f" (did you mean {close[0]}?)" if close else ""
             raise ClusterNotFound(
-                f"no cluster named '{name}' here", "run `tpuops status` to list clusters, or `tpuops up SPEC`"
+                f"no cluster named '{name}' here{guess}", "run `tpuops status` to list clusters, or `tpuops up SPEC`"
             )
         return state
 
@@ -242,6 +246,17 @@ class StateStore:
         directory = self.cluster_dir(state.name)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(self.path(state.name), json.dumps(state.model_dump(mode="json"), indent=2), fsync=True)
+
+    def remember(self, state: ClusterState) -> bool:
+        """Save what a read-only command only observed (`status` refreshing run states): with the disk full or
+        read-only it is not worth failing the command for; False when it could not be written."""
+        try:
+            self.save(state)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise
+            return False
+        return True
 
     def delete(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)

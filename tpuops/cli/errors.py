@@ -11,7 +11,7 @@ import re
 
 import typer
 
-from tpuops.errors import TpuopsError
+from tpuops.errors import TpuopsError, UnreachableError
 
 # click's UsageError (Typer may vendor click): the base of every command-line usage error.
 USAGE_ERROR: type[Exception] = next(k for k in typer.BadParameter.__mro__ if k.__name__ == "UsageError")
@@ -24,9 +24,13 @@ OS_ERRORS: dict[int, tuple[str, str]] = {
     errno.ENOTDIR: ("is not a directory", "check the path"),
     errno.EACCES: ("cannot be read or written with your permissions", "check the file's owner and mode"),
     errno.EPERM: ("is not permitted", "check the file's owner and mode"),
-    errno.ENOSPC: ("cannot be written: the disk is full", "free some space and run the command again"),
+    errno.ENOSPC: ("cannot be written: the disk is full", "free some space on its disk (`df -h` shows which is "
+                                                          "full) and run the command again"),
+    errno.EDQUOT: ("cannot be written: your disk quota is used up", "free some space and run the command again"),
     errno.EROFS: ("is on a read-only file system", "choose a writable place"),
 }
+
+FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 # Errors that are not ours but that users meet: the hint says what to do next.
 HINTS: dict[type[BaseException], str] = {
@@ -43,13 +47,15 @@ NETWORK_CLASS_NAMES = frozenset({
 
 
 def render_error(err: BaseException) -> tuple[str, int]:
-    network = _network_failure(err)
+    network = None if isinstance(err, UnreachableError) else _network_failure(err)  # that one says it all
     if network is not None:
         code = err.exit_code if isinstance(err, TpuopsError) else 1
         return f"tpuops: error: {network} (hint: {NETWORK_HINT})", code
     if isinstance(err, TpuopsError):
         text = err.message + (f" (hint: {err.hint})" if err.hint else "")
         return f"tpuops: error: {_one_line(text)}", err.exit_code
+    if isinstance(err, OSError) and err.errno in FULL_DISK and err.filename is None:
+        return _full_disk_line(), 1
     if isinstance(err, OSError) and err.errno in OS_ERRORS and err.filename is not None:
         what, hint = OS_ERRORS[err.errno]
         return f"tpuops: error: {err.filename} {what} (hint: {hint})", 1
@@ -61,6 +67,17 @@ def render_error(err: BaseException) -> tuple[str, int]:
             return f"tpuops: error: {_one_line(_os_text(err))} (hint: {hint})", 1
     message = f"{type(err).__name__}: {err}"
     return f"tpuops: error: unexpected {_one_line(message)} (hint: rerun with TPUOPS_DEBUG=1 for the traceback)", 1
+
+
+def _full_disk_line() -> str:
+    """A write failed for lack of space, and the error does not say which file: name where tpuops writes."""
+    import tempfile
+
+    from tpuops.state import tpuops_home
+
+    return (f"tpuops: error: the disk is full: no space left to write (tpuops writes its state under {tpuops_home()} "
+            f"and temporary files under {tempfile.gettempdir()}) (hint: free some space there (`df -h` shows which "
+            "disk is full) and run the command again)")
 
 
 def render_usage_error(err: Exception) -> str:

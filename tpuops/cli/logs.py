@@ -28,8 +28,10 @@ def logs(
                                       help="gs://BUCKET/PATH or a directory; no cluster needed."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep reading: print new points as they arrive."),
     tag: str | None = typer.Option(None, "--tag", metavar="REGEX", help="Only tags matching this regular expression."),
-    run: str | None = typer.Option(None, "--run", metavar="REGEX",
-                                   help="Only runs (subdirectories) matching this regular expression."),
+    run: str | None = typer.Option(
+        None, "--run", metavar="ID|all",
+        help="Which launch of the cluster: its run id (a unique prefix will do) or all; default: the current run "
+             "(with the resumes `watch` made). With --logdir: a regular expression over subdirectories."),
     since: int | None = typer.Option(None, "--since", metavar="STEP", help="Only points at this step or later."),
     json_output: bool = JSON_OPTION,
     plot: bool = typer.Option(False, "--plot", help="A terminal chart per tag against step (redrawn with -f)."),
@@ -74,6 +76,7 @@ def logs(
         open_source,
         read_once,
         resolve_logdir,
+        run_map,
     )
 
     if until_idle is not None and not follow:
@@ -88,14 +91,15 @@ def logs(
         raise TpuopsError("--png needs matplotlib", "pip install 'tpuops[png]'")
     ctx = Context.from_env(project=project)
     location = resolve_logdir(ctx, name, logdir)
-    request = LogsRequest(logdir=location, tag=tag, run=run, since=since, download=download,
-                          provider=logs_provider(ctx, name, logdir))
+    runs = run_map(ctx, name, logdir, run)
+    request = LogsRequest(logdir=location, tag=tag, run=None if runs else run, since=since, download=download,
+                          provider=logs_provider(ctx, name, logdir), runs=runs)
     source = open_source(ctx, request, warn=_warn)
     book = SeriesBook() if (plot or png) else None
     out = _Output(json_output=json_output, plot=plot, png=png, book=book)
 
     if not follow:
-        points = read_once(source, location)
+        points = read_once(source, location, runs)
         if not points:
             raise TpuopsError(f"no scalars under {location}" + (" match the filters" if (tag or run or since) else ""),
                               "check --tag/--run/--since; `tpuops logs --logdir DIR` without them shows every tag")
@@ -232,7 +236,9 @@ def _table(points: list[ScalarPoint]) -> None:
         counts[(point.run, point.tag)] = counts.get((point.run, point.tag), 0) + 1
     table = Table(box=None, pad_edge=False)
     for column in ("RUN", "TAG", "STEP", "VALUE", "TIME (UTC)", "POINTS"):
-        table.add_column(column, justify="right" if column in ("STEP", "VALUE", "POINTS") else "left")
+        # The run id and the time whole, on one line: in 80 columns a long tag is what gets folded.
+        table.add_column(column, justify="right" if column in ("STEP", "VALUE", "POINTS") else "left",
+                         no_wrap=column in ("RUN", "TIME (UTC)"))
     for (run, tag), point in sorted(latest_values(points).items()):
         when = datetime.fromtimestamp(point.wall_time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(run, tag, str(point.step), f"{point.value:.6g}", when, str(counts[(run, tag)]))

@@ -9,21 +9,24 @@ local copy (`MirroredTail`): remote bytes are fetched once, for both purposes.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from tpuops.cloud.blobs import BlobInfo, BlobNotFound, BlobStore, DirBlobStore
 from tpuops.errors import TpuopsError
 from tpuops.logs.events import ScalarPoint
-from tpuops.logs.tail import READ_CHUNK, PollStats, Tail, Warn, compile_filter, is_event_file, run_of
+from tpuops.logs.tail import READ_CHUNK, Labeler, PollStats, Tail, Warn, compile_filter, is_event_file, run_of
 
 log = logging.getLogger(__name__)
 
 
 class Mirror:
-    def __init__(self, source: BlobStore, dest: str | Path, *, run: str | None = None, warn: Warn | None = None):
+    def __init__(self, source: BlobStore, dest: str | Path, *, run: str | None = None, warn: Warn | None = None,
+                 label: Labeler | None = None):
         self.source = source
         self.dest = Path(dest)
         self._run_re = compile_filter(run, "--run")
+        self._label = label  # the cluster's runs (logs/runs.py): only the chosen runs' files are mirrored
         self._warn = warn or log.warning
         self.last_bytes = 0
         self.total_bytes = 0
@@ -32,11 +35,16 @@ class Mirror:
         """Bring every event file up to date; return the bytes fetched. Raises when the listing fails."""
         fetched = 0
         for info in self.source.list(""):
-            if is_event_file(info.name) and (self._run_re is None or self._run_re.search(run_of(info.name))):
+            if is_event_file(info.name) and self._wanted(info):
                 fetched += self._sync_file(info)
         self.last_bytes = fetched
         self.total_bytes += fetched
         return fetched
+
+    def _wanted(self, info: BlobInfo) -> bool:
+        if self._label is not None:
+            return self._label(info) is not None
+        return self._run_re is None or self._run_re.search(run_of(info.name)) is not None
 
     def _sync_file(self, info: BlobInfo) -> int:
         target = self.dest.joinpath(*info.name.split("/"))
@@ -64,6 +72,8 @@ class Mirror:
                 out.write(data)
                 have += len(data)
                 fetched += len(data)
+        if info.updated is not None:  # the copy keeps the source's time: logs/runs.py may go by it
+            os.utime(target, (info.updated, info.updated))
         return fetched
 
 
@@ -71,9 +81,9 @@ class MirroredTail:
     """Mirror, then tail the local copy: a Pollable for `follow` whose `last.bytes_read` is remote bytes."""
 
     def __init__(self, mirror: Mirror, *, tag: str | None = None, run: str | None = None,
-                 since: int | None = None, warn: Warn | None = None) -> None:
+                 since: int | None = None, warn: Warn | None = None, label: Labeler | None = None) -> None:
         self.mirror = mirror
-        self.local = Tail(DirBlobStore(mirror.dest), tag=tag, run=run, since=since, warn=warn)
+        self.local = Tail(DirBlobStore(mirror.dest), tag=tag, run=run, since=since, warn=warn, label=label)
         self.last = PollStats(files=0, bytes_read=0, points=0)
 
     def poll(self) -> list[ScalarPoint]:

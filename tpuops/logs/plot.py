@@ -79,8 +79,9 @@ def terminal_chart(book: SeriesBook, columns: int | None = None, lines: int | No
         figure.subplots(len(tags), 1)  # plotext keeps no grid for 1x1: a single chart is the figure itself
     for row, tag in enumerate(tags, start=1):
         chart = figure.subplot(row, 1) if len(tags) > 1 else figure
-        chart.title(tag)
         runs = sorted(book.series[tag].items())
+        lone = runs[0][0] if len(runs) == 1 and runs[0][0] != "." else None
+        chart.title(f"{tag} (run {lone})" if lone else tag)  # several runs: the legend names them
         for run, (steps, values) in runs:
             signal = chart.signal(steps, values, marker="*" if ascii_only else None).lines()
             chart.draw(signal.label(run or ".") if len(runs) > 1 else signal)  # one run: no legend box

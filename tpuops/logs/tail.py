@@ -32,6 +32,7 @@ READ_CHUNK = 32 << 20  # bytes per range read
 EVENT_FILE_MARK = "tfevents"  # TensorBoard's own test: the basename contains "tfevents"
 
 Warn = Callable[[str], None]
+Labeler = Callable[[BlobInfo], "str | None"]  # an event file's run as shown, or None to leave the file out
 
 
 def is_event_file(name: str) -> bool:
@@ -93,10 +94,14 @@ class Tail:
         run: str | None = None,
         since: int | None = None,
         warn: Warn | None = None,
+        label: Labeler | None = None,
     ) -> None:
+        """`run` filters runs (subdirectories) by regex; `label` instead names each file's run (logs/runs.py)."""
         self.store = store
         self._tag_re = compile_filter(tag, "--tag")
         self._run_re = compile_filter(run, "--run")
+        self._label = label or self._by_directory
+        self._labels: dict[str, str | None] = {}  # decided once per file: its run does not change as it grows
         self._since = since
         self._warn = warn or log.warning
         self._cursors: dict[str, _FileCursor] = {}
@@ -120,15 +125,18 @@ class Tail:
     def poll(self) -> list[ScalarPoint]:
         """One listing, then the grown part of each event file. Raises when the listing fails."""
         everything = self.store.list("")
-        listing = [info for info in everything if is_event_file(info.name) and self._run_wanted(info.name)]
         self.others = others_signature(everything)
+        events = [info for info in everything if is_event_file(info.name)]
+        for gone in set(self._labels) - {info.name for info in events}:
+            del self._labels[gone]
+        listing = [info for info in events if self._run(info) is not None]
         listed = {info.name for info in listing}
         for gone in set(self._cursors) - listed:
             del self._cursors[gone]  # deleted (or moved away): nothing more will come from it
         points: list[ScalarPoint] = []
         bytes_read = 0
         # Sorted: a run's files in the order TensorBoard reads them (names start with the creation time).
-        for info in sorted(listing, key=lambda i: (run_of(i.name), i.name)):
+        for info in sorted(listing, key=lambda i: (self._run(i) or "", i.name)):
             bytes_read += self._read_file(info, points)
         points = self._filtered(points)
         self.polls += 1
@@ -136,13 +144,19 @@ class Tail:
         self.last = PollStats(files=len(self._cursors), bytes_read=bytes_read, points=len(points))
         return points
 
-    def _run_wanted(self, name: str) -> bool:
-        return self._run_re is None or self._run_re.search(run_of(name)) is not None
+    def _run(self, info: BlobInfo) -> str | None:
+        if info.name not in self._labels:
+            self._labels[info.name] = self._label(info)
+        return self._labels[info.name]
+
+    def _by_directory(self, info: BlobInfo) -> str | None:
+        run = run_of(info.name)
+        return run if self._run_re is None or self._run_re.search(run) is not None else None
 
     def _read_file(self, info: BlobInfo, points: list[ScalarPoint]) -> int:
         cursor = self._cursors.get(info.name)
         if cursor is None:
-            cursor = self._cursors[info.name] = _FileCursor(info.name, run_of(info.name))
+            cursor = self._cursors[info.name] = _FileCursor(info.name, self._run(info) or ".")
         if info.size < cursor.fetched:
             self._warn(f"{self._where(info.name)} shrank from {cursor.fetched} to {info.size} bytes "
                        "(replaced?): reading it again from the start")

@@ -10,13 +10,14 @@ is left", never "we could not look".
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tpuops.cloud.base import Bucket, Cloud, QueuedResource, TpuNode, Vm
-from tpuops.errors import CloudError, TpuopsError
+from tpuops.errors import CloudError, ClusterNotFound, TpuopsError, UnreachableError
 
 if TYPE_CHECKING:
     from tpuops.cloud.provider import Provider
@@ -110,6 +111,12 @@ def find_cluster(name: str, project: str | None, open_cloud: Callable[[str], Clo
 def find_in_project(ctx: Context, name: str, zones: Sequence[str] = ()) -> tuple[Discovered, Provider]:
     """find_cluster in the project the context knows (--project, the environment, gcloud's configuration),
     and the provider searched: what `down NAME` and `status NAME` search when there is no local state."""
+    explicit = bool(zones or ctx.project_override)  # the user asked for a search: no guessing then
+    close = difflib.get_close_matches(name, ctx.store.names(), n=1)
+    if close and not explicit:
+        raise ClusterNotFound(f"no cluster named '{name}' here (did you mean {close[0]}?)",
+                              f"`tpuops status` lists the clusters here; --project ID searches Google Cloud for "
+                              f"'{name}' by label")
     provider = ctx.provider_for()
     return find_cluster(name, provider.project, lambda project: provider.cloud(), zones), provider
 
@@ -127,6 +134,8 @@ def _run_all(name: str, project: str, searches: list[Search]) -> dict[str, list[
                 failures.append((search, err))
     if failures:
         search, err = failures[0]
+        if isinstance(err, UnreachableError):
+            raise err  # no API answered: the same line as every other command's, not a search that failed
         also = [other.what for other, _ in failures[1:]]
         raise _failed(name, project, search.what, err, also) from err
     return answers

@@ -17,6 +17,7 @@ from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.mirror import Mirror, MirroredTail
+from tpuops.logs.runs import Launch, RunMap, choose
 from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow
 from tpuops.ops.remote import resolve_name
 from tpuops.remote.base import LineHandler
@@ -33,6 +34,7 @@ class LogsRequest:
     since: int | None = None
     download: Path | None = None
     provider: Provider | None = None  # the cluster's, whose blob stores hold the logdir (None: a --logdir alone)
+    runs: RunMap | None = None  # the cluster's launches and those shown (None: runs are subdirectories, `run`)
 
 
 def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
@@ -60,6 +62,20 @@ def logs_provider(ctx: Context, name: str | None, logdir: str | None) -> Provide
     return ctx.provider_for(state=ctx.store.require(_cluster_name(ctx, name)))
 
 
+def run_map(ctx: Context, name: str | None, logdir: str | None, which: str | None) -> RunMap | None:
+    """`--run ID|all` over the cluster's recorded launches (default: the current one); None with --logdir,
+    where `--run` is a regular expression over subdirectories, or before the cluster's first launch."""
+    if logdir:
+        return None
+    state = ctx.store.require(_cluster_name(ctx, name))
+    if not state.runs:
+        if which not in (None, "all"):
+            raise UsageError(f"cluster '{state.name}' has no recorded run", f"start one with `tpuops launch "
+                             f"{state.name}`, or read any logdir with --logdir DIR --run REGEX")
+        return None
+    return choose([Launch(run.id, run.restart) for run in state.runs], which, state.name)
+
+
 def _cluster_name(ctx: Context, name: str | None) -> str:
     return resolve_name(ctx, name, otherwise="pass --logdir gs://BUCKET/PATH or a directory")
 
@@ -76,17 +92,21 @@ def open_source(ctx: Context, request: LogsRequest, warn: Warn | None = None) ->
     if isinstance(store, DirBlobStore) and not store.root.is_dir():
         raise TpuopsError(f"logdir {store.root} does not exist",
                           "check --logdir (or logs.tensorboard in the spec); the trainer creates it when it starts")
+    label = request.runs.label if request.runs is not None else None
     if request.download is not None:
         if isinstance(store, DirBlobStore) and store.root.resolve() == request.download.resolve():
             raise UsageError("--download DIR is the logdir itself", "choose another directory")
-        mirror = Mirror(store, request.download, run=request.run, warn=warn)
-        return MirroredTail(mirror, tag=request.tag, run=request.run, since=request.since, warn=warn)
-    return Tail(store, tag=request.tag, run=request.run, since=request.since, warn=warn)
+        mirror = Mirror(store, request.download, run=request.run, warn=warn, label=label)
+        return MirroredTail(mirror, tag=request.tag, run=request.run, since=request.since, warn=warn, label=label)
+    return Tail(store, tag=request.tag, run=request.run, since=request.since, warn=warn, label=label)
 
 
-def read_once(source: Pollable, logdir: str) -> list[ScalarPoint]:
+def read_once(source: Pollable, logdir: str, runs: RunMap | None = None) -> list[ScalarPoint]:
     """Everything there is now. No event file at all is an error: a wrong logdir looks exactly like that."""
     points = source.poll()
+    if source.last.files == 0 and runs is not None and runs.chosen is not None:
+        raise TpuopsError(f"no TensorBoard event files of run {', '.join(sorted(runs.chosen))} under {logdir}",
+                          "if training just started, wait or use -f to follow; --run all shows every run")
     if source.last.files == 0:
         raise TpuopsError(f"no TensorBoard event files under {logdir}",
                           "check the logdir (and --run); if training just started, wait or use -f to follow")

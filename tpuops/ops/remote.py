@@ -21,6 +21,7 @@ from tpuops import catalog, rules
 from tpuops.cloud.provider import Login, Provider
 from tpuops.context import Context
 from tpuops.errors import SpecError, TpuopsError, UsageError
+from tpuops.guard.autostop.client import deletion_record
 from tpuops.ops.workers import one_worker, select_workers, ssh_targets, worker_targets
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_of_words, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
@@ -84,6 +85,18 @@ def cluster_access(ctx: Context, name: str | None, *, need_spec: bool = False) -
                          ctx.provider_for(spec, state))
 
 
+def _refuse_if_autostopped(access: ClusterAccess) -> None:
+    """Before connecting (a minute of SSH timeouts otherwise): the autostop agent's record that it deleted the TPU,
+    one read of the bucket when autostop is on."""
+    try:
+        record = deletion_record(access.provider, access.state, access.spec)
+    except TpuopsError:
+        return  # the bucket unreadable: the connection will tell
+    if record is not None:
+        raise TpuopsError(f"the TPU of '{access.state.name}' is gone: {record.line()}",
+                          f"`tpuops up {access.state.spec_path}` brings it back (the bucket and its data stayed)")
+
+
 def _load_spec(state: ClusterState, required: bool) -> Spec | None:
     try:
         return load_spec(state.spec_path)
@@ -101,6 +114,7 @@ def make_runners(access: ClusterAccess, workers: Sequence[WorkerRecord], *,
     connect_timeout None: up to a minute for workers that may still be booting, and a few seconds for a
     refusing worker of a cluster that has been up a while; a number: that long, whatever the refusal.
     """
+    _refuse_if_autostopped(access)
     refused_timeout = None
     if connect_timeout is None:
         connect_timeout = DEFAULT_CONNECT_TIMEOUT

@@ -21,7 +21,7 @@ from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
 from tpuops.ops import watch as watch_ops
-from tpuops.ops.logs import LogsRequest, logs_provider, open_source, resolve_logdir
+from tpuops.ops.logs import LogsRequest, logs_provider, open_source, resolve_logdir, run_map
 from tpuops.ops.specs import check_local_inputs
 from tpuops.remote.base import LineHandler, RunResult
 
@@ -230,4 +230,5 @@ class ScalarFollower:
 
 
 def logs_request(ctx: Context, cluster: str) -> LogsRequest:
-    return LogsRequest(logdir=resolve_logdir(ctx, cluster, None), provider=logs_provider(ctx, cluster, None))
+    return LogsRequest(logdir=resolve_logdir(ctx, cluster, None), provider=logs_provider(ctx, cluster, None),
+                       runs=run_map(ctx, cluster, None, None))  # the run just launched, not earlier ones

@@ -225,4 +225,4 @@ def update_run(ctx: Context, cluster: str, run_id: str, states: Mapping[str, str
     if state is None or run is None:
         return
     run.worker_states.update({w: s for w, s in states.items() if s not in (UNREACHABLE, "none")})
-    ctx.store.save(state)
+    ctx.store.remember(state)  # what status observed: a full disk must not fail it

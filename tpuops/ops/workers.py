@@ -2,7 +2,7 @@
 to (the SSH targets `up` recorded, chosen with --worker and --slice).
 
 Workers are counted across slices (`index`), and with Multislice also named by slice (`s1w3`: slice 1, its host 3),
-so `--worker` takes either form; `--slice` narrows to whole slices.
+so `--worker` takes either form; `--slice` narrows to whole slices. A one-slice cluster takes s0wN as worker N.
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ def _one_item(workers: Sequence[WorkerRecord], part: str, selection: str) -> lis
     else:
         slice_id = int(match["slice"])
         by_key = {w.slice_index: w for w in workers if w.slice == slice_id and w.slice_index is not None}
+        if not by_key and slice_id == 0 and all(w.slice_index is None for w in workers):
+            by_key = {w.index: w for w in workers}  # one slice: s0wN is worker N, as it would be with Multislice
         if not by_key:
             raise UsageError(f"--worker {part}: no slice {slice_id} in this cluster", _slice_hint(workers))
         valid = f"slice {slice_id} has s{slice_id}w0-{max(by_key)}"  # type: ignore[type-var]
@@ -114,4 +116,4 @@ def _in_slices(workers: Sequence[WorkerRecord], slices: str | None) -> list[Work
 
 def _slice_hint(workers: Sequence[WorkerRecord]) -> str:
     count = len({w.slice for w in workers})
-    return f"this cluster has slices 0-{count - 1}" if count > 1 else "this cluster has one slice (0)"
+    return f"this cluster has slices 0-{count - 1}" if count > 1 else "this cluster has one slice: s0wN is worker N"

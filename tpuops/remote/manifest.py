@@ -67,12 +67,34 @@ class Manifest:
 
 
 def ignore_spec(root: Path, exclude: Sequence[str]) -> pathspec.PathSpec:
-    """gitignore-style patterns from the spec's `code.exclude` plus the tree's own `.tpuopsignore`."""
-    lines = list(ALWAYS_EXCLUDED) + list(exclude)
+    """gitignore-style patterns from the spec's `code.exclude` plus the tree's own `.tpuopsignore`; a pattern
+    git would refuse (a lone `!`, a trailing `\\`) is a UsageError naming where it is written."""
+    sources = [(f"code.exclude[{index}]", pattern) for index, pattern in enumerate(exclude)]
     ignore_file = root / IGNORE_FILE
     if ignore_file.is_file():
-        lines += ignore_file.read_text().splitlines()
-    return pathspec.GitIgnoreSpec.from_lines(lines)
+        sources += [(f"{ignore_file}:{number}", line) for number, line in enumerate(_ignore_lines(ignore_file), 1)]
+    for where, pattern in sources:
+        try:
+            pathspec.GitIgnoreSpec.from_lines([pattern])
+        except ValueError as err:  # pathspec's GitIgnorePatternError
+            raise UsageError(f"{where}: {pattern!r} is not a valid gitignore pattern ({err})",
+                             "escape a leading ! or # with a backslash, or remove the line") from None
+    return pathspec.GitIgnoreSpec.from_lines([*ALWAYS_EXCLUDED, *(pattern for _, pattern in sources)])
+
+
+def check_ignore_patterns(root: Path, exclude: Sequence[str]) -> None:
+    """Before anything is created: the ignore patterns a push of `root` will use are valid (UsageError if not)."""
+    if root.is_dir():
+        ignore_spec(root, exclude)
+
+
+def _ignore_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path} is not UTF-8 text (byte offset {err.start})", "an ignore file is text") from None
+    except OSError as err:
+        raise UsageError(f"{path} cannot be read: {err.strerror}", "check its owner and mode") from None
 
 
 def scan_tree(root: Path, exclude: Sequence[str] = (), cache: dict[str, list] | None = None) -> Manifest:

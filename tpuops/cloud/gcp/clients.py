@@ -9,6 +9,7 @@ use anonymous credentials; otherwise Application Default Credentials.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -111,6 +112,15 @@ def storage_client(endpoints: Endpoints, creds: Any, project: str | None) -> Any
     return storage.Client(project=project, credentials=creds, client_options=client_options(endpoints.storage))
 
 
+_building = 0  # clients being built right now, in any thread
+_building_lock = threading.Lock()
+
+
+def building_clients() -> bool:
+    """A client is being built (its SDK imported): a call waiting on it is not waiting on the network."""
+    return _building > 0
+
+
 class LazyClient:
     """Base of the adapters: the Google client is built on first use (importing one costs a second or more)."""
 
@@ -119,4 +129,11 @@ class LazyClient:
 
     @functools.cached_property
     def client(self) -> Any:
-        return self._make_client()
+        global _building
+        with _building_lock:
+            _building += 1
+        try:
+            return self._make_client()
+        finally:
+            with _building_lock:
+                _building -= 1

@@ -167,8 +167,12 @@ class ComputeApi:
             current = self.operations.wait(project=self.project, zone=zone, operation=name)
             return current if current.status.name == "DONE" else None
 
-        finished = self.timing.poll_until(lambda: self.timing.call(done, f"{what} (waiting)", API), what)
+        finished = self.timing.poll_until(lambda: self.timing.call(done, f"{what} (waiting)", API,
+                                                                   server_wait=OPERATION_WAIT_S), what)
         raise_operation_error(finished, what)
+
+
+OPERATION_WAIT_S = 120.0  # ZoneOperations.wait returns by then at the latest, done or not
 
 
 def raise_operation_error(operation: Any, what: str) -> None:

@@ -21,6 +21,7 @@ from tenacity import Retrying
 
 from tpuops.cloud.blob_types import BlobInfo, BlobNotFound, PreconditionFailed, VersionedBlob
 from tpuops.cloud.gcp.clients import Endpoints, base_url, storage_client
+from tpuops.cloud.gcp.deadline import ApiDeadline
 from tpuops.cloud.gcp.errors import is_connection_error, translate
 from tpuops.errors import CloudError, CredentialsError, TpuopsError, TransientError
 from tpuops.retry import transient
@@ -46,6 +47,8 @@ class GcsBlobStore:
         self.root = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.env = dict(os.environ if env is None else env)
         self._policy = policy
+        self._deadline = ApiDeadline.from_env(self.env)
+        self._timeout = min(REQUEST_TIMEOUT_S, self._deadline.seconds)  # per socket operation, not per transfer
         self._client: Any = None
         self._client_lock = threading.Lock()
 
@@ -68,8 +71,8 @@ class GcsBlobStore:
         """Run one SDK request with translated errors, retrying the transient ones."""
 
         def attempt() -> T:
-            try:
-                return fn()
+            try:  # the storage SDK sends with timeouts: no watchdog thread needed, only the deadline's count
+                return self._deadline.run(fn, what, "storage", bounded=False)
             except Exception as err:  # noqa: BLE001  translated below; programming errors re-raised as is
                 raise translate_error(err, what, not_found) from err
 
@@ -85,7 +88,7 @@ class GcsBlobStore:
                 self.bucket_name,
                 prefix=self.root + prefix,
                 retry=None,
-                timeout=REQUEST_TIMEOUT_S,
+                timeout=self._timeout,
                 fields="items(name,size,crc32c,updated),nextPageToken",
             )
             return [self._info(blob) for blob in blobs if not blob.name.endswith("/")]
@@ -104,7 +107,7 @@ class GcsBlobStore:
             try:
                 # `end` is inclusive in the SDK; range reads carry no whole-object checksum to verify.
                 return blob.download_as_bytes(
-                    start=start, end=end - 1, checksum=None, retry=None, timeout=REQUEST_TIMEOUT_S
+                    start=start, end=end - 1, checksum=None, retry=None, timeout=self._timeout
                 )
             except exceptions.RequestRangeNotSatisfiable:
                 return b""  # the object is shorter than `start` now (replaced); nothing to read there
@@ -115,7 +118,7 @@ class GcsBlobStore:
         def upload() -> BlobInfo:
             blob = self._bucket().blob(self.root + name)
             # A single-request upload is all or nothing: readers never see half an object.
-            blob.upload_from_filename(str(local_path), checksum="crc32c", retry=None, timeout=REQUEST_TIMEOUT_S)
+            blob.upload_from_filename(str(local_path), checksum="crc32c", retry=None, timeout=self._timeout)
             return self._info(blob)
 
         return self._call(f"uploading {local_path} to {self.url}/{name}", upload, not_found=self._bucket_missing)
@@ -125,7 +128,7 @@ class GcsBlobStore:
 
         def delete() -> None:
             with contextlib.suppress(exceptions.NotFound):  # already gone: what we wanted
-                self._bucket().blob(self.root + name).delete(retry=None, timeout=REQUEST_TIMEOUT_S)
+                self._bucket().blob(self.root + name).delete(retry=None, timeout=self._timeout)
 
         self._call(f"deleting {self.url}/{name}", delete)
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tpuops import retry
+from tpuops.cloud.gcp.deadline import ApiDeadline
 from tpuops.cloud.gcp.errors import translate, translated
 from tpuops.errors import CloudError, TransientError
 
@@ -28,6 +29,7 @@ class Timing:
     retry_initial: float = 1.0
     retry_attempts: int = 6
     sleep: Callable[[float], None] = time.sleep
+    deadline: ApiDeadline = field(default_factory=ApiDeadline)  # for endpoints that do not answer at all
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Timing:
@@ -35,14 +37,15 @@ class Timing:
             poll_interval=float(env.get("TPUOPS_POLL_INTERVAL", cls.poll_interval)),
             operation_timeout=float(env.get("TPUOPS_OPERATION_TIMEOUT", cls.operation_timeout)),
             retry_initial=float(env.get("TPUOPS_RETRY_INITIAL", cls.retry_initial)),
+            deadline=ApiDeadline.from_env(env),
         )
 
-    def call(self, fn: Callable[[], T], what: str, api: str) -> T:
-        """One API call, translated, retried while transient."""
+    def call(self, fn: Callable[[], T], what: str, api: str, server_wait: float = 0.0) -> T:
+        """One API call, translated, retried while transient (`server_wait`: see ApiDeadline.run)."""
 
         def attempt() -> T:
             with translated(what, api):
-                return fn()
+                return self.deadline.run(fn, what, api, server_wait=server_wait)
 
         return self.retry_transient(attempt)
 
@@ -81,7 +84,7 @@ class Timing:
 
         def done() -> bool | None:
             with translated(f"{what} (polling)", api):
-                return True if future.done(retry=None) else None
+                return True if self.deadline.run(lambda: future.done(retry=None), what, api) else None
 
         self.poll_until(done, what)
         error = future.exception()

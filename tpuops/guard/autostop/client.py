@@ -31,8 +31,10 @@ from tpuops.remote.base import Runner
 
 if TYPE_CHECKING:
     from tpuops.cloud.blobs import BlobStore
+    from tpuops.cloud.provider import Provider
+    from tpuops.spec import Spec
 from tpuops.guard.autostop.spec import AutostopSpec
-from tpuops.state import epoch_seconds
+from tpuops.state import ClusterState, bucket_of, epoch_seconds
 
 TICK_ENV = "TPUOPS_AUTOSTOP_TICK"  # seconds between the agent's decisions (tests use a fraction of a second)
 METADATA_HOST_ENV = "GCE_METADATA_HOST"  # google-auth's own name for the metadata server's host[:port]
@@ -208,6 +210,24 @@ class AutostopRecord:
     def line(self) -> str:
         return (f"deleted by autostop at {self.time} ({self.reason}: {self.detail}) "
                 f"after {format_duration(self.uptime_seconds)} up")
+
+
+def setting_of(state: ClusterState, spec: Spec | None) -> AutostopSpec:
+    """What the agent should do: the last `up --autostop` / `tpuops autostop`, else the spec's."""
+    if state.autostop is not None:
+        return state.autostop
+    return spec.autostop if spec is not None else AutostopSpec()
+
+
+def deletion_record(provider: Provider, state: ClusterState, spec: Spec | None) -> AutostopRecord | None:
+    """The agent's record when it deleted this cluster's current TPU (a TPU `up` made since is another): one
+    read of the bucket, none when autostop is off."""
+    bucket = bucket_of(state, spec)
+    tpu = state.tpu_record()
+    if not bucket or tpu is None or not setting_of(state, spec).enabled:
+        return None
+    record = read_record(provider.blob_store(record_prefix(bucket, state.name)))
+    return record if record is not None and record.concerns(tpu.node_name, tpu.created_at) else None
 
 
 def read_record(store: BlobStore) -> AutostopRecord | None:

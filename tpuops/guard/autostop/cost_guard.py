@@ -24,9 +24,11 @@ from tpuops.guard.autostop.client import (
     autostop_view,
     change_setting,
     cost_so_far,
+    deletion_record,
     install_on_worker0,
     read_record,
     record_prefix,
+    setting_of,
     stop_for_down,
 )
 from tpuops.guard.autostop.remote import AgentConfig, AgentInstall, AgentStop, read_agent, stop_agent
@@ -37,13 +39,6 @@ from tpuops.state import ClusterState, TpuRecord, bucket_of, epoch_seconds
 
 JAX_CACHE_DIR = "jax-cache"  # under gs://BUCKET/.tpuops/NAME/, as launch points JAX_COMPILATION_CACHE_DIR
 AGENT_CONNECT_TIMEOUT = 15.0  # status and down must not wait long for a worker that is gone
-
-
-def setting_of(state: ClusterState, spec: Spec | None) -> AutostopSpec:
-    """What the agent should do: the last `up --autostop` / `tpuops autostop`, else the spec's."""
-    if state.autostop is not None:
-        return state.autostop
-    return spec.autostop if spec is not None else AutostopSpec()
 
 
 def parse_setting(text: str) -> AutostopSpec:
@@ -124,6 +119,9 @@ def stop_before_down(ctx: Context, name: str) -> AgentStop | None:
     access = cluster_access(ctx, name)
     if not setting_of(state, access.spec).enabled:
         return None
+    with contextlib.suppress(TpuopsError):
+        if deletion_record(access.provider, state, access.spec) is not None:
+            return None  # the agent went with the TPU it deleted
     runner = worker0(access, connect_timeout=AGENT_CONNECT_TIMEOUT)
     try:
         return stop_for_down(runner, state.name)
@@ -183,15 +181,7 @@ def guard_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_ready
 
 def deleted_by_autostop(ctx: Context, state: ClusterState, spec: Spec | None) -> AutostopRecord | None:
     """The agent's record, when it deleted this cluster's TPU (watch must not recover from that)."""
-    bucket = bucket_of(state, spec)
-    if not bucket or not setting_of(state, spec).enabled:
-        return None
-    provider = ctx.provider_for(spec, state)
-    record = read_record(provider.blob_store(record_prefix(bucket, state.name)))
-    tpu = state.tpu_record()
-    if record is None or tpu is None:
-        return None
-    return record if record.concerns(tpu.node_name, tpu.created_at) else None
+    return deletion_record(ctx.provider_for(spec, state), state, spec)
 
 
 # ------------------------------------------------------------------------------------------------ parts

@@ -45,7 +45,7 @@ IdleSeconds = Annotated[
 class AutostopSpec(BaseModel):
     """When the agent on worker 0 deletes the TPU by itself (see `tpuops autostop`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # max_hours: true is not 1 hour
 
     idle: IdleSeconds = None
     max_hours: float | None = Field(
