@@ -18,7 +18,7 @@ from tpuops import spec_yaml
 from tpuops.errors import SpecError
 from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.guard.spec import GuardSpec
-from tpuops.spec_watch import WatchSpec
+from tpuops.watchdog.spec import WatchSpec
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")

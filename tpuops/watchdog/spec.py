@@ -2,7 +2,7 @@
 
     watch: {watchdog: true, progress: null, hang_after: null}
 
-Kept apart from spec.py (which adds it to `Spec` as one field), like `autostop:`.
+Kept in the watchdog's room (spec.py adds it to `Spec` as one field), as `autostop:` and `guard:` are in guard/.
 """
 
 from __future__ import annotations
