@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "tpuops"
-SHIPPED = {"tpuops.agents.autostop", "tpuops.agents.autostop_host", "tpuops.remote.push_agent",
-           "tpuops.remote.push_relay", "tpuops.remote.push_protocol"}  # sent to workers as text
+SHIPPED = {"tpuops.agents.autostop", "tpuops.agents.autostop_host", "tpuops.remote.push_agent",  # sent as text
+           "tpuops.remote.push_relay", "tpuops.remote.push_protocol", "tpuops.remote.push_receive"}
 
 
 def modules() -> dict[str, Path]:
@@ -79,6 +79,7 @@ def test_ops_never_asks_which_provider_it_has() -> None:
 
 def test_the_shipped_agents_import_nothing_of_tpuops() -> None:
     # Parts whose text replaces their import when shipped (sync.agent_source, agents.agent_source):
-    inlined = ("tpuops.remote.push_protocol", "tpuops.remote.push_relay", "tpuops.agents.autostop_host")
+    inlined = ("tpuops.remote.push_protocol", "tpuops.remote.push_receive", "tpuops.remote.push_relay",
+               "tpuops.agents.autostop_host")
     for name in SHIPPED:
         assert not [i for i in imports(MODULES[name]) if i.startswith("tpuops") and not i.startswith(inlined)], name

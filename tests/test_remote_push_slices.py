@@ -40,6 +40,7 @@ class Recording:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.name = runner.name
+        self.nearby = runner.nearby
         self.argvs: list[list[str]] = []
 
     def run(self, command: object, **kwargs: object) -> RunResult:

@@ -41,6 +41,8 @@ def worker_path() -> str:
 
 
 class LocalRunner:
+    nearby = True
+
     def __init__(self, name: str, home: Path, base_env: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.home = home
@@ -155,7 +157,9 @@ def _feed(process: subprocess.Popen, stdin: Stdin) -> tuple[int, str | None]:
         for chunk in iter_stdin(stdin):
             process.stdin.write(chunk)
             sent += len(chunk)
-        process.stdin.close()
     except (BrokenPipeError, OSError) as err:
         return sent, f"sending input failed: {err}"
+    finally:
+        with suppress(OSError):  # the command sees its input end, also when producing it failed
+            process.stdin.close()
     return sent, None

@@ -1,18 +1,15 @@
 """The client's view of a tree to push: its manifest (path, size, mode, sha256, symlink; the hash of the
-manifest text is the tree id), the diff against a worker's tree, and the payload tar that carries the diff.
+manifest text is the tree id), and the diff against a worker's tree (`payload.py` builds the tar that carries it).
 Used by `sync.py` (the push itself) and by `check` (which scans the same files).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import stat
-import tarfile
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,23 +141,6 @@ def changed_entries(new: Manifest, base: Manifest | None) -> list[FileEntry]:
 # -------------------------------------------------------------------------------------------- payload
 
 
-@dataclass(frozen=True)
-class Payload:
-    path: Path
-    size: int
-    digest: str
-    files: int
-
-    def header(self) -> bytes:
-        return f"TPUOPS-PAYLOAD {self.size} {self.digest}\n".encode()
-
-    def chunks(self) -> Iterator[bytes]:
-        yield self.header()
-        with open(self.path, "rb") as handle:
-            while chunk := handle.read(HASH_CHUNK):
-                yield chunk
-
-
 def manifest_delta(new: Manifest, base: Manifest | None, base_id: str | None) -> dict[str, object]:
     """What the worker needs besides file bodies to rebuild `new` from `base`: rows to set, paths to delete."""
     old = base.by_path() if base else {}
@@ -172,30 +152,3 @@ def manifest_delta(new: Manifest, base: Manifest | None, base_id: str | None) ->
         "delete": sorted(set(old) - set(current)),
         "sent": [e.path for e in changed_entries(new, base)],
     }
-
-
-def build_payload(root: Path, manifest: Manifest, base: Manifest | None, base_id: str | None,
-                  directory: Path) -> Payload:
-    """One tar: delta.json first, then files/<path> for each new or changed file (nothing else)."""
-    files = changed_entries(manifest, base)
-    fd, name = tempfile.mkstemp(dir=directory, prefix="payload-", suffix=".tar")
-    single = root.is_file()
-    # gzip level 1: code shrinks several times for little CPU, and tar's per-file padding disappears.
-    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", compresslevel=1,
-                                                  format=tarfile.PAX_FORMAT) as tar:
-        data = json.dumps(manifest_delta(manifest, base, base_id if base else None)).encode()
-        info = tarfile.TarInfo("delta.json")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-        for entry in files:
-            source = root if single else root / entry.path
-            info = tarfile.TarInfo("files/" + entry.path)
-            info.size = entry.size
-            info.mode = entry.mode
-            with open(source, "rb") as handle:
-                tar.addfile(info, handle)
-    hasher = hashlib.sha256()
-    with open(name, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            hasher.update(chunk)
-    return Payload(Path(name), os.path.getsize(name), hasher.hexdigest(), len(files))
