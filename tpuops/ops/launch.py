@@ -25,6 +25,7 @@ from tpuops.remote.autostop import AgentInstall
 from tpuops.remote.base import LineHandler, Runner, RunResult
 from tpuops.remote.fanout import run_each
 from tpuops.remote.scripts import script_command
+from tpuops.remote.sync import ProgressHandler
 from tpuops.spec import Spec
 from tpuops.state import RunRecord, WorkerRecord, bucket_of
 
@@ -99,7 +100,8 @@ StepHandler = Callable[[Step], None]
 
 
 def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOptions(), *,
-               on_line: LineHandler | None = None, on_step: StepHandler | None = None) -> LaunchReport:
+               on_line: LineHandler | None = None, on_step: StepHandler | None = None,
+               on_push: ProgressHandler | None = None) -> LaunchReport:
     """Push, setup, free the TPU, start detached everywhere; returns as soon as every worker has started."""
     access = cluster_access(ctx, name, need_spec=True)
     spec = access.spec
@@ -124,7 +126,7 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
         if running and not options.replace:
             raise RunInProgress(f"a run of '{access.state.name}' is still running on {', '.join(running)}",
                                 "stop it with `tpuops stop`, or pass --replace")
-        if not record(_push(ctx, access, options)).ok:
+        if not record(_push(ctx, access, options, on_push)).ok:
             return LaunchReport(access.state.name, None, tuple(steps))
         if running:
             record(_stop_run(access.state.name, None, runners, options.max_parallel))
@@ -154,8 +156,9 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
             runner.close()
 
 
-def _push(ctx: Context, access: ClusterAccess, options: LaunchOptions) -> Step:
-    report = push(ctx, access.state.name, data=options.push_data, max_parallel=options.max_parallel)
+def _push(ctx: Context, access: ClusterAccess, options: LaunchOptions, on_push: ProgressHandler | None) -> Step:
+    report = push(ctx, access.state.name, data=options.push_data, max_parallel=options.max_parallel,
+                  on_progress=on_push)
     results = [RunResult(w.worker, 0 if w.ok else None, w.duration, w.error, bytes_sent=w.bytes_sent)
                for tree in report.trees for w in tree.workers]
     results += [RunResult(f"upload {u.url}", 0 if u.ok else None, 0.0, u.error) for u in report.uploads]

@@ -396,12 +396,11 @@ def push_tree(
     it (or for payloads under `relay_min_bytes`, where a direct copy costs less than starting a relay) every
     worker gets a direct copy. `slice_of` (worker name -> slice, Multislice) makes the relay two-level: the
     payload crosses between slices once per slice, and each slice's first worker serves its slice.
-    `cache_dir` keeps manifests and file hashes between pushes (and nothing else: what an interrupted push of
-    an earlier version left there is swept). `on_progress` is called from the pushing threads.
+    `cache_dir` keeps manifests and file hashes between pushes (`sweep_cache` keeps it so).
+    `on_progress` is called from the pushing threads.
     Runners are left open (the caller closes them). Errors are per worker, in the result.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
-    sweep_cache(cache_dir)
     # file hashes from the last scan of this source, so unchanged big files are not read again
     hash_cache_path = cache_dir / f"hashes-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]}.json"
     hash_cache = _read_json(hash_cache_path) if source.is_dir() else None
