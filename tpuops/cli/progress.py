@@ -72,7 +72,7 @@ class PushView:
         self.enabled = enabled
         self.rows: dict[tuple[str, str], Any] = {}  # (worker, dest) -> its latest PushProgress
         self.uploads: dict[str, tuple[int, int, float]] = {}  # url -> (done, total, when it began)
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # start() holds it while the live view draws its first table
         self.live: Any = None
         self.finished = False
 

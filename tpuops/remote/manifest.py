@@ -11,6 +11,7 @@ import os
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pathspec
@@ -42,11 +43,11 @@ class FileEntry:
 class Manifest:
     entries: tuple[FileEntry, ...]
 
-    @property
+    @cached_property  # a frozen dataclass's cached_property: computed once (2,000 files: ~5 ms each time)
     def text(self) -> str:
         return manifest_text([e.as_row() for e in self.entries])
 
-    @property
+    @cached_property
     def tree_id(self) -> str:
         return tree_id(self.text)
 
@@ -81,31 +82,28 @@ def scan_tree(root: Path, exclude: Sequence[str] = (), cache: dict[str, list] | 
         raise UsageError(f"{root} does not exist", "check `code.path` / `data[].from` in the spec")
     spec = ignore_spec(root, exclude)
     entries: list[FileEntry] = []
-    for directory, dirnames, filenames in os.walk(root):
-        rel_dir = os.path.relpath(directory, root)
-        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
-        kept_dirs = []
-        for name in sorted(dirnames):
-            rel = rel_dir + name
-            if spec.match_file(rel + "/"):
-                continue
-            if os.path.islink(os.path.join(directory, name)):
-                filenames.append(name)  # a symlink to a directory travels as a symlink
-            else:
-                kept_dirs.append(name)
-        dirnames[:] = kept_dirs
-        for name in filenames:
-            rel = rel_dir + name
-            if spec.match_file(rel):
-                continue
-            entry = _file_entry(Path(directory, name), rel, cache)
-            if entry is not None:
-                entries.append(entry)
+    folders = [(str(root), "")]
+    while folders:  # os.scandir and plain strings: a second push of 2,000 unchanged files is mostly this loop
+        folder, rel_dir = folders.pop()
+        try:
+            listing = os.scandir(folder)
+        except OSError:
+            continue  # as os.walk did: a folder that cannot be listed is left out
+        with listing:
+            for item in listing:
+                rel = rel_dir + item.name
+                if item.is_dir(follow_symlinks=False):  # a symlink to a directory travels as a symlink
+                    if not spec.match_file(rel + "/"):
+                        folders.append((item.path, rel + "/"))
+                elif not spec.match_file(rel):
+                    entry = _file_entry(item.path, rel, cache)
+                    if entry is not None:
+                        entries.append(entry)
     return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
 
 
-def _file_entry(path: Path, rel: str, cache: dict[str, list] | None) -> FileEntry | None:
-    info = path.lstat()
+def _file_entry(path: Path | str, rel: str, cache: dict[str, list] | None) -> FileEntry | None:
+    info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         return FileEntry(rel, 0, 0o777, "", os.readlink(path))
     if not stat.S_ISREG(info.st_mode):

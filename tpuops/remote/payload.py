@@ -8,7 +8,7 @@ series as one archive. Over loopback or a pipe on this machine compression costs
 tar goes as it is.
 
 On an agent's stdin the payload is framed so that its length need not be known in advance:
-`TPUOPS-STREAM tar|gzip`, then chunks each after its length in hex on a line of its own, then `0 SHA256 SIZE` (see
+`TPUOPS-STREAM tar|gzip`, then chunks each after its length in hex on a line of its own, then `0 SIZE` (see
 push_agent.receive_stdin). The relay serves the bare payload, whose size and sha256 are known by then.
 """
 
@@ -40,8 +40,8 @@ class SourceChanged(OSError):
 
 @dataclass
 class Payload:
-    """One delta's payload. `size` and `digest` are set when a stream of it has been produced to its end
-    (every stream of one payload is byte for byte the same)."""
+    """One delta's payload. `size` (and `digest`, when asked for) are set when a stream of it has been produced to
+    its end (every stream of one payload is byte for byte the same)."""
 
     root: Path
     delta: bytes
@@ -61,16 +61,20 @@ class Payload:
         """What the files to send weigh: known before the first byte goes, the total of the progress."""
         return sum(entry.size for entry in self.files)
 
-    def framed(self, on_progress: ProgressHandler | None = None) -> Iterator[bytes]:
-        """The payload as an agent reads it on stdin."""
+    def framed(self, on_progress: ProgressHandler | None = None, digest: bool = False) -> Iterator[bytes]:
+        """The payload as an agent reads it on stdin. SSH (or a pipe) delivers it intact: only the relay's
+        fetchers, over plain HTTP, need its sha256 (`digest`)."""
         yield b"TPUOPS-STREAM gzip\n" if self.compress else b"TPUOPS-STREAM tar\n"
-        hasher, size = hashlib.sha256(), 0
+        hasher, size = hashlib.sha256() if digest else None, 0
         for chunk in self._chunks(on_progress):
-            hasher.update(chunk)
+            if hasher is not None:
+                hasher.update(chunk)
             size += len(chunk)
             yield b"%x\n" % len(chunk) + chunk
-        self.size, self.digest = size, hasher.hexdigest()  # before the trailer: the relay's fetchers need them
-        yield f"0 {self.digest} {size}\n".encode()
+        self.size = size  # before the trailer: the relay's fetchers need them
+        if hasher is not None:
+            self.digest = hasher.hexdigest()
+        yield b"0 %d\n" % size
 
     def _chunks(self, on_progress: ProgressHandler | None) -> Iterator[bytes]:
         """The payload in pieces of about CHUNK bytes."""

@@ -3,8 +3,8 @@
 How it works (the worker side is `push_agent.py`, the manifest and payload are in `manifest.py`):
 1. Scan the local tree (pathspec: `code.exclude` + `.tpuopsignore`, gitignore syntax) into a manifest of
    (path, size, mode, sha256, symlink); its hash is the tree id.
-2. Ask every worker which tree its destination points at (one tiny command each). Workers already on
-   this tree are done: a push with nothing changed sends no file data.
+2. Ask every worker which tree its destination points at (one tiny command each, while step 1 scans).
+   Workers already on this tree are done: a push with nothing changed sends no file data.
 3. For the others, diff against the manifest of the tree they have (cached locally, since we pushed it,
    else read from the worker) and pack only new or changed files, plus the manifest, into one tar, built
    while it is sent (`payload.py`: no temporary file here, compressed only where that pays).
@@ -29,6 +29,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,7 +141,9 @@ AGENT_SOURCE = agent_source()
 
 
 def agent_command(*args: str) -> list[str]:
-    return ["python3", "-c", AGENT_SOURCE, *args]
+    # -S: the agent needs only the standard library, and skipping site-packages (and their .pth files) makes
+    # each call start several times faster; a no-change push is mostly such calls.
+    return ["python3", "-S", "-c", AGENT_SOURCE, *args]
 
 
 @dataclass
@@ -186,20 +189,6 @@ class _Pusher:
 
         return sent
 
-    # step 2: where is every worker now?
-    def current_trees(self, runners: Sequence[Runner]) -> dict[str, str | None]:
-        trees: dict[str, str | None] = {}
-
-        def ask(runner: Runner) -> RunResult:
-            result = runner.run(agent_command("state", self.dest), capture=True, timeout=120)
-            if result.ok:
-                trees[runner.name] = json.loads(result.stdout)["tree"]
-            return result
-
-        for result in run_each(runners, ask, self.max_parallel):
-            if not result.ok:
-                self.record(WorkerPush(result.worker, "failed", error=_agent_error(result, self.dest)))
-        return trees
 
     # step 3: the manifest a worker's current tree has
     def base_manifest(self, runner: Runner, tree: str | None) -> Manifest | None:
@@ -265,7 +254,8 @@ class _Pusher:
             servers_of |= {r.name: [head, seed] for r in group[1:]} if head else {r.name: [seed] for r in group}
         fetchers = [runner for group in slices for runner in group if runner.name in servers_of]
         seed.start(lambda: self._serve(
-            seed, base, payload, received=payload.framed(self.progress_of(seed.runner.name, payload.content_bytes))))
+            seed, base, payload,
+            received=payload.framed(self.progress_of(seed.runner.name, payload.content_bytes), digest=True)))
         for head in heads:
             head.start(lambda head=head: self._serve(head, base, payload, fetch_from=seed))
         try:
@@ -401,20 +391,25 @@ def push_tree(
     Runners are left open (the caller closes them). Errors are per worker, in the result.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
-    # file hashes from the last scan of this source, so unchanged big files are not read again
-    hash_cache_path = cache_dir / f"hashes-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]}.json"
-    hash_cache = _read_json(hash_cache_path) if source.is_dir() else None
-    manifest = scan_tree(source, exclude, hash_cache)
-    if hash_cache is not None:
-        _write_json(hash_cache_path, hash_cache)
-    write_atomic(cache_dir / f"{manifest.tree_id}.json", manifest.text)
+    # Step 2 (asking every worker which tree it has: a connection and a process each) while step 1 scans.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpuops-push-state") as pool:
+        asking = pool.submit(current_trees, runners, dest, max_parallel)
+        # file hashes from the last scan of this source, so unchanged big files are not read again
+        hash_cache_path = cache_dir / f"hashes-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]}.json"
+        hash_cache = _read_json(hash_cache_path) if source.is_dir() else None
+        manifest = scan_tree(source, exclude, hash_cache)
+        if hash_cache is not None:
+            _write_json(hash_cache_path, hash_cache)
+        write_atomic(cache_dir / f"{manifest.tree_id}.json", manifest.text)
+        trees, unreachable = asking.result()
 
     # Compressing costs more than it saves when every worker is on this machine (loopback, local directories).
     compress = not all(runner.nearby for runner in runners)
     pusher = _Pusher(source, dest, manifest, cache_dir, relay_hosts or {}, max_parallel, relay_min_bytes,
                      slice_of or {}, compress, on_progress)
     started = time.monotonic()
-    trees = pusher.current_trees(runners)
+    for failed in unreachable:
+        pusher.record(failed)
     groups: dict[str | None, list[Runner]] = {}
     for runner in runners:
         if runner.name not in trees:
@@ -428,6 +423,22 @@ def push_tree(
     outcomes = tuple(pusher.outcomes[r.name] for r in runners)
     return PushResult(dest, manifest.tree_id, len(manifest.entries), manifest.total_bytes, pusher.changed_files,
                       pusher.payload_bytes, outcomes)
+
+
+def current_trees(runners: Sequence[Runner], dest: str, max_parallel: int,
+                  ) -> tuple[dict[str, str | None], list[WorkerPush]]:
+    """Which tree `dest` holds on every worker (None: none yet), and the workers that could not say."""
+    trees: dict[str, str | None] = {}
+
+    def ask(runner: Runner) -> RunResult:
+        result = runner.run(agent_command("state", dest), capture=True, timeout=120)
+        if result.ok:
+            trees[runner.name] = json.loads(result.stdout)["tree"]
+        return result
+
+    failed = [WorkerPush(result.worker, "failed", error=_agent_error(result, dest))
+              for result in run_each(runners, ask, max_parallel) if not result.ok]
+    return trees, failed
 
 
 def sweep_cache(cache_dir: Path, now: float | None = None) -> None:
