@@ -14,8 +14,9 @@
 # Payload: a tar (plain, or a series of gzip members) whose first member is delta.json (base tree, new tree id,
 # changed/new manifest rows, deleted paths) and whose other members are files/<path> (changed content only),
 # read from stdin (framed, see receive_stdin and the client's payload.py) or fetched over HTTP from the
-# worker that received it (the relay). Nothing is touched before the whole payload is there and its
-# sha256 matches. SIGHUP and SIGTERM (the client's session ended) end it through its clean-up, like an error.
+# worker that received it (the relay). DEST is not touched before the whole payload is there (from stdin: its
+# framing says so; from the relay: its sha256 matches). SIGHUP and SIGTERM (the client's session ended) end it
+# through its clean-up, like an error.
 #
 # Exit codes, the manifest format and the tree id are defined once, in push_protocol.py; sync.py ships that
 # file's text in place of the import below. Errors go to stderr as one line.
@@ -104,7 +105,8 @@ def new_manifest(delta, base_manifest):
 
 def extract_with_tar(payload, work):
     """GNU tar writes thousands of small files several times faster than tarfile (C, no per-file Python).
-    The payload is trusted: its sha256 came over the authenticated SSH channel and was checked."""
+    The payload is trusted: it came over the authenticated SSH channel, or from the relay with its sha256
+    (given over SSH) checked."""
     import subprocess
 
     done = subprocess.run(["tar", "-x", "-f", payload, "-C", work, "--no-same-owner"], capture_output=True)
@@ -249,7 +251,7 @@ def clean_in_background(trees, keep):
 def action_apply(dest, base, new, source, payload, serving, after_receive=None):
     """Receive the payload, build the new tree, switch DEST to it. The payload is kept in the file `payload` (the
     caller removes it) when this worker serves it or it came from the relay; from stdin, `tar` unpacks it as it
-    arrives, into a private directory used only once the whole payload arrived and its sha256 matched."""
+    arrives, into a private directory used only once the whole payload has arrived."""
     dest, parent, trees = paths(dest)
     current = current_tree(dest)
     final = os.path.join(trees, new)

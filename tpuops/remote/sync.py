@@ -1,6 +1,6 @@
 """Incremental push of a local tree to a path on every worker, by content hash, sent once.
 
-How it works (the worker side is `push_agent.py`, the manifest and payload are in `manifest.py`):
+How it works (the worker side is `push_agent.py`, the manifest is in `manifest.py`, the payload in `payload.py`):
 1. Scan the local tree (pathspec: `code.exclude` + `.tpuopsignore`, gitignore syntax) into a manifest of
    (path, size, mode, sha256, symlink); its hash is the tree id.
 2. Ask every worker which tree its destination points at (one tiny command each, while step 1 scans).
@@ -87,11 +87,7 @@ class PushProgress:
     status: str
     done: int = 0  # bytes of file content sent from here so far
     total: int = 0  # bytes of file content to send, known before the first byte goes
-    seconds: float = 0.0  # since this worker's part began
-
-    @property
-    def finished(self) -> bool:
-        return self.status not in ("sending", "fetching")
+    seconds: float = 0.0  # since this worker's part began (for `sending`: since the first byte)
 
 
 ProgressHandler = Callable[[PushProgress], None]
@@ -441,11 +437,11 @@ def current_trees(runners: Sequence[Runner], dest: str, max_parallel: int,
     return trees, failed
 
 
-def sweep_cache(cache_dir: Path, now: float | None = None) -> None:
+def sweep_cache(cache_dir: Path) -> None:
     """Remove what does not belong in a push cache: payload files an earlier version built here (one killed
     mid-push left hundreds of MB), temporary files of writes that died (after a while: one may be under way),
     and the manifests of all but the latest trees."""
-    now = time.time() if now is None else now
+    now = time.time()
     manifests = []
     for path in cache_dir.iterdir():
         try:
