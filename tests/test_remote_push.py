@@ -139,7 +139,9 @@ def test_push_sends_once_then_nothing_then_only_the_change(
         wait_for(lambda home=worker.home: visible_trees(home) == [code.tree_id, code.tree_id + ".json"])
 
 
-def test_interrupted_push_leaves_the_old_tree(sshd4: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("framing", ["raw", "framed"])
+def test_interrupted_push_leaves_the_old_tree(sshd4: SshdCluster, tpuops_home: Path, tmp_path: Path,
+                                              framing: str) -> None:
     name, src = setup_cluster(sshd4, tpuops_home, tmp_path)
     assert push(Context.from_env(), name, data=False).ok
     before = {w.index: remote_files(w.home, CODE) for w in sshd4.workers}
@@ -148,7 +150,8 @@ def test_interrupted_push_leaves_the_old_tree(sshd4: SshdCluster, tpuops_home: P
     # A payload cut off mid-stream (the client died, the network dropped): nothing changes.
     (src / "pkg0" / "mod0.py").write_text("half pushed\n")
     manifest = scan_tree(src, ["*.log", "outputs/"])
-    data = b"".join(Payload.for_delta(src, manifest, None, None, compress=True).framed())
+    payload = Payload.for_delta(src, manifest, None, None, compress=True)
+    data = b"".join(payload.raw() if framing == "raw" else payload.framed())
     access = cluster_access(Context.from_env(), name)
     [runner] = make_runners(access, access.workers[1:2])
     try:

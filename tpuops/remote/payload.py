@@ -7,9 +7,10 @@ new or changed file. Over a real network it is a series of gzip members, deflate
 series as one archive. Over loopback or a pipe on this machine compression costs more than it saves, so the
 tar goes as it is.
 
-On an agent's stdin the payload is framed so that its length need not be known in advance:
-`TPUOPS-STREAM tar|gzip`, then chunks each after its length in hex on a line of its own, then `0 SIZE` (see
-push_agent.receive_stdin). The relay serves the bare payload, whose size and sha256 are known by then.
+On an agent's stdin the payload follows one line, `TPUOPS-STREAM tar|gzip raw|framed`: raw, it runs to the end
+of stdin; framed (for the relay's seed, whose stdin stays open after it), it comes in chunks each after its
+length in hex on a line of its own, then `0 SIZE` (see push_receive.receive_stdin). The relay serves the bare
+payload, whose size and sha256 are known by then.
 """
 
 from __future__ import annotations
@@ -61,10 +62,20 @@ class Payload:
         """What the files to send weigh: known before the first byte goes, the total of the progress."""
         return sum(entry.size for entry in self.files)
 
+    def raw(self, on_progress: ProgressHandler | None = None) -> Iterator[bytes]:
+        """The payload for an agent that reads it to the end of its stdin: its `tar` reads it straight from
+        there, no Python in between. A payload cut short fails in `tar` or in the agent's check of the files."""
+        yield self._header("raw")
+        size = 0
+        for chunk in self._chunks(on_progress):
+            size += len(chunk)
+            yield chunk
+        self.size = size
+
     def framed(self, on_progress: ProgressHandler | None = None, digest: bool = False) -> Iterator[bytes]:
-        """The payload as an agent reads it on stdin. SSH (or a pipe) delivers it intact: only the relay's
-        fetchers, over plain HTTP, need its sha256 (`digest`)."""
-        yield b"TPUOPS-STREAM gzip\n" if self.compress else b"TPUOPS-STREAM tar\n"
+        """The payload for an agent whose stdin stays open after it (the relay's seed serves until it closes).
+        SSH (or a pipe) delivers it intact: only the relay's fetchers, over plain HTTP, need its sha256."""
+        yield self._header("framed")
         hasher, size = hashlib.sha256() if digest else None, 0
         for chunk in self._chunks(on_progress):
             if hasher is not None:
@@ -75,6 +86,9 @@ class Payload:
         if hasher is not None:
             self.digest = hasher.hexdigest()
         yield b"0 %d\n" % size
+
+    def _header(self, framing: str) -> bytes:
+        return f"TPUOPS-STREAM {'gzip' if self.compress else 'tar'} {framing}\n".encode()
 
     def _chunks(self, on_progress: ProgressHandler | None) -> Iterator[bytes]:
         """The payload in pieces of about CHUNK bytes."""

@@ -263,7 +263,7 @@ def action_apply(dest, base, new, source, payload, serving, after_receive=None):
             os.mkdir(work)
         keep = payload if serving or (build and not streaming) else None
         if source[0] == "stdin":
-            receive_stdin(sys.stdin.buffer, keep, work if streaming else None)
+            receive_stdin(keep, work if streaming else None)
         else:
             receive_url(payload, *source[1:])
         if after_receive is not None:

@@ -5,7 +5,9 @@
 # it, so it stays standard-library only, Python 3.8 syntax, with no `from __future__` import.
 import contextlib
 import hashlib
+import os
 import subprocess
+import sys
 
 from tpuops.remote.push_protocol import (  # shipped: the agent carries push_protocol.py's text already
     EXIT_CORRUPT,
@@ -67,34 +69,74 @@ def truncated(size):
     return Fail(EXIT_CORRUPT, f"payload truncated after {size} bytes (the push was interrupted)")
 
 
-def receive_stdin(stream, keep, extract_into):
-    """`TPUOPS-STREAM tar|gzip`, chunks each after its length in hex on a line, then `0 SIZE`. SSH delivers
-    what was sent or nothing (its MAC): the framing tells a complete payload from one cut short."""
-    header = stream.readline(200).split()
-    if len(header) != 2 or header[0] != b"TPUOPS-STREAM":
+def receive_stdin(keep, extract_into):
+    """`TPUOPS-STREAM tar|gzip raw|framed`, then the payload: raw, to the end of stdin (where `tar` can read it
+    itself); framed, in chunks each after its length in hex on a line, then `0 SIZE`. SSH delivers what was
+    sent or nothing (its MAC): the framing, or tar's end of archive and the agent's check of the files, tell a
+    complete payload from one cut short."""
+    header = read_line(0).split()
+    if len(header) != 3 or header[0] != b"TPUOPS-STREAM":
         raise Fail(EXIT_CORRUPT, "no payload received (the push was interrupted)")
-    sinks = Sinks(keep, extract_into, header[1] == b"gzip")
-    size = 0
+    compressed, framed = header[1] == b"gzip", header[2] == b"framed"
+    if not framed and extract_into and not keep:
+        untar_stdin(extract_into, compressed)
+        return
+    sinks = Sinks(keep, extract_into, compressed)
     try:
-        while True:
-            fields = stream.readline(200).split()
-            if not fields:
-                raise truncated(size)
-            left = int(fields[0], 16)
-            if left == 0:
-                if fields[1:] != [str(size).encode()]:
-                    raise Fail(EXIT_CORRUPT, "payload corrupt (its size differs from what was sent)")
-                break
-            while left:
-                chunk = stream.read(min(CHUNK, left))
-                if not chunk:
-                    raise truncated(size)
-                sinks.write(chunk)
-                left -= len(chunk)
-                size += len(chunk)
+        (copy_framed if framed else copy_to_end)(sys.stdin.buffer, sinks)
         sinks.close()
     finally:
         sinks.abort()
+
+
+def read_line(fd):
+    """One line read a byte at a time, so that nothing after it is taken from the file descriptor."""
+    line = b""
+    while not line.endswith(b"\n") and len(line) < 200:
+        byte = os.read(fd, 1)
+        if not byte:
+            break
+        line += byte
+    return line
+
+
+def untar_stdin(extract_into, compressed):
+    argv = ["tar", "-x", "-f", "-", "-C", extract_into, "--no-same-owner"] + (["-z"] if compressed else [])
+    done = subprocess.run(argv, stdin=0, stderr=subprocess.PIPE)
+    if done.returncode != 0:
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        cut = [line for line in lines if "unexpected eof" in line.lower() or "unexpected end of file" in line.lower()]
+        if cut:
+            raise Fail(EXIT_CORRUPT, f"payload truncated (the push was interrupted): {cut[0]}")
+        raise Fail(EXIT_DISK, "extracting failed: " + (lines[-1] if lines else f"tar exit {done.returncode}"))
+
+
+def copy_to_end(stream, sinks):
+    while True:
+        chunk = stream.read(CHUNK)
+        if not chunk:
+            return
+        sinks.write(chunk)
+
+
+def copy_framed(stream, sinks):
+    size = 0
+    while True:
+        fields = stream.readline(200).split()
+        if not fields:
+            raise truncated(size)
+        left = int(fields[0], 16)
+        if left == 0:
+            if fields[1:] != [str(size).encode()]:
+                raise Fail(EXIT_CORRUPT, "payload corrupt (its size differs from what was sent)")
+            return
+        while left:
+            chunk = stream.read(min(CHUNK, left))
+            if not chunk:
+                raise truncated(size)
+            sinks.write(chunk)
+            left -= len(chunk)
+            size += len(chunk)
 
 
 def receive_url(target, url, size, digest):

@@ -225,7 +225,7 @@ class _Pusher:
         return ["apply", self.dest, base or "-", self.manifest.tree_id]
 
     def _direct(self, runner: Runner, base: str | None, payload: Payload, sent_before: int = 0) -> RunResult:
-        stdin = payload.framed(self.progress_of(runner.name, payload.content_bytes))
+        stdin = payload.raw(self.progress_of(runner.name, payload.content_bytes))
         result = runner.run(agent_command(*self._apply_args(base)), stdin=stdin, capture=True)
         if after_apply(result.exit_code, base) == RESEND_FULL:
             full = Payload.for_delta(self.root, self.manifest, None, None, self.compress)
