@@ -4,7 +4,9 @@
    the bytes compress like text, half do not, like shards and checkpoints), first push (empty destination,
    nothing cached) to one worker: tpuops against `rsync -a` and `cp -a` on the local provider (a worker is a
    directory), and against `rsync -a` over loopback sshd. MB/s is the tree's size over the time until the
-   worker has it (goal: tpuops at least 0.8x rsync's rate).
+   worker has it (goal: tpuops at least 0.8x rsync's rate). CPU is the seconds of CPU this process and its
+   children used (on the local provider that is every process involved; over sshd, the client side only):
+   steadier than wall time on a shared machine.
 2. Incremental: a 2,000-file code tree to 8 loopback sshd workers, tpuops against `rsync -a` to every worker in
    parallel: first push, no-change push, one-file-changed push; time and bytes sent from the client (tpuops
    about 1x the payload for N workers, rsync Nx). tpuops bytes are payload bytes written to SSH channels;
@@ -21,6 +23,7 @@ import argparse
 import os
 import random
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -134,6 +137,12 @@ def rsync_ssh(cluster: SshdCluster, src: Path, dest: str, count: int) -> tuple[f
     return time.perf_counter() - start, sent
 
 
+def cpu_seconds() -> float:
+    """CPU used so far by this process and the children it has waited for (and theirs)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def local_copy(argv: list[str]) -> tuple[float, int]:
     start = time.perf_counter()
     subprocess.run(argv, check=True, timeout=600, stdout=subprocess.DEVNULL)
@@ -157,17 +166,21 @@ def throughput(work: Path, cluster: SshdCluster, runs: int, size_mb: int) -> Non
         ("sshd", "rsync -a"): lambda run: rsync_ssh(cluster, src, f"r-{run}", 1),
     }
     samples: dict[tuple[str, str], list[float]] = {key: [] for key in contenders}
+    cpu: dict[tuple[str, str], list[float]] = {key: [] for key in contenders}
     for run in range(runs):
         for key, push in contenders.items():
+            before = cpu_seconds()
             samples[key].append(push(run)[0])
+            cpu[key].append(cpu_seconds() - before)
         for home in (local_home, sshd_home):  # keep the disk from filling up: the trees are measured, not kept
             for leftover in list(home.glob("*-*")) + list(home.glob(".tpuops-trees")):
                 shutil.rmtree(leftover, ignore_errors=True)
-    print(f"{'where':<6} {'tool':<9} {'median s':>9} {'MB/s':>7} {'rate vs rsync':>14}")
+    print(f"{'where':<6} {'tool':<9} {'median s':>9} {'MB/s':>7} {'rate vs rsync':>14} {'CPU s':>6}")
     for (where, tool), times in samples.items():
         median = statistics.median(times)
         rsync = statistics.median(samples[(where, "rsync -a")])
-        print(f"{where:<6} {tool:<9} {median:9.2f} {size / MB / median:7.1f} {rsync / median:13.2f}x")
+        print(f"{where:<6} {tool:<9} {median:9.2f} {size / MB / median:7.1f} {rsync / median:13.2f}x "
+              f"{statistics.median(cpu[(where, tool)]):6.2f}")
 
 
 def incremental(work: Path, cluster: SshdCluster, runs: int, workers: int) -> None:

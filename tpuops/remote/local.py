@@ -31,7 +31,8 @@ from tpuops.remote.base import (
 
 # What a fresh login would have: enough to find sh, python3, tar, timeout; not the caller's whole env.
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
-HANGUP_GRACE_SECONDS = 3.0  # after HUP, before KILL (as scripts/hangup.sh does on SSH workers)
+HANGUP_GRACE_SECONDS = 3.0
+PIPE_BYTES = 1024 * 1024  # after HUP, before KILL (as scripts/hangup.sh does on SSH workers)
 
 
 def worker_path() -> str:
@@ -77,7 +78,7 @@ class LocalRunner:
                 self._live.discard(process)
 
     def _start(self, line: str, stdin: Stdin) -> subprocess.Popen:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             ["/bin/sh", "-c", line],
             cwd=self.home,
             env={**self.base_env, "HOME": str(self.home), "SHELL": "/bin/sh"},
@@ -86,6 +87,9 @@ class LocalRunner:
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, so a timeout or a cancel stops its children too
         )
+        if process.stdin is not None:
+            _widen(process.stdin)
+        return process
 
     def _finish(self, process: subprocess.Popen, started: float, timeout: float | None,
                 on_line: LineHandler | None, stdin: Stdin, capture: bool) -> RunResult:
@@ -125,6 +129,15 @@ class LocalRunner:
             timer = threading.Timer(HANGUP_GRACE_SECONDS, lambda: [_signal_group(p.pid, signal.SIGKILL) for p in live])
             timer.daemon = True
             timer.start()
+
+
+def _widen(pipe) -> None:  # noqa: ANN001  (a binary pipe)
+    """A 1 MiB pipe instead of 64 KiB where Linux allows it: a push streams hundreds of MB into a worker's
+    stdin, and each refill of a small pipe is a wake-up of both processes."""
+    import fcntl
+
+    with suppress(AttributeError, OSError):
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

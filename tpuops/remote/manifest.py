@@ -10,6 +10,7 @@ import json
 import os
 import stat
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +23,7 @@ from tpuops.remote.push_protocol import manifest_text, tree_id
 IGNORE_FILE = ".tpuopsignore"
 ALWAYS_EXCLUDED = [".git/", "__pycache__/", IGNORE_FILE]
 HASH_CHUNK = 1024 * 1024
+PARALLEL_HASH_BYTES = 16 * 1024 * 1024  # below this, hashing in threads costs more than it saves
 
 
 # ------------------------------------------------------------------------------------------- manifest
@@ -77,11 +79,11 @@ def scan_tree(root: Path, exclude: Sequence[str] = (), cache: dict[str, list] | 
     """Manifest of everything under `root` not excluded. `cache` maps path -> [size, mtime_ns, digest]
     from an earlier scan, so unchanged large files are not re-read (it is updated in place)."""
     if root.is_file():
-        return Manifest((_file_entry(root, root.name, cache),))
+        return _manifest([(str(root), root.name)], cache)
     if not root.is_dir():
         raise UsageError(f"{root} does not exist", "check `code.path` / `data[].from` in the spec")
     spec = ignore_spec(root, exclude)
-    entries: list[FileEntry] = []
+    found: list[tuple[str, str]] = []
     folders = [(str(root), "")]
     while folders:  # os.scandir and plain strings: a second push of 2,000 unchanged files is mostly this loop
         folder, rel_dir = folders.pop()
@@ -96,31 +98,47 @@ def scan_tree(root: Path, exclude: Sequence[str] = (), cache: dict[str, list] | 
                     if not spec.match_file(rel + "/"):
                         folders.append((item.path, rel + "/"))
                 elif not spec.match_file(rel):
-                    entry = _file_entry(item.path, rel, cache)
-                    if entry is not None:
-                        entries.append(entry)
+                    found.append((item.path, rel))
+    return _manifest(found, cache)
+
+
+def _manifest(found: Sequence[tuple[str, str]], cache: dict[str, list] | None) -> Manifest:
+    """Entries for (path, relative path) pairs: digests from the cache where size and mtime match, the others
+    hashed, several files at once when there is much to read (hashlib lets go of the GIL)."""
+    entries: list[FileEntry] = []
+    unhashed: list[tuple[str, str, os.stat_result, int]] = []
+    for path, rel in found:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            entries.append(FileEntry(rel, 0, 0o777, "", os.readlink(path)))
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            continue  # sockets, fifos, devices: not code
+        mode = 0o755 if info.st_mode & stat.S_IXUSR else 0o644
+        cached = cache.get(rel) if cache is not None else None
+        if cached and cached[0] == info.st_size and cached[1] == info.st_mtime_ns:
+            entries.append(FileEntry(rel, info.st_size, mode, cached[2]))
+        else:
+            unhashed.append((path, rel, info, mode))
+    paths = [path for path, _, _, _ in unhashed]
+    if sum(info.st_size for _, _, info, _ in unhashed) < PARALLEL_HASH_BYTES:
+        digests = [_sha256(path) for path in paths]
+    else:
+        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="tpuops-hash") as pool:
+            digests = list(pool.map(_sha256, paths))
+    for (_, rel, info, mode), digest in zip(unhashed, digests, strict=True):
+        entries.append(FileEntry(rel, info.st_size, mode, digest))
+        if cache is not None:
+            cache[rel] = [info.st_size, info.st_mtime_ns, digest]
     return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
 
 
-def _file_entry(path: Path | str, rel: str, cache: dict[str, list] | None) -> FileEntry | None:
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode):
-        return FileEntry(rel, 0, 0o777, "", os.readlink(path))
-    if not stat.S_ISREG(info.st_mode):
-        return None  # sockets, fifos, devices: not code
-    mode = 0o755 if info.st_mode & stat.S_IXUSR else 0o644
-    cached = cache.get(rel) if cache is not None else None
-    if cached and cached[0] == info.st_size and cached[1] == info.st_mtime_ns:
-        digest = cached[2]
-    else:
-        hasher = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while chunk := handle.read(HASH_CHUNK):
-                hasher.update(chunk)
-        digest = hasher.hexdigest()
-        if cache is not None:
-            cache[rel] = [info.st_size, info.st_mtime_ns, digest]
-    return FileEntry(rel, info.st_size, mode, digest)
+def _sha256(path: str) -> str:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            hasher.update(chunk)
+    return hasher.hexdigest()
 
 
 def changed_entries(new: Manifest, base: Manifest | None) -> list[FileEntry]:
