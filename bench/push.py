@@ -1,9 +1,10 @@
 """Push speed, side by side in one run, alternating so every tool sees the same machine load; medians of N rounds.
 
-1. Throughput: a 300 MB tree of mixed files (2,000 small source files, 160 medium files, 6 large ones; half of
-   the bytes compress like text, half do not, like shards and checkpoints), first push (empty destination,
-   nothing cached) to one worker: tpuops against `rsync -a` and `cp -a` on the local provider (a worker is a
-   directory), and against `rsync -a` over loopback sshd. MB/s is the tree's size over the time until the
+1. Throughput: a 300 MB tree of mixed files (2,000 small source files, 160 medium files, 6 large ones; half
+   of the bytes compress like text, half do not, like shards and checkpoints), first push (empty destination,
+   nothing cached) to one worker (dirty pages flushed before each copy, the order rotated every round):
+   tpuops against `rsync -a` and `cp -a` on the local provider (a worker is a directory), and against
+   `rsync -a` over loopback sshd. MB/s is the tree's size over the time until the
    worker has it (goal: tpuops at least 0.8x rsync's rate). CPU is the seconds of CPU this process and its
    children used (on the local provider that is every process involved; over sshd, the client side only):
    steadier than wall time on a shared machine.
@@ -167,10 +168,12 @@ def throughput(work: Path, cluster: SshdCluster, runs: int, size_mb: int) -> Non
     }
     samples: dict[tuple[str, str], list[float]] = {key: [] for key in contenders}
     cpu: dict[tuple[str, str], list[float]] = {key: [] for key in contenders}
+    keys = list(contenders)
     for run in range(runs):
-        for key, push in contenders.items():
+        for key in keys[run % len(keys):] + keys[:run % len(keys)]:  # each goes first in turn
+            os.sync()  # no one pays for the writeback of the one before
             before = cpu_seconds()
-            samples[key].append(push(run)[0])
+            samples[key].append(contenders[key](run)[0])
             cpu[key].append(cpu_seconds() - before)
         for home in (local_home, sshd_home):  # keep the disk from filling up: the trees are measured, not kept
             for leftover in list(home.glob("*-*")) + list(home.glob(".tpuops-trees")):
