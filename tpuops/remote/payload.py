@@ -27,7 +27,6 @@ from tpuops.remote.manifest import FileEntry, Manifest, changed_entries, manifes
 
 CHUNK = 1024 * 1024
 BLOCK = tarfile.BLOCKSIZE
-RECORD = tarfile.RECORDSIZE
 # A file compresses when level 1 shrinks a sample of it by a fifth; smaller files are taken as text.
 SAMPLE = 64 * 1024
 WORTH_COMPRESSING = 0.8
@@ -107,7 +106,7 @@ class Payload:
     def _tar(self, on_progress: ProgressHandler | None, out: _Members) -> Iterator[bytes]:
         first = _header("delta.json", len(self.delta), 0o644) + _padded(self.delta)
         yield out.write(first, compress=True)
-        written, sent = len(first), 0
+        sent = 0
         single = self.root.is_file()
         for entry in self.files:
             path = self.root if single else self.root / entry.path
@@ -127,10 +126,9 @@ class Payload:
                         on_progress(sent)
             padding = _padded_size(entry.size) - entry.size
             yield out.write(b"\0" * padding, compress)
-            written += len(header) + entry.size + padding
-        end = 2 * BLOCK
-        end += -(written + end) % RECORD
-        yield out.write(b"\0" * end, compress=True)
+        # the end-of-archive marker, without padding to tar's 10 KiB record: a change of one small file is
+        # then a payload of a few KiB, not 10 KiB per worker
+        yield out.write(b"\0" * 2 * BLOCK, compress=True)
 
 
 def _header(name: str, size: int, mode: int) -> bytes:
