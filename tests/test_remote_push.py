@@ -290,7 +290,8 @@ def test_a_compressed_payload_of_mixed_files_arrives_whole(tmp_path: Path, with_
     if not with_tar:  # a worker without GNU tar: the agent unpacks with Python's tarfile
         (tmp_path / "bin").mkdir()
         os.symlink(sys.executable, tmp_path / "bin" / "python3")
-        os.symlink(shutil.which("timeout"), tmp_path / "bin" / "timeout")
+        for tool in ("sh", "timeout", "dirname", "basename", "readlink", "ls"):  # what every worker has
+            os.symlink(shutil.which(tool), tmp_path / "bin" / tool)
         runner.base_env = {"PATH": str(tmp_path / "bin")}
     result = push_tree([runner], src, "~/code", exclude=["*.log"], cache_dir=tmp_path / "cache")
     assert result.ok, result.as_dict()

@@ -67,14 +67,6 @@ def current_tree(dest):
                f"{dest} exists and was not created by tpuops push; move it away or choose another destination")
 
 
-def action_state(dest):
-    dest, _, trees = paths(dest)
-    tree = current_tree(dest)
-    if tree is not None and not os.path.isdir(os.path.join(trees, tree)):
-        tree = None
-    print(json.dumps({"tree": tree}))
-
-
 def action_manifest(dest, tree):
     _, _, trees = paths(dest)
     with open(os.path.join(trees, tree + ".json")) as handle:
@@ -330,9 +322,7 @@ def main(argv):
         signal.signal(signum, hang_up)
     action = argv[0]
     try:
-        if action == "state":
-            action_state(argv[1])
-        elif action == "manifest":
+        if action == "manifest":  # (which tree DEST holds: scripts/push_state.sh answers without Python)
             action_manifest(argv[1], argv[2])
         elif action == "apply":
             apply_main(argv[1], argv[2], argv[3], argv[4:])

@@ -45,6 +45,7 @@ from tpuops.remote.push_protocol import (
     SEND_DIRECT,
     after_apply,
 )
+from tpuops.remote.scripts import script_command
 
 RELAY_SERVE_SECONDS = 600  # how long the relay worker serves at most (it stops as soon as all fetched)
 # Below this a direct copy to each worker is quicker than starting a relay, and N copies cost little.
@@ -427,7 +428,7 @@ def current_trees(runners: Sequence[Runner], dest: str, max_parallel: int,
     trees: dict[str, str | None] = {}
 
     def ask(runner: Runner) -> RunResult:
-        result = runner.run(agent_command("state", dest), capture=True, timeout=120)
+        result = runner.run(script_command("push_state", dest), capture=True, timeout=120)
         if result.ok:
             trees[runner.name] = json.loads(result.stdout)["tree"]
         return result
