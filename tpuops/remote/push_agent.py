@@ -40,6 +40,7 @@ from tpuops.remote.push_protocol import (  # shipped: replaced by push_protocol.
 from tpuops.remote.push_receive import (  # shipped: replaced by push_receive.py's text
     receive_stdin,
     receive_url,
+    tar_failed,
 )
 from tpuops.remote.push_relay import (  # shipped: replaced by push_relay.py's text
     Relay,
@@ -103,9 +104,7 @@ def extract_with_tar(payload, work):
 
     done = subprocess.run(["tar", "-x", "-f", payload, "-C", work, "--no-same-owner"], capture_output=True)
     if done.returncode != 0:
-        message = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        detail = message[-1] if message else f"tar exit {done.returncode}"
-        raise Fail(EXIT_DISK, f"extracting failed: {detail}")
+        raise tar_failed(done.stderr, done.returncode, work)
 
 
 def extract_with_python(payload, work):

@@ -27,7 +27,7 @@ class Sinks:
 
     def __init__(self, keep, extract_into, compressed):
         self.file = open(keep, "wb") if keep else None  # noqa: SIM115  (closed by close or abort)
-        self.tar = None
+        self.tar, self.extract_into = None, extract_into
         if extract_into:
             argv = ["tar", "-x", "-f", "-", "-C", extract_into, "--no-same-owner"] + (["-z"] if compressed else [])
             self.tar = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -52,8 +52,7 @@ class Sinks:
                 tar.stdin.close()
             error = tar.stderr.read()
             if tar.wait() != 0:
-                lines = error.decode("utf-8", "replace").strip().splitlines()
-                raise Fail(EXIT_DISK, "extracting failed: " + (lines[-1] if lines else f"tar exit {tar.returncode}"))
+                raise tar_failed(error, tar.returncode, self.extract_into)
 
     def abort(self):
         if self.tar is not None:
@@ -104,11 +103,25 @@ def untar_stdin(extract_into, compressed):
     argv = ["tar", "-x", "-f", "-", "-C", extract_into, "--no-same-owner"] + (["-z"] if compressed else [])
     done = subprocess.run(argv, stdin=0, stderr=subprocess.PIPE)
     if done.returncode != 0:
-        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        cut = [line for line in lines if "unexpected eof" in line.lower() or "unexpected end of file" in line.lower()]
-        if cut:
-            raise Fail(EXIT_CORRUPT, f"payload truncated (the push was interrupted): {cut[0]}")
-        raise Fail(EXIT_DISK, "extracting failed: " + (lines[-1] if lines else f"tar exit {done.returncode}"))
+        raise tar_failed(done.stderr, done.returncode, extract_into)
+
+
+def tar_failed(stderr, returncode, where):
+    """tar's first complaint says why; its last line only that it gave up. A full disk is said in so many words
+    (tar's own `Wrote only 1536 of 10240 bytes` does not), and a payload that ended early is its own case: the
+    push was interrupted."""
+    lines = [line for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    cut = [line for line in lines if "unexpected eof" in line.lower() or "unexpected end of file" in line.lower()]
+    if cut:
+        return Fail(EXIT_CORRUPT, f"payload truncated (the push was interrupted): {cut[0]}")
+    detail = lines[0] if lines else f"tar exit {returncode}"
+    try:
+        disk = os.statvfs(where)
+        if disk.f_bavail * disk.f_frsize < 1024 * 1024 and "No space left" not in detail:
+            detail = f"No space left on device ({detail})"
+    except OSError:
+        pass
+    return Fail(EXIT_DISK, "extracting failed: " + detail)
 
 
 def copy_to_end(stream, sinks):
