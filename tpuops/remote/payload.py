@@ -1,5 +1,5 @@
 """The payload of a push, built while it is sent: nothing is written on this machine, so nothing can be left
-behind by an interrupted push, and the files are read once (no temporary tar to write, read and hash).
+behind by an interrupted push, and no temporary tar is written, read back and hashed.
 
 The payload is a tar: delta.json first (what the worker needs besides file bodies), then files/<path> for each
 new or changed file. Over a real network it is a series of gzip members, deflated at level 1 where that pays
