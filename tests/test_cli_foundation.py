@@ -104,6 +104,23 @@ def test_help_and_plan_import_no_google_sdk(tmp_path: Path) -> None:
     assert "\nLOADED []" in result.stdout, result.stdout[-2000:]
 
 
+# What `tpuops --help` must not import: each costs 10-80 ms of start-up, and help needs none of them (the commands
+# import their workflows, and rich its console, when they run).
+HEAVY_AT_START = ("rich", "pydantic", "yaml", "paramiko", "cryptography", "tenacity", "pathspec", "google", "grpc",
+                  "tensorboard", "numpy", "tpuops.ops", "tpuops.cloud", "tpuops.spec", "tpuops.context",
+                  "tpuops.remote.ssh", "tpuops.remote.sync")
+
+
+def test_help_imports_none_of_the_heavy_modules() -> None:
+    probe = ("import sys\nfrom tpuops.cli.main import main\nmain(['--help'])\n"
+             "print('MODULES', ' '.join(sorted(sys.modules)))\n")
+    result = run_cli_python(probe)
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("MODULES ")]
+    loaded = line.split()[1:]
+    heavy = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY_AT_START))
+    assert heavy == [], heavy
+
+
 def run_cli_python(code: str):  # noqa: ANN201
     import subprocess
     import sys

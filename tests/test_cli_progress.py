@@ -42,6 +42,7 @@ def test_run_in_a_pipe_says_what_up_created_and_kept_and_counts_workers_once(two
     # code and data are two trees on the same 2 workers: 2 workers, each with its bytes
     push = next(line for line in err.splitlines() if line.startswith("push:"))
     assert re.fullmatch(r"push: ok on 2 workers \(w0 [\d.]+ (B|KiB), w1 [\d.]+ (B|KiB) sent\)", push), push
+    assert err.index("==> launch") < err.index("  push w0: sent ") < err.index("push: ok")  # each worker's line
     assert "4 worker" not in err
 
     again = run_cli("run", str(two_workers), timeout=180)
@@ -105,3 +106,73 @@ def test_every_json_output_is_one_document_from_the_results(two_workers: Path) -
     assert documents["launch"]["ok"] and documents["stop"]["run_id"] == documents["launch"]["run_id"]
     assert documents["run"]["exit_code"] == 0
     assert documents["down"]["where"] and documents["down"]["deleted"]
+
+
+def test_push_in_a_pipe_gives_each_worker_a_line_with_bytes_and_rate(two_workers: Path) -> None:
+    assert run_cli("up", str(two_workers)).returncode == 0
+    pushed = run_cli("push", "chatty")
+    assert pushed.returncode == 0, pushed.stderr
+    lines = [line for line in pushed.stderr.splitlines() if line.startswith("  push ")]
+    assert [line.split(":")[0] for line in lines] == ["  push w0", "  push w1"], pushed.stderr
+    for line in lines:  # code and data together: one line per worker
+        assert re.fullmatch(r"  push w\d: sent [\d.]+ KiB in [\d.]+ s \([\d.]+ (B|KiB|MiB)/s\)", line), line
+    assert "?" not in pushed.stderr
+    again = run_cli("push", "chatty")
+    assert [line for line in again.stderr.splitlines() if line.startswith("  push ")] == \
+        ["  push w0: unchanged", "  push w1: unchanged"]
+
+
+def test_push_on_a_terminal_shows_bytes_of_their_total_and_the_rate_as_they_move(two_workers: Path,
+                                                                               tmp_path: Path) -> None:
+    """Held mid-way (the workers' tar waits for a file), the live table must already show the bytes sent of a
+    total known in advance, and a rate; then the push completes."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from tests.test_push_leftovers import held_tar
+
+    (two_workers.parent / "code" / "weights.bin").write_bytes(os.urandom(6 * 1024 * 1024))
+    assert run_cli("up", str(two_workers)).returncode == 0
+    env, go = held_tar(tmp_path)
+    main, secondary = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", "push", "chatty", "--code-only"],
+                               env={**os.environ, **env, "COLUMNS": "120", "TERM": "xterm"},
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=secondary)
+    os.close(secondary)
+    seen: list[bytes] = []
+
+    def read_terminal() -> None:  # always drained, so the CLI never blocks on a full terminal
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the CLI ended and closed its end
+                return
+            if not chunk:
+                return
+            seen.append(chunk)
+
+    reader = threading.Thread(target=read_terminal, daemon=True)
+    reader.start()
+    moving = re.compile(r"w0 +~/tpuops/chatty/code +sending +[\d.]+ (B|KiB|MiB) / 6\.0 MiB +[\d.]+ (KiB|MiB)/s")
+    try:
+        deadline = time.monotonic() + 60
+        while not moving.search(b"".join(seen).decode("utf-8", "replace")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        go.touch()
+        out, _ = process.communicate(timeout=60)
+    finally:
+        go.touch()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        reader.join(timeout=10)
+        os.close(main)
+    text = b"".join(seen).decode("utf-8", "replace")
+    assert moving.search(text), text[-3000:]
+    assert "/?" not in text and "/ ?" not in text  # the total is known before the first byte
+    assert process.returncode == 0, text[-3000:]
+    assert out.decode().startswith("~/tpuops/chatty/code: 2 files"), out

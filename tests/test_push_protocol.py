@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -9,6 +11,7 @@ import pytest
 
 from tpuops.remote import push_protocol as protocol
 from tpuops.remote.manifest import FileEntry, Manifest
+from tpuops.remote.scripts import script_command
 from tpuops.remote.sync import AGENT_SOURCE
 
 
@@ -41,10 +44,29 @@ def test_client_manifest_uses_the_protocol_format() -> None:
 def test_shipped_agent_carries_the_protocol_and_runs_without_tpuops(tmp_path) -> None:
     """The worker has no tpuops: the shipped text must not import it, and must run with -I (no site, no cwd)."""
     assert "from tpuops" not in AGENT_SOURCE and "def after_apply" in AGENT_SOURCE
-    done = subprocess.run([sys.executable, "-I", "-c", AGENT_SOURCE, "state", str(tmp_path / "dest")],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert done.returncode == 0 and done.stdout.strip() == '{"tree": null}'
     (tmp_path / "taken").write_text("x")
-    done = subprocess.run([sys.executable, "-I", "-c", AGENT_SOURCE, "state", str(tmp_path / "taken")],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-I", "-c", AGENT_SOURCE, "apply", str(tmp_path / "taken"), "-", "0" * 24],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert done.returncode == protocol.EXIT_NOT_OURS and "not created by tpuops push" in done.stderr
+
+
+def test_push_state_names_the_tree_a_destination_holds(tmp_path) -> None:
+    """What the agent's apply checks, push_state.sh answers first, without starting Python."""
+    def state(dest: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(script_command("push_state", dest), capture_output=True, text=True, timeout=60,
+                              cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+
+    assert state("~/code").stdout == '{"tree": null}\n'
+    (tmp_path / "code").mkdir()
+    assert state("~/code").stdout == '{"tree": null}\n'  # an empty directory is taken over
+    tree = "0123456789abcdef01234567"
+    (tmp_path / ".tpuops-trees" / "code" / tree).mkdir(parents=True)
+    (tmp_path / "code").rmdir()
+    (tmp_path / "code").symlink_to(f".tpuops-trees/code/{tree}")
+    assert json.loads(state("~/code").stdout) == {"tree": tree}
+    assert json.loads(state(str(tmp_path / "code")).stdout) == {"tree": tree}
+    (tmp_path / ".tpuops-trees" / "code" / tree).rmdir()
+    assert state("~/code").stdout == '{"tree": null}\n'  # its tree is gone
+    (tmp_path / "taken").write_text("x")
+    done = state("~/taken")
     assert done.returncode == protocol.EXIT_NOT_OURS and "not created by tpuops push" in done.stderr

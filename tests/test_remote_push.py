@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +19,8 @@ from tests.sshd import SshdCluster, sshd_available
 from tpuops.context import Context
 from tpuops.ops.remote import cluster_access, make_runners, push, ssh_argv
 from tpuops.remote.local import LocalRunner
-from tpuops.remote.manifest import Manifest, build_payload, scan_tree
+from tpuops.remote.manifest import Manifest, scan_tree
+from tpuops.remote.payload import Payload
 from tpuops.remote.sync import agent_command, push_tree
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
@@ -136,7 +139,9 @@ def test_push_sends_once_then_nothing_then_only_the_change(
         wait_for(lambda home=worker.home: visible_trees(home) == [code.tree_id, code.tree_id + ".json"])
 
 
-def test_interrupted_push_leaves_the_old_tree(sshd4: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("framing", ["raw", "framed"])
+def test_interrupted_push_leaves_the_old_tree(sshd4: SshdCluster, tpuops_home: Path, tmp_path: Path,
+                                              framing: str) -> None:
     name, src = setup_cluster(sshd4, tpuops_home, tmp_path)
     assert push(Context.from_env(), name, data=False).ok
     before = {w.index: remote_files(w.home, CODE) for w in sshd4.workers}
@@ -145,13 +150,13 @@ def test_interrupted_push_leaves_the_old_tree(sshd4: SshdCluster, tpuops_home: P
     # A payload cut off mid-stream (the client died, the network dropped): nothing changes.
     (src / "pkg0" / "mod0.py").write_text("half pushed\n")
     manifest = scan_tree(src, ["*.log", "outputs/"])
-    payload = build_payload(src, manifest, None, None, tmp_path)
-    data = payload.path.read_bytes()
+    payload = Payload.for_delta(src, manifest, None, None, compress=True)
+    data = b"".join(payload.raw() if framing == "raw" else payload.framed())
     access = cluster_access(Context.from_env(), name)
     [runner] = make_runners(access, access.workers[1:2])
     try:
         cut = runner.run(agent_command("apply", "~/" + CODE, "-", manifest.tree_id),
-                         stdin=payload.header() + data[: len(data) // 2], capture=True)
+                         stdin=data[: len(data) // 2], capture=True)
     finally:
         runner.close()
     assert cut.exit_code == 6 and b"truncated" in cut.stderr
@@ -266,3 +271,30 @@ def test_base_unusable_is_resent_in_full(tmp_path: Path) -> None:
     for worker in ("w0", "w1"):
         assert (tmp_path / worker / "code" / "pkg1" / "mod1.py").read_bytes() == (src / "pkg1" / "mod1.py").read_bytes()
         assert (tmp_path / worker / "code" / "pkg0" / "mod0.py").read_bytes() == b"changed\n"
+
+
+class FarAway(LocalRunner):
+    """A local worker pushed to as if it were across a network: the payload is compressed where that pays."""
+
+    nearby = False
+
+
+@pytest.mark.parametrize("with_tar", [True, False], ids=["tar", "python-fallback"])
+def test_a_compressed_payload_of_mixed_files_arrives_whole(tmp_path: Path, with_tar: bool) -> None:
+    src = tmp_path / "src"
+    make_tree(src, files=4)  # random bytes: stored, not deflated
+    (src / "big.bin").write_bytes(os.urandom(300_000))
+    (src / "corpus.txt").write_text("the same words again and again\n" * 20_000)  # deflated
+    (src / ("a name with spaces and ünïcode " + "x" * 120 + ".py")).write_text("long names need pax headers\n")
+    runner = FarAway("w0", tmp_path / "w0")
+    if not with_tar:  # a worker without GNU tar: the agent unpacks with Python's tarfile
+        (tmp_path / "bin").mkdir()
+        os.symlink(sys.executable, tmp_path / "bin" / "python3")
+        for tool in ("sh", "timeout", "dirname", "basename", "readlink", "ls"):  # what every worker has
+            os.symlink(shutil.which(tool), tmp_path / "bin" / tool)
+        runner.base_env = {"PATH": str(tmp_path / "bin")}
+    result = push_tree([runner], src, "~/code", exclude=["*.log"], cache_dir=tmp_path / "cache")
+    assert result.ok, result.as_dict()
+    assert result.payload_bytes < 400_000 + 20 * 4096  # the text shrank, the random bytes did not grow
+    assert remote_files(tmp_path / "w0", "code") == expected_files(src, ("*.log",))
+    assert os.access(tmp_path / "w0" / "code" / "train.sh", os.X_OK)

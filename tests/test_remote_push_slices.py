@@ -20,7 +20,7 @@ from tests.test_remote_push import expected_files, make_tree, remote_files
 from tpuops.context import Context
 from tpuops.ops.remote import cluster_access, make_runners
 from tpuops.remote.base import Runner, RunResult
-from tpuops.remote.sync import PushResult, push_tree
+from tpuops.remote.sync import PushResult, agent_command, push_tree
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 
@@ -40,6 +40,7 @@ class Recording:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.name = runner.name
+        self.nearby = runner.nearby
         self.argvs: list[list[str]] = []
 
     def run(self, command: object, **kwargs: object) -> RunResult:
@@ -52,7 +53,8 @@ class Recording:
 
     def apply_options(self) -> list[str]:
         """The options of the `apply` this worker ran last (after DEST BASE NEW)."""
-        applies = [argv[3:] for argv in self.argvs if argv[3:4] == ["apply"]]
+        start = len(agent_command())  # python3 and its options, the agent's source
+        applies = [argv[start:] for argv in self.argvs if argv[start:start + 1] == ["apply"]]
         return applies[-1][4:]
 
 

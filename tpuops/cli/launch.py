@@ -6,7 +6,7 @@ import typer
 
 from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app
 from tpuops.cli.interrupts import ends_cleanly, up_interrupted
-from tpuops.cli.progress import ProgressView
+from tpuops.cli.progress import ProgressView, PushView
 from tpuops.cli.remote import LinePrinter, print_results_table
 from tpuops.cli.render import console, err_console, plural, print_json, size_text
 from tpuops.cli.watch import (
@@ -50,8 +50,10 @@ def launch(
     printer = None if json_ else LinePrinter()
     options = LaunchOptions(command=command_of_words(command) if command else None, force_setup=setup, replace=replace,
                             push_data=not no_data, preflight=preflight)
-    report = launch_run(ctx, name, options, on_line=printer,
-                        on_step=None if json_ else lambda step: _show_step(step.name, step.results))
+    pushing = PushView(enabled=not json_)
+    with pushing.shown():
+        report = launch_run(ctx, name, options, on_line=printer, on_push=pushing.update,
+                            on_step=None if json_ else lambda step: _show_step(step.name, step.results, pushing))
     if json_:
         print_json(report)
     if not report.ok:
@@ -128,7 +130,9 @@ def stop(
         raise typer.Exit(1)
 
 
-def _show_step(name: str, results) -> None:  # noqa: ANN001  (Sequence[RunResult])
+def _show_step(name: str, results, pushing: PushView | None = None) -> None:  # noqa: ANN001  (Sequence[RunResult])
+    if name == "push" and pushing is not None:
+        pushing.finish()  # the live table goes (in a pipe: each worker's line) before the step's own line
     failed = [r for r in results if not r.ok]
     if failed or name in ("setup",):
         err_console.print(f"[bold]{name}[/]")
@@ -187,6 +191,7 @@ def run_(
     watching = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, None, None) \
         if watch else None
     view = ProgressView(enabled=not json_)  # what up creates or keeps (and down deletes), as it happens
+    pushing = PushView(enabled=not json_)  # bytes and rate per worker while launch pushes
 
     def show_phase(phase: str) -> None:
         view.stop()
@@ -200,10 +205,12 @@ def run_(
                 ctx, spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
                 on_line=printer, on_points=None if json_ else _print_points,
                 on_phase=None if json_ else show_phase,
-                on_step=None if json_ else lambda step: _show_step(step.name, step.results),
+                on_step=None if json_ else lambda step: _show_step(step.name, step.results, pushing),
                 watch=watching, on_event=print_event, on_progress=view.update, preflight=preflight, guard=guard,
+                on_push=pushing.update,
             ))
         finally:
+            pushing.finish()
             view.stop()
     if json_:
         print_json(summary)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tpuops.cli.render import err_console
+from tpuops.cli.render import err_console, size_text
 
 
 class ProgressView:
@@ -61,3 +61,116 @@ class ProgressView:
             yield self
         finally:
             self.stop()
+
+
+class PushView:
+    """Every worker's part of a push as it goes: on a terminal a live table (worker, where, state, bytes of their
+    total, rate), refreshed a few times a second; elsewhere, once the push is over, one line per worker (stderr).
+    gs:// uploads are rows too. `update` and `upload` may be called from any thread."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.rows: dict[tuple[str, str], Any] = {}  # (worker, dest) -> its latest PushProgress
+        self.uploads: dict[str, tuple[int, int, float]] = {}  # url -> (done, total, when it began)
+        self.lock = threading.RLock()  # start() holds it while the live view draws its first table
+        self.live: Any = None
+        self.finished = False
+
+    def update(self, progress: Any) -> None:  # a PushProgress (tpuops.remote.sync, imported lazily)
+        if not self.enabled:
+            return
+        with self.lock:
+            self.rows[(progress.worker, progress.dest)] = progress
+        self.start()
+
+    def upload(self, url: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        import time
+
+        with self.lock:
+            began = self.uploads.get(url, (0, 0, time.monotonic()))[2]
+            self.uploads[url] = (done, total, began)
+        self.start()
+
+    def start(self) -> None:
+        """Show the live table (a terminal only); once finished, never again."""
+        with self.lock:
+            if not (self.enabled and err_console.is_terminal) or self.live is not None or self.finished:
+                return
+            from rich.live import Live
+
+            self.live = Live(get_renderable=self.table, console=err_console, refresh_per_second=4, transient=True)
+            self.live.start()
+
+    def finish(self) -> None:
+        """The push is over: the live table goes; in a pipe, each worker's line is printed."""
+        with self.lock:
+            if self.finished:
+                return
+            self.finished = True
+            live, self.live = self.live, None
+        if live is not None:
+            live.stop()
+        elif self.enabled:
+            for line in self.lines():
+                err_console.print(line, markup=False)
+
+    @contextmanager
+    def shown(self) -> Iterator[PushView]:
+        self.start()
+        try:
+            yield self
+        finally:
+            self.finish()
+
+    def table(self) -> Any:  # rich Table
+        import time
+
+        from rich.table import Table
+
+        table = Table(show_header=True, header_style="bold", box=None, title_justify="left",
+                      title=None if self.rows or self.uploads else "push: looking at the tree and the workers")
+        for column, justify in (("worker", "left"), ("to", "left"), ("state", "left"), ("bytes", "right"),
+                                ("rate", "right")):
+            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        with self.lock:
+            rows = list(self.rows.values())
+            uploads = list(self.uploads.items())
+        for row in rows:
+            sending = row.status == "sending" or (row.status == "sent" and row.total)
+            table.add_row(row.worker, row.dest, row.status, _of(row.done, row.total) if sending else "",
+                          _rate(row.done, row.seconds) if sending else "")
+        for url, (done, total, began) in uploads:
+            table.add_row("", url, "uploading" if done < total else "uploaded", _of(done, total),
+                          _rate(done, time.monotonic() - began))
+        return table
+
+    def lines(self) -> list[str]:
+        """One line per worker over all its trees: what was sent from here, at what rate, or how it got it."""
+        by_worker: dict[str, list[Any]] = {}
+        for row in self.rows.values():
+            by_worker.setdefault(row.worker, []).append(row)
+        lines = []
+        for worker, rows in by_worker.items():
+            statuses = {row.status for row in rows}
+            sent = sum(row.done for row in rows if row.status == "sent")
+            seconds = sum(row.seconds for row in rows if row.status in ("sent", "relayed"))
+            if "failed" in statuses:
+                text = "failed (see below)"
+            elif sent:
+                text = f"sent {size_text(sent)} in {seconds:.1f} s ({_rate(sent, seconds)})"
+            elif "relayed" in statuses:
+                text = f"fetched from another worker in {seconds:.1f} s"
+            else:
+                text = "unchanged"
+            lines.append(f"  push {worker}: {text}")
+        return lines
+
+
+def _of(done: int, total: int) -> str:
+    return f"{size_text(done)} / {size_text(total)}"
+
+
+def _rate(done: int, seconds: float) -> str:
+    return f"{size_text(int(done / seconds))}/s" if seconds > 0 else ""

@@ -8,6 +8,7 @@ import typer
 
 from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, app, complete_cluster
 from tpuops.cli.interrupts import ends_cleanly
+from tpuops.cli.progress import PushView
 from tpuops.cli.render import console, err_console, plural, print_json, size_text
 from tpuops.remote.base import LineSink, OutputClosed
 
@@ -162,46 +163,16 @@ def push(
 
     if code_only and data_only:
         raise UsageError("--code-only and --data-only exclude each other", "give at most one")
-    with UploadBar(enabled=not json_) as bar:
+    with PushView(enabled=not json_).shown() as view:  # bytes and rate per worker as they move
         report = push_cluster(Context.from_env(project=project), name, code=not data_only, data=not code_only,
-                              connect_timeout=connect_timeout, max_parallel=parallel, on_upload=bar.update,
-                              on_new_host_key=note_new_host_key)
+                              connect_timeout=connect_timeout, max_parallel=parallel, on_upload=view.upload,
+                              on_new_host_key=note_new_host_key, on_progress=view.update)
     if json_:
         print_json(report)
     else:
         print_push_report(report)
     if not report.ok:
         raise typer.Exit(1)
-
-
-class UploadBar:
-    """On a terminal only: a pulse while the push runs, and a progress bar (bytes and rate) per gs:// upload."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and err_console.is_terminal
-        self._tasks: dict[str, int] = {}
-        self._progress = None
-
-    def __enter__(self) -> UploadBar:
-        if self.enabled:
-            from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
-
-            self._progress = Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(),
-                                      console=err_console, transient=True)
-            self._progress.add_task("push: scanning, sending what changed", total=None)  # a pulse until done
-            self._progress.start()
-        return self
-
-    def update(self, url: str, done: int, total: int) -> None:
-        if self._progress is None:
-            return
-        if url not in self._tasks:
-            self._tasks[url] = self._progress.add_task(f"upload {url}", total=total)
-        self._progress.update(self._tasks[url], completed=done, total=total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
 
 
 def print_push_report(report) -> None:  # noqa: ANN001  (PushReport; import kept lazy)

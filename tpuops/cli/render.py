@@ -4,12 +4,40 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class LazyConsole:
+    """A rich Console made on first use: importing rich costs ~20 ms, which `tpuops --help` (and every command
+    that prints no table) need not pay. Behaves as the Console it wraps, also as a context manager."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    @property
+    def rich(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr, highlight=False, soft_wrap=True)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rich, name)
+
+    def __enter__(self) -> Console:
+        return self.rich.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.rich.__exit__(*exc)
+
+
+console: Console = LazyConsole()  # type: ignore[assignment]  (a Console to everyone who uses it)
+err_console: Console = LazyConsole(stderr=True)  # type: ignore[assignment]
 
 
 @runtime_checkable

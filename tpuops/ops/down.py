@@ -170,6 +170,9 @@ def delete_one(cloud: Cloud, mode: TpuMode, doomed: Doomed, report: Progress) ->
 
 def forget_cluster(ctx: Context, plan: DownPlan) -> None:
     """Drop what no longer exists from local state; the state goes entirely unless the bucket is kept."""
+    from tpuops.ops.remote import forget_pushes
+
+    forget_pushes(ctx, plan.cluster)
     state = ctx.store.load(plan.cluster)
     if state is None:
         return

@@ -48,6 +48,7 @@ from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_
 from tpuops.remote.fanout import run_each
 from tpuops.remote.launch_lock import LaunchLock, LockBusy, LockOwner
 from tpuops.remote.scripts import script_command
+from tpuops.remote.sync import ProgressHandler
 from tpuops.state import RunRecord
 from tpuops.watchdog.launch_hooks import install_tools
 
@@ -91,7 +92,8 @@ class LaunchReport:
 
 
 def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOptions(), *,
-               on_line: LineHandler | None = None, on_step: StepHandler | None = None) -> LaunchReport:
+               on_line: LineHandler | None = None, on_step: StepHandler | None = None,
+               on_push: ProgressHandler | None = None) -> LaunchReport:
     """Push, setup, free the TPU, start detached everywhere; returns as soon as every worker has started."""
     access = cluster_access(ctx, name, need_spec=True)
     spec = access.spec
@@ -113,7 +115,7 @@ def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOp
         except LockBusy as busy:
             raise _launching_elsewhere(access.state.name, busy.owner, waited=options.replace) from None
         try:
-            return _Launch(ctx, access, options, runners, run_id, on_line, on_step).run(last)
+            return _Launch(ctx, access, options, runners, run_id, on_line, on_step, on_push).run(last)
         finally:
             lock.release()  # the run is recorded (or the launch gave up): the next launch may look
     finally:
@@ -125,9 +127,10 @@ class _Launch:
     """One launch under the lock: each phase records its Step, the first failure ends it."""
 
     def __init__(self, ctx: Context, access: ClusterAccess, options: LaunchOptions, runners: Sequence[Runner],
-                 run_id: str, on_line: LineHandler | None, on_step: StepHandler | None) -> None:
+                 run_id: str, on_line: LineHandler | None, on_step: StepHandler | None,
+                 on_push: ProgressHandler | None = None) -> None:
         self.ctx, self.access, self.options, self.runners = ctx, access, options, runners
-        self.run_id, self.on_line, self.on_step = run_id, on_line, on_step
+        self.run_id, self.on_line, self.on_step, self.on_push = run_id, on_line, on_step, on_push
         self.cluster = access.state.name
         self.steps: list[Step] = []
 
@@ -151,7 +154,7 @@ class _Launch:
         live = [a for a in answers if a.state in ("running", "setup")]
         if live and not options.replace:
             raise _still_going(cluster, live, last)
-        if not self.record(_push(self.ctx, self.access, options)).ok:
+        if not self.record(_push(self.ctx, self.access, options, self.on_push)).ok:
             return self.failed()
         if live:
             self.record(stop_step(cluster, None, self.runners, options.max_parallel))
@@ -194,9 +197,10 @@ class _Launch:
         return Step("setup", tuple(run_each(self.runners, one, self.options.max_parallel)))
 
 
-def _push(ctx: Context, access: ClusterAccess, options: LaunchOptions) -> Step:
+def _push(ctx: Context, access: ClusterAccess, options: LaunchOptions, on_push: ProgressHandler | None) -> Step:
     """One result per worker (however many trees went to it) and one per upload."""
-    report = push(ctx, access.state.name, data=options.push_data, max_parallel=options.max_parallel)
+    report = push(ctx, access.state.name, data=options.push_data, max_parallel=options.max_parallel,
+                  on_progress=on_push)
     by_worker: dict[str, list] = {}
     for tree in report.trees:
         for pushed in tree.workers:

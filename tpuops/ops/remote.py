@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
 from tpuops.remote.manifest import scan_tree
 from tpuops.remote.ssh import load_private_key
-from tpuops.remote.sync import PushResult, push_tree
+from tpuops.remote.sync import ProgressHandler, PushResult, push_tree, sweep_cache
 from tpuops.spec import Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord, epoch_seconds
 
@@ -241,6 +242,16 @@ class PushReport:
 
 
 UploadProgress = Callable[[str, int, int], None]  # (url, bytes done, bytes total)
+PUSH_CACHE = "push"  # in the cluster's state folder: manifests and file hashes of earlier pushes, nothing else
+
+
+def push_cache(ctx: Context, cluster: str) -> Path:
+    return ctx.store.cluster_dir(cluster) / PUSH_CACHE
+
+
+def forget_pushes(ctx: Context, cluster: str) -> None:
+    """The workers are gone: what we knew of their trees goes too (and anything an older version left)."""
+    shutil.rmtree(push_cache(ctx, cluster), ignore_errors=True)
 
 
 def code_dest(cluster: str) -> str:
@@ -257,19 +268,23 @@ def push(
     max_parallel: int = DEFAULT_MAX_PARALLEL,
     on_upload: UploadProgress | None = None,
     on_new_host_key: Callable[[str, str], None] | None = None,
+    on_progress: ProgressHandler | None = None,
 ) -> PushReport:
     """Code to `~/tpuops/NAME/code` on every target, `data:` entries to gs:// or to a path on every target.
 
     A directory `from` becomes the `to` directory; a single file `from` lands inside `to` (like `cp f dir/`).
     Per-worker and per-upload failures are in the report (`report.ok`), never raised; bad specs, a missing
-    cluster or key are raised as one TpuopsError.
+    cluster or key are raised as one TpuopsError. `on_progress` hears every worker's part of each tree as it goes.
     """
     access = cluster_access(ctx, name, need_spec=True)
     spec = access.spec
     assert spec is not None
     base_dir = Path(access.state.spec_path).resolve().parent
     rules.require_local_paths(spec, base_dir, access.state.spec_path, code=code, data=data)  # before sending any
-    cache_root = ctx.store.cluster_dir(access.state.name) / "push"
+    cache_root = push_cache(ctx, access.state.name)
+    for folder in cache_root.iterdir() if cache_root.is_dir() else ():  # what an interrupted push may have left
+        if folder.is_dir():
+            sweep_cache(folder)
     trees: list[PushResult] = []
     uploads: list[UploadResult] = []
     tree_jobs: list[tuple[Path, str, Sequence[str]]] = []
@@ -290,7 +305,8 @@ def push(
                 cache_dir = cache_root / hashlib.sha256(dest.encode()).hexdigest()[:12]
                 trees.append(push_tree(runners, source, dest, exclude=exclude, cache_dir=cache_dir,
                                        relay_hosts=relay, max_parallel=max_parallel,
-                                       slice_of={w.name: w.slice for w in access.workers}))
+                                       slice_of={w.name: w.slice for w in access.workers},
+                                       on_progress=on_progress))
         finally:
             for runner in runners:
                 runner.close()

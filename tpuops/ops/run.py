@@ -91,7 +91,7 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
              watch: watch_ops.WatchOptions | None = None,
              on_event: watch_ops.EventHandler | None = None,
              on_progress: up_ops.Progress | None = None, preflight: bool = False,
-             guard: bool | None = None) -> RunSummary:
+             guard: bool | None = None, on_push: launch_ops.ProgressHandler | None = None) -> RunSummary:
     phase = on_phase or (lambda text: None)
     started = time.monotonic()
     cluster: str | None = None
@@ -111,7 +111,8 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
         scalars = ScalarFollower(ctx, cluster, on_points)
         scalars.skip_existing()  # what the logdir holds now belongs to earlier runs
         phase("launch")
-        report = launch_ops.launch_run(ctx, cluster, launch_ops.LaunchOptions(), on_line=on_line, on_step=on_step)
+        report = launch_ops.launch_run(ctx, cluster, launch_ops.LaunchOptions(), on_line=on_line, on_step=on_step,
+                                       on_push=on_push)
         run_id = report.run_id
         if not report.ok:
             failed = next(step for step in report.steps if not step.ok)

@@ -90,6 +90,7 @@ class Runner(Protocol):
     """One worker. `run` may be called several times; implementations reuse one connection for them."""
 
     name: str
+    nearby: bool  # on this machine (a local directory, loopback): what it is sent is not worth compressing
 
     def run(
         self,

@@ -32,6 +32,7 @@ from tpuops.remote.base import (
 # What a fresh login would have: enough to find sh, python3, tar, timeout; not the caller's whole env.
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 HANGUP_GRACE_SECONDS = 3.0  # after HUP, before KILL (as scripts/hangup.sh does on SSH workers)
+PIPE_BYTES = 1024 * 1024  # a command's stdin pipe, where Linux allows (see _widen)
 
 
 def worker_path() -> str:
@@ -41,6 +42,8 @@ def worker_path() -> str:
 
 
 class LocalRunner:
+    nearby = True
+
     def __init__(self, name: str, home: Path, base_env: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.home = home
@@ -75,7 +78,7 @@ class LocalRunner:
                 self._live.discard(process)
 
     def _start(self, line: str, stdin: Stdin) -> subprocess.Popen:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             ["/bin/sh", "-c", line],
             cwd=self.home,
             env={**self.base_env, "HOME": str(self.home), "SHELL": "/bin/sh"},
@@ -84,6 +87,9 @@ class LocalRunner:
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, so a timeout or a cancel stops its children too
         )
+        if process.stdin is not None:
+            _widen(process.stdin)
+        return process
 
     def _finish(self, process: subprocess.Popen, started: float, timeout: float | None,
                 on_line: LineHandler | None, stdin: Stdin, capture: bool) -> RunResult:
@@ -125,6 +131,15 @@ class LocalRunner:
             timer.start()
 
 
+def _widen(pipe) -> None:  # noqa: ANN001  (a binary pipe)
+    """A 1 MiB pipe instead of 64 KiB where Linux allows it: a push streams hundreds of MB into a worker's
+    stdin, and each refill of a small pipe is a wake-up of both processes."""
+    import fcntl
+
+    with suppress(AttributeError, OSError):
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(pgid, sig)
@@ -156,7 +171,9 @@ def _feed(process: subprocess.Popen, stdin: Stdin) -> tuple[int, str | None]:
             process.stdin.write(chunk)
             process.stdin.flush()  # a chunk from a live iterable (a heartbeat) is due now, not when a buffer fills
             sent += len(chunk)
-        process.stdin.close()
     except (BrokenPipeError, OSError) as err:
         return sent, f"sending input failed: {err}"
+    finally:
+        with suppress(OSError):  # the command sees its input end, also when producing it failed
+            process.stdin.close()
     return sent, None

@@ -11,16 +11,16 @@
 # from the current tree), renamed into place, and only then DEST is switched with one atomic rename of a
 # symlink. An interrupted push therefore leaves DEST on the old tree or the new one, never a mix.
 #
-# Payload: a tar whose first member is delta.json (base tree, new tree id, changed/new manifest rows,
-# deleted paths) and whose other members are files/<path> (changed content only), read
-# from stdin (framed: "TPUOPS-PAYLOAD <size> <sha256>\n" then the bytes) or fetched over HTTP from the
-# worker that received it (the relay). Nothing is touched before the whole payload is there and its
-# sha256 matches.
+# Payload: a tar (plain, or a series of gzip members) whose first member is delta.json (base tree, new tree id,
+# changed/new manifest rows, deleted paths) and whose other members are files/<path> (changed content only),
+# read from stdin (framed, see receive_stdin and the client's payload.py) or fetched over HTTP from the
+# worker that received it (the relay). DEST is not touched before the whole payload is there (from stdin: its
+# framing says so; from the relay: its sha256 matches). SIGHUP and SIGTERM (the client's session ended) end it
+# through its clean-up, like an error.
 #
 # Exit codes, the manifest format and the tree id are defined once, in push_protocol.py; sync.py ships that
 # file's text in place of the import below. Errors go to stderr as one line.
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -31,23 +31,22 @@ from tpuops.remote.push_protocol import (  # shipped: replaced by push_protocol.
     EXIT_BASE_UNUSABLE,
     EXIT_CORRUPT,
     EXIT_DISK,
-    EXIT_FETCH_FAILED,
     EXIT_NOT_OURS,
     EXIT_OTHER,
+    Fail,
     manifest_text,
     tree_id,
+)
+from tpuops.remote.push_receive import (  # shipped: replaced by push_receive.py's text
+    receive_stdin,
+    receive_url,
+    tar_failed,
 )
 from tpuops.remote.push_relay import (  # shipped: replaced by push_relay.py's text
     Relay,
 )
 
 CHUNK = 1024 * 1024
-
-
-class Fail(Exception):
-    def __init__(self, code, message):
-        Exception.__init__(self, message)
-        self.code = code
 
 
 def paths(dest):
@@ -69,55 +68,10 @@ def current_tree(dest):
                f"{dest} exists and was not created by tpuops push; move it away or choose another destination")
 
 
-def action_state(dest):
-    dest, _, trees = paths(dest)
-    tree = current_tree(dest)
-    if tree is not None and not os.path.isdir(os.path.join(trees, tree)):
-        tree = None
-    print(json.dumps({"tree": tree}))
-
-
 def action_manifest(dest, tree):
     _, _, trees = paths(dest)
     with open(os.path.join(trees, tree + ".json")) as handle:
         sys.stdout.write(handle.read())
-
-
-def receive_stdin(target):
-    stream = sys.stdin.buffer
-    header = stream.readline(200).decode("ascii", "replace").split()
-    if len(header) != 3 or header[0] != "TPUOPS-PAYLOAD":
-        raise Fail(EXIT_CORRUPT, "no payload received (the push was interrupted)")
-    size, digest = int(header[1]), header[2]
-    copy_checked(stream, target, size, digest)
-
-
-def receive_url(target, url, size, digest):
-    try:
-        from urllib.request import urlopen
-
-        # short: a firewall that drops packets must not hold the push up long before the direct copy
-        with urlopen(url, timeout=15) as response:
-            copy_checked(response, target, size, digest)
-    except Fail:
-        raise
-    except Exception as err:  # noqa: BLE001  any fetch problem means: send it directly instead
-        raise Fail(EXIT_FETCH_FAILED, f"fetch from the relay worker failed: {err}") from None
-
-
-def copy_checked(source, target, size, digest):
-    hasher, left = hashlib.sha256(), size
-    with open(target, "wb") as out:
-        while left:
-            chunk = source.read(min(CHUNK, left))
-            if not chunk:
-                raise Fail(EXIT_CORRUPT,
-                           f"payload truncated after {size - left} of {size} bytes (the push was interrupted)")
-            hasher.update(chunk)
-            out.write(chunk)
-            left -= len(chunk)
-    if hasher.hexdigest() != digest:
-        raise Fail(EXIT_CORRUPT, "payload corrupt (sha256 mismatch)")
 
 
 def safe_join(root, rel):
@@ -142,54 +96,43 @@ def new_manifest(delta, base_manifest):
     return {"version": 1, "files": rows}
 
 
-def read_delta(payload):
-    with tarfile.open(payload, "r|*") as tar:  # the delta is the first member: read no further
-        first = tar.next()
-        if first is None or first.name != "delta.json":
-            raise Fail(EXIT_CORRUPT, "payload has no delta")
-        return json.loads(tar.extractfile(first).read().decode("utf-8"))
-
-
-def extract_with_tar(payload, stage):
+def extract_with_tar(payload, work):
     """GNU tar writes thousands of small files several times faster than tarfile (C, no per-file Python).
-    The payload is trusted: its sha256 came over the authenticated SSH channel and was checked."""
+    The payload is trusted: it came over the authenticated SSH channel, or from the relay with its sha256
+    (given over SSH) checked."""
     import subprocess
 
-    done = subprocess.run(["tar", "-x", "-f", payload, "-C", stage, "--strip-components=1", "--no-same-owner"],
-                          capture_output=True)
+    done = subprocess.run(["tar", "-x", "-f", payload, "-C", work, "--no-same-owner"], capture_output=True)
     if done.returncode != 0:
-        message = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        detail = message[-1] if message else f"tar exit {done.returncode}"
-        raise Fail(EXIT_DISK, f"extracting failed: {detail}")
+        raise tar_failed(done.stderr, done.returncode, work)
 
 
-def extract_with_python(payload, stage, entries):
-    with tarfile.open(payload, "r|*") as tar:
+def extract_with_python(payload, work):
+    with tarfile.open(payload, "r:*") as tar:  # r:* reads a series of gzip members as one archive
         for member in tar:
-            if member.name == "delta.json":
-                continue
-            rel = member.name[len("files/"):]
-            if not member.isfile() or not member.name.startswith("files/") or rel not in entries:
+            if not member.isfile() or not (member.name == "delta.json" or member.name.startswith("files/")):
                 raise Fail(EXIT_CORRUPT, f"unexpected payload member {member.name!r}")
-            target = safe_join(stage, rel)
+            target = safe_join(work, member.name)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with tar.extractfile(member) as source, open(target, "wb") as out:
                 shutil.copyfileobj(source, out, CHUNK)
-            os.chmod(target, entries[rel][2])
+            os.chmod(target, member.mode & 0o755)
 
 
-def build_tree(payload, stage, base_dir, base_manifest):
-    delta = read_delta(payload)
+def build_tree(work, base_dir, base_manifest):
+    """`work` holds the unpacked payload (delta.json, files/...): complete files/ into the new tree."""
+    try:
+        with open(os.path.join(work, "delta.json")) as handle:
+            delta = json.load(handle)
+    except (OSError, ValueError):
+        raise Fail(EXIT_CORRUPT, "payload has no delta") from None
     if delta["base"] is not None and base_manifest is None:
         raise Fail(EXIT_BASE_UNUSABLE, "the base tree is gone; a full push is needed")
     manifest = new_manifest(delta, base_manifest)
     entries = {entry[0]: entry for entry in manifest["files"]}
     written = set(delta["sent"])
-    os.mkdir(stage)
-    if shutil.which("tar"):
-        extract_with_tar(payload, stage)
-    else:
-        extract_with_python(payload, stage, entries)
+    stage = os.path.join(work, "files")
+    os.makedirs(stage, exist_ok=True)
     for rel in written:
         entry = entries.get(rel)
         target = safe_join(stage, rel)
@@ -207,7 +150,7 @@ def build_tree(payload, stage, base_dir, base_manifest):
         if source is None or not os.path.isfile(source) or os.path.getsize(source) != entry[1]:
             raise Fail(EXIT_BASE_UNUSABLE, f"the current tree lacks {rel}; a full push is needed")
         os.link(source, target)  # unchanged: share the bytes with the current tree
-    return manifest
+    return manifest, stage
 
 
 def write_json(path, data):
@@ -296,34 +239,43 @@ def clean_in_background(trees, keep):
         os._exit(0)
 
 
-def action_apply(dest, base, new, source, payload, after_receive=None):
-    """Receive the payload into `payload` (the caller removes it), build the new tree, switch DEST to it."""
+def action_apply(dest, base, new, source, payload, serving, after_receive=None):
+    """Receive the payload, build the new tree, switch DEST to it. The payload is kept in the file `payload` (the
+    caller removes it) when this worker serves it or it came from the relay; from stdin, `tar` unpacks it as it
+    arrives, into a private directory used only once the whole payload has arrived."""
     dest, parent, trees = paths(dest)
     current = current_tree(dest)
     final = os.path.join(trees, new)
-    stage = os.path.join(trees, f".partial-{new}-{os.getpid()}")
+    work = os.path.join(trees, f".partial-{new}-{os.getpid()}")
     try:
+        build = not os.path.isdir(final)
+        streaming = build and source[0] == "stdin" and shutil.which("tar") is not None
+        if build:
+            os.mkdir(work)
+        keep = payload if serving or (build and not streaming) else None
         if source[0] == "stdin":
-            receive_stdin(payload)
+            receive_stdin(keep, work if streaming else None)
         else:
             receive_url(payload, *source[1:])
         if after_receive is not None:
             after_receive()  # the relay starts serving now, so the others unpack while we do
-        if not os.path.isdir(final):
+        if build:
+            if not streaming:
+                (extract_with_tar if shutil.which("tar") else extract_with_python)(payload, work)
             base_dir = base_manifest = None
             if base != "-" and base == current and os.path.isdir(os.path.join(trees, base)):
                 base_dir = os.path.join(trees, base)
                 with open(base_dir + ".json") as handle:
                     base_manifest = json.load(handle)
-            manifest = build_tree(payload, stage, base_dir, base_manifest)
+            manifest, stage = build_tree(work, base_dir, base_manifest)
             write_json(final + ".json", manifest)
             os.rename(stage, final)
         switch(dest, parent, trees, new)
     except OSError as err:
         raise Fail(EXIT_DISK, f"writing {err.filename or dest} failed: {err.strerror or err}") from None
     finally:
-        if os.path.isdir(stage):
-            shutil.rmtree(stage, ignore_errors=True)
+        if os.path.isdir(work):
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def apply_main(dest, base, new, options):
@@ -343,7 +295,7 @@ def apply_main(dest, base, new, options):
             raise Fail(EXIT_OTHER, f"unknown option {options[0]}")
     try:
         try:
-            action_apply(dest, base, new, source, payload, relay.start if relay else None)
+            action_apply(dest, base, new, source, payload, relay is not None, relay.start if relay else None)
         finally:
             if relay is not None:
                 relay.wait_and_stop()  # even if our own apply failed, the others may be fetching
@@ -354,12 +306,22 @@ def apply_main(dest, base, new, options):
     clean_in_background(trees, new)
 
 
+class Hangup(Exception):
+    pass
+
+
+def hang_up(signum, frame):
+    raise Hangup(f"stopped by signal {signum} (the push was interrupted)")
+
+
 def main(argv):
+    import signal
+
+    for signum in (signal.SIGHUP, signal.SIGTERM):  # unwind through the finally blocks: no payload left behind
+        signal.signal(signum, hang_up)
     action = argv[0]
     try:
-        if action == "state":
-            action_state(argv[1])
-        elif action == "manifest":
+        if action == "manifest":  # (which tree DEST holds: scripts/push_state.sh answers without Python)
             action_manifest(argv[1], argv[2])
         elif action == "apply":
             apply_main(argv[1], argv[2], argv[3], argv[4:])
@@ -368,6 +330,9 @@ def main(argv):
     except Fail as err:
         sys.stderr.write(f"tpuops-push: {err}\n")
         return err.code
+    except Hangup as err:
+        sys.stderr.write(f"tpuops-push: {err}\n")
+        return EXIT_OTHER
     return 0
 
 

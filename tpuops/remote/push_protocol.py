@@ -18,6 +18,16 @@ EXIT_FETCH_FAILED = 5  # fetching from the relay worker failed: the client sends
 EXIT_CORRUPT = 6  # payload truncated, corrupt or malformed
 EXIT_DISK = 7  # disk full or a write error
 
+
+
+class Fail(Exception):
+    """The agent's way to end with an exit code above and a one-line message."""
+
+    def __init__(self, code, message):
+        Exception.__init__(self, message)
+        self.code = code
+
+
 # What the client does after an `apply` ended (see `after_apply`).
 DONE = "done"
 RESEND_FULL = "full"

@@ -18,6 +18,7 @@ Choices, each measured or learned the hard way on pod slices:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import select
@@ -160,6 +161,15 @@ class KnownHosts:
             self.on_new_key(worker, f"{key.get_name()} {key.fingerprint}")
 
 
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 class SshRunner:
     """Runs commands on one worker over one paramiko connection, opened on first use."""
 
@@ -167,6 +177,7 @@ class SshRunner:
                  key: paramiko.PKey | None = None) -> None:
         self.name = target.name
         self.target = target
+        self.nearby = _is_loopback(target.host)
         self.settings = settings
         self.known_hosts = known_hosts
         self._key = key
@@ -357,9 +368,11 @@ class _StdinSender:
                     piece = chunk[start:start + STDIN_CHUNK]
                     self.channel.sendall(piece)
                     self.sent += len(piece)
-            self.channel.shutdown_write()
         except (OSError, EOFError, paramiko.SSHException) as err:
             self.error = f"sending input failed: {err}"
+        finally:
+            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                self.channel.shutdown_write()  # the command sees its input end, also when producing it failed
 
     def join(self) -> None:
         # The command has ended: whatever stdin still had to say is moot (a relay's stdin, kept open until

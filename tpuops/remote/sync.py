@@ -1,15 +1,17 @@
 """Incremental push of a local tree to a path on every worker, by content hash, sent once.
 
-How it works (the worker side is `push_agent.py`, the manifest and payload are in `manifest.py`):
+How it works (the worker side is `push_agent.py`, the manifest is in `manifest.py`, the payload in `payload.py`):
 1. Scan the local tree (pathspec: `code.exclude` + `.tpuopsignore`, gitignore syntax) into a manifest of
    (path, size, mode, sha256, symlink); its hash is the tree id.
-2. Ask every worker which tree its destination points at (one tiny command each). Workers already on
-   this tree are done: a push with nothing changed sends no file data.
+2. Ask every worker which tree its destination points at (one tiny command each, while step 1 scans).
+   Workers already on this tree are done: a push with nothing changed sends no file data.
 3. For the others, diff against the manifest of the tree they have (cached locally, since we pushed it,
-   else read from the worker) and pack only new or changed files, plus the manifest, into one tar.
+   else read from the worker) and pack only new or changed files, plus the manifest, into one tar, built
+   while it is sent (`payload.py`: no temporary file here, compressed only where that pays).
 4. Send the payload once: to one worker over SSH, which applies it and serves it for a short while on
    its internal IP (random port, 128-bit random token in the URL, sha256 checked by the fetchers); the
    other workers fetch it from there over the VPC. A worker that cannot fetch gets a direct copy.
+`on_progress` hears each worker's part as it goes (bytes and their total, known before the first is sent).
 
 Why worker 0 relaying rather than staging in the bucket: it needs no credentials on the workers, no
 bucket (a legacy Node's client VM or a spec without one work the same), no extra request costs, and
@@ -27,18 +29,15 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tpuops.atomic import write_atomic
 from tpuops.remote.base import Runner, RunResult
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, run_each
-from tpuops.remote.manifest import (
-    Manifest,
-    Payload,
-    build_payload,
-    scan_tree,
-)
+from tpuops.remote.manifest import Manifest, scan_tree
+from tpuops.remote.payload import Payload
 from tpuops.remote.push_protocol import (
     EXIT_DISK,
     EXIT_NOT_OURS,
@@ -46,10 +45,14 @@ from tpuops.remote.push_protocol import (
     SEND_DIRECT,
     after_apply,
 )
+from tpuops.remote.scripts import script_command
 
 RELAY_SERVE_SECONDS = 600  # how long the relay worker serves at most (it stops as soon as all fetched)
 # Below this a direct copy to each worker is quicker than starting a relay, and N copies cost little.
 RELAY_MIN_BYTES = 256 * 1024
+PROGRESS_EVERY = 0.1  # seconds between two progress reports of one worker
+KEPT_MANIFESTS = 16  # manifests of earlier trees kept in the cache (the bases of later pushes)
+STALE_TEMP_SECONDS = 600  # a temporary file this old in the cache belongs to a write that died
 
 
 
@@ -76,6 +79,22 @@ class WorkerPush:
 
 
 @dataclass(frozen=True)
+class PushProgress:
+    """One worker's part in pushing one tree, as it goes: `sending` (from here) or `fetching` (from a relaying
+    worker), then how it ended (a WorkerPush status: `unchanged`, `sent`, `relayed`, `failed`)."""
+
+    dest: str
+    worker: str
+    status: str
+    done: int = 0  # bytes of file content sent from here so far
+    total: int = 0  # bytes of file content to send, known before the first byte goes
+    seconds: float = 0.0  # since this worker's part began (for `sending`: since the first byte)
+
+
+ProgressHandler = Callable[[PushProgress], None]
+
+
+@dataclass(frozen=True)
 class PushResult:
     dest: str
     tree_id: str
@@ -99,21 +118,29 @@ class PushResult:
                 "bytes_sent": self.bytes_sent, "ok": self.ok, "workers": [w.as_dict() for w in self.workers]}
 
 
-AGENT_PART = re.compile(r"^from tpuops\.remote\.(push_protocol|push_relay) import \(.*?^\)\n", re.M | re.S)
+AGENT_PART = re.compile(r"^from tpuops\.remote\.(push_protocol|push_receive|push_relay) import \(.*?^\)\n",
+                        re.M | re.S)
 
 
 def agent_source() -> str:
-    """push_agent.py as shipped: the text of its parts (push_protocol.py, push_relay.py) in place of their
-    imports, since workers have no tpuops."""
+    """push_agent.py as shipped: the text of its parts (push_protocol.py, push_receive.py, push_relay.py) in
+    place of their imports, since workers have no tpuops. A part's own import of a part the agent carries
+    already goes."""
     here = Path(__file__).parent
-    return AGENT_PART.sub(lambda part: (here / f"{part.group(1)}.py").read_text(), (here / "push_agent.py").read_text())
+
+    def part(match: re.Match[str]) -> str:
+        return AGENT_PART.sub("", (here / f"{match.group(1)}.py").read_text())
+
+    return AGENT_PART.sub(part, (here / "push_agent.py").read_text())
 
 
 AGENT_SOURCE = agent_source()
 
 
 def agent_command(*args: str) -> list[str]:
-    return ["python3", "-c", AGENT_SOURCE, *args]
+    # -S: the agent needs only the standard library, and skipping site-packages (and their .pth files) makes
+    # each call start several times faster; a no-change push is mostly such calls.
+    return ["python3", "-S", "-c", AGENT_SOURCE, *args]
 
 
 @dataclass
@@ -126,29 +153,39 @@ class _Pusher:
     max_parallel: int
     relay_min_bytes: int
     slice_of: Mapping[str, int] = field(default_factory=dict)  # worker name -> its slice (Multislice)
+    compress: bool = True  # False when every worker is on this machine (loopback, local directories)
+    on_progress: ProgressHandler | None = None
     outcomes: dict[str, WorkerPush] = field(default_factory=dict)
+    started: dict[str, float] = field(default_factory=dict)  # worker name -> when its part began
     payload_bytes: int = 0
     changed_files: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def record(self, outcome: WorkerPush) -> None:
+    def record(self, outcome: WorkerPush, content_bytes: int = 0) -> None:
         with self.lock:
             self.outcomes[outcome.worker] = outcome
+        self.report(outcome.worker, outcome.status, content_bytes, content_bytes)
 
-    # step 2: where is every worker now?
-    def current_trees(self, runners: Sequence[Runner]) -> dict[str, str | None]:
-        trees: dict[str, str | None] = {}
+    def report(self, worker: str, status: str, done: int = 0, total: int = 0) -> None:
+        if self.on_progress is None:
+            return
+        began = self.started.setdefault(worker, time.monotonic())
+        self.on_progress(PushProgress(self.dest, worker, status, done, total, time.monotonic() - began))
 
-        def ask(runner: Runner) -> RunResult:
-            result = runner.run(agent_command("state", self.dest), capture=True, timeout=120)
-            if result.ok:
-                trees[runner.name] = json.loads(result.stdout)["tree"]
-            return result
+    def progress_of(self, worker: str, total: int) -> Callable[[int], None]:
+        """What a payload stream calls with its bytes so far: reported to on_progress a few times a second."""
+        last = [0.0]
+        self.started[worker] = time.monotonic()  # the rate counts from here
+        self.report(worker, "sending", 0, total)
 
-        for result in run_each(runners, ask, self.max_parallel):
-            if not result.ok:
-                self.record(WorkerPush(result.worker, "failed", error=_agent_error(result, self.dest)))
-        return trees
+        def sent(done: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= PROGRESS_EVERY or done == total:
+                last[0] = now
+                self.report(worker, "sending", done, total)
+
+        return sent
+
 
     # step 3: the manifest a worker's current tree has
     def base_manifest(self, runner: Runner, tree: str | None) -> Manifest | None:
@@ -161,25 +198,22 @@ class _Pusher:
         if not result.ok:
             return None  # unknown base: send everything
         text = result.stdout.decode()
-        cached.write_text(text)
+        write_atomic(cached, text)
         return Manifest.from_text(text)
 
     # step 4: send one payload to a group of workers that share a base tree
     def send_group(self, runners: Sequence[Runner], base: str | None, base_manifest: Manifest | None) -> None:
         if base_manifest is None:
             base = None  # we cannot name a base we know nothing about: send everything
-        payload = build_payload(self.root, self.manifest, base_manifest, base, self.cache_dir)
+        payload = Payload.for_delta(self.root, self.manifest, base_manifest, base, self.compress)
+        seed_host = self.relay_hosts.get(runners[0].name)
+        if len(runners) > 1 and seed_host and payload.content_bytes >= self.relay_min_bytes:
+            self._relay(self._by_slice(runners), base, payload, seed_host)
+        else:
+            run_each(runners, lambda r: self._direct(r, base, payload), self.max_parallel)
         with self.lock:
-            self.payload_bytes += payload.size
-            self.changed_files = max(self.changed_files, payload.files)
-        try:
-            seed_host = self.relay_hosts.get(runners[0].name)
-            if len(runners) > 1 and seed_host and payload.size >= self.relay_min_bytes:
-                self._relay(self._by_slice(runners), base, payload, seed_host)
-            else:
-                run_each(runners, lambda r: self._direct(r, base, payload), self.max_parallel)
-        finally:
-            payload.path.unlink(missing_ok=True)
+            self.payload_bytes += payload.size or 0
+            self.changed_files = max(self.changed_files, len(payload.files))
 
     def _by_slice(self, runners: Sequence[Runner]) -> list[list[Runner]]:
         """The group's workers slice by slice (all in one without slices), the first runner's slice first."""
@@ -192,16 +226,15 @@ class _Pusher:
         return ["apply", self.dest, base or "-", self.manifest.tree_id]
 
     def _direct(self, runner: Runner, base: str | None, payload: Payload, sent_before: int = 0) -> RunResult:
-        result = runner.run(agent_command(*self._apply_args(base)), stdin=payload.chunks(), capture=True)
+        stdin = payload.raw(self.progress_of(runner.name, payload.content_bytes))
+        result = runner.run(agent_command(*self._apply_args(base)), stdin=stdin, capture=True)
         if after_apply(result.exit_code, base) == RESEND_FULL:
-            full = build_payload(self.root, self.manifest, None, None, self.cache_dir)
-            try:
-                return self._direct(runner, None, full, sent_before + result.bytes_sent)
-            finally:
-                full.path.unlink(missing_ok=True)
+            full = Payload.for_delta(self.root, self.manifest, None, None, self.compress)
+            return self._direct(runner, None, full, sent_before + result.bytes_sent)
         sent = sent_before + result.bytes_sent
         error = None if result.ok else _agent_error(result, self.dest)
-        self.record(WorkerPush(runner.name, "sent" if result.ok else "failed", sent, error, result.duration))
+        self.record(WorkerPush(runner.name, "sent" if result.ok else "failed", sent, error, result.duration),
+                    payload.content_bytes if result.ok else 0)
         return result
 
     def _relay(self, slices: Sequence[Sequence[Runner]], base: str | None, payload: Payload, seed_host: str) -> None:
@@ -217,7 +250,9 @@ class _Pusher:
             head = head_of.get(group[0].name)
             servers_of |= {r.name: [head, seed] for r in group[1:]} if head else {r.name: [seed] for r in group}
         fetchers = [runner for group in slices for runner in group if runner.name in servers_of]
-        seed.start(lambda: self._serve(seed, base, payload, received=payload.chunks()))
+        seed.start(lambda: self._serve(
+            seed, base, payload,
+            received=payload.framed(self.progress_of(seed.runner.name, payload.content_bytes), digest=True)))
         for head in heads:
             head.start(lambda head=head: self._serve(head, base, payload, fetch_from=seed))
         try:
@@ -236,7 +271,8 @@ class _Pusher:
                 server.ready.set()
                 self._direct(server.runner, base, payload)
                 return
-            source = ["--fetch", url, str(payload.size), payload.digest]
+            self.report(server.runner.name, "fetching")
+            source = ["--fetch", url, str(payload.size), str(payload.digest)]
 
         def stdin() -> Iterator[bytes]:
             yield from received or ()
@@ -255,14 +291,16 @@ class _Pusher:
             return
         error = None if result.ok else _agent_error(result, self.dest)
         status = "failed" if error else "relayed" if fetch_from is not None else "sent"
-        self.record(WorkerPush(server.runner.name, status, result.bytes_sent, error, result.duration))
+        self.record(WorkerPush(server.runner.name, status, result.bytes_sent, error, result.duration),
+                    payload.content_bytes if status == "sent" else 0)
 
     def _fetch(self, runner: Runner, servers: Sequence[_Server], base: str | None, payload: Payload) -> RunResult:
         for server in servers:
             url = server.wait_url()
             if url is None:
                 continue
-            args = [*self._apply_args(base), "--fetch", url, str(payload.size), payload.digest]
+            self.report(runner.name, "fetching")
+            args = [*self._apply_args(base), "--fetch", url, str(payload.size), str(payload.digest)]
             result = runner.run(agent_command(*args), capture=True, timeout=RELAY_SERVE_SECONDS)
             if result.ok:
                 self.record(WorkerPush(runner.name, "relayed", 0, None, result.duration))
@@ -337,6 +375,7 @@ def push_tree(
     max_parallel: int = DEFAULT_MAX_PARALLEL,
     relay_min_bytes: int = RELAY_MIN_BYTES,
     slice_of: Mapping[str, int] | None = None,
+    on_progress: ProgressHandler | None = None,
 ) -> PushResult:
     """Make `dest` on every worker hold exactly the (filtered) tree at `source`, sending changed bytes once.
 
@@ -344,22 +383,30 @@ def push_tree(
     it (or for payloads under `relay_min_bytes`, where a direct copy costs less than starting a relay) every
     worker gets a direct copy. `slice_of` (worker name -> slice, Multislice) makes the relay two-level: the
     payload crosses between slices once per slice, and each slice's first worker serves its slice.
-    `cache_dir` keeps manifests and file hashes between pushes.
+    `cache_dir` keeps manifests and file hashes between pushes (`sweep_cache` keeps it so).
+    `on_progress` is called from the pushing threads.
     Runners are left open (the caller closes them). Errors are per worker, in the result.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
-    # file hashes from the last scan of this source, so unchanged big files are not read again
-    hash_cache_path = cache_dir / f"hashes-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]}.json"
-    hash_cache = _read_json(hash_cache_path) if source.is_dir() else None
-    manifest = scan_tree(source, exclude, hash_cache)
-    if hash_cache is not None:
-        _write_json(hash_cache_path, hash_cache)
-    (cache_dir / f"{manifest.tree_id}.json").write_text(manifest.text)
+    # Step 2 (asking every worker which tree it has: a connection and a process each) while step 1 scans.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpuops-push-state") as pool:
+        asking = pool.submit(current_trees, runners, dest, max_parallel)
+        # file hashes from the last scan of this source, so unchanged big files are not read again
+        hash_cache_path = cache_dir / f"hashes-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]}.json"
+        hash_cache = _read_json(hash_cache_path) if source.is_dir() else None
+        manifest = scan_tree(source, exclude, hash_cache)
+        if hash_cache is not None:
+            _write_json(hash_cache_path, hash_cache)
+        write_atomic(cache_dir / f"{manifest.tree_id}.json", manifest.text)
+        trees, unreachable = asking.result()
 
+    # Compressing costs more than it saves when every worker is on this machine (loopback, local directories).
+    compress = not all(runner.nearby for runner in runners)
     pusher = _Pusher(source, dest, manifest, cache_dir, relay_hosts or {}, max_parallel, relay_min_bytes,
-                     slice_of or {})
+                     slice_of or {}, compress, on_progress)
     started = time.monotonic()
-    trees = pusher.current_trees(runners)
+    for failed in unreachable:
+        pusher.record(failed)
     groups: dict[str | None, list[Runner]] = {}
     for runner in runners:
         if runner.name not in trees:
@@ -373,6 +420,41 @@ def push_tree(
     outcomes = tuple(pusher.outcomes[r.name] for r in runners)
     return PushResult(dest, manifest.tree_id, len(manifest.entries), manifest.total_bytes, pusher.changed_files,
                       pusher.payload_bytes, outcomes)
+
+
+def current_trees(runners: Sequence[Runner], dest: str, max_parallel: int,
+                  ) -> tuple[dict[str, str | None], list[WorkerPush]]:
+    """Which tree `dest` holds on every worker (None: none yet), and the workers that could not say."""
+    trees: dict[str, str | None] = {}
+
+    def ask(runner: Runner) -> RunResult:
+        result = runner.run(script_command("push_state", dest), capture=True, timeout=120)
+        if result.ok:
+            trees[runner.name] = json.loads(result.stdout)["tree"]
+        return result
+
+    failed = [WorkerPush(result.worker, "failed", error=_agent_error(result, dest))
+              for result in run_each(runners, ask, max_parallel) if not result.ok]
+    return trees, failed
+
+
+def sweep_cache(cache_dir: Path) -> None:
+    """Remove what does not belong in a push cache: payload files an earlier version built here (one killed
+    mid-push left hundreds of MB), temporary files of writes that died (after a while: one may be under way),
+    and the manifests of all but the latest trees."""
+    now = time.time()
+    manifests = []
+    for path in cache_dir.iterdir():
+        try:
+            age = now - path.stat().st_mtime
+        except FileNotFoundError:
+            continue  # a concurrent push's temporary file, gone already
+        if path.name.startswith("payload-") or (path.suffix == ".tmp" and age > STALE_TEMP_SECONDS):
+            path.unlink(missing_ok=True)
+        elif path.suffix == ".json" and not path.name.startswith("hashes-"):
+            manifests.append((age, path))
+    for _, path in sorted(manifests)[KEPT_MANIFESTS:]:
+        path.unlink(missing_ok=True)
 
 
 def _read_json(path: Path) -> dict:
