@@ -321,11 +321,11 @@ def test_a_launcher_that_died_holding_the_lock_blocks_nobody(sshd3: SshdCluster,
     wait_for_line(first, "[w0] setting up", "[w1] setting up", "[w2] setting up")
     first.kill()  # no cleanup of its own: its sessions just end
     end_cli(first)
-    started = time.monotonic()
+    # Without --replace a launch never waits for the lock: had the dead launcher's lock outlived its session
+    # (until its heartbeat TTL), this launch would be refused at once.
     again = run_cli("launch", name, "--", f"sleep 300 # {marker}", timeout=60)
     try:
         assert again.returncode == 0, again.stderr
-        assert time.monotonic() - started < 20
     finally:
         stop(Context.from_env(), name)
     assert _processes_with(marker) == []
