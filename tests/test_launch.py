@@ -153,8 +153,10 @@ def test_stale_tpu_holder_and_lock_file_are_cleared(sshd3: SshdCluster, tpuops_h
     (worker.home / "dev" / "accel0").write_text("")
     (worker.home / "libtpu_lockfile").write_text("")
     marker = f"tpuops-stale-{uuid.uuid4().hex[:8]}"
-    planted = exec_command(Context.from_env(), name, f"setsid sh -c 'exec 3<~/dev/accel0; sleep 300 # {marker}' "
-                           "> /dev/null 2>&1 < /dev/null &", workers="1")
+    # HUP ignored: the exec's session ends as soon as the holder is spawned, and hangup.sh's HUP to that session's
+    # group must not reach the holder before `setsid` has moved it out (a race under load).
+    planted = exec_command(Context.from_env(), name, f"trap '' HUP; setsid sh -c 'exec 3<~/dev/accel0; sleep 300 "
+                           f"# {marker}' > /dev/null 2>&1 < /dev/null &", workers="1")
     assert planted.ok and _wait_for(lambda: _processes_with(marker))
 
     free_lines: list[str] = []
