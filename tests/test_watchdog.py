@@ -77,7 +77,8 @@ def test_three_hangs_in_an_hour_restart_recreate_then_stop_and_keep_the_tpu(tmp_
         code, stdout, stderr = finish(process)
         assert code == 1, stderr[-4000:]
         # Relaunched twice, resuming, on every worker; then no more.
-        assert starts(log) == sorted(f"w{w} restart={r} resume={min(r, 1)}" for w in range(3) for r in range(3))
+        assert starts(log) == sorted(f"w{w} restart={r} resume={min(r, 1)}" for w in range(3) for r in range(3)), \
+            stderr[-4000:]
         summary = json.loads(stdout)
         assert summary["watch"]["restarts"] == 2 and summary["watch"]["keep_tpu"] and not summary["torn_down"]
         assert "stopped restarting (hung again after the TPU was re-created within 1h)" in stderr

@@ -214,7 +214,7 @@ class GuardedWatcher(watch_ops.Watcher):
 
     def observe_and_judge(self) -> watch_ops.Verdict:
         verdict = super().observe_and_judge()
-        if verdict.kind != "recover" or not verdict.recreate:
+        if verdict.kind != "recover" or not verdict.recreate or verdict.confirmed:
             self.unconfirmed = None
             return verdict
         if self.unconfirmed is None:
