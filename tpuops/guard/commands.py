@@ -11,7 +11,8 @@ from tpuops import keys
 from tpuops.cloud.provider import Login
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.host import GuardHostInfo, GuardPlacement
+from tpuops.guard.bundle import stage_bundle
+from tpuops.guard.host import BUNDLE, GuardHostInfo, GuardPlacement
 from tpuops.guard.lease import Lease, read_lease
 from tpuops.guard.ledger import Ledger, LedgerEvent
 from tpuops.guard.place import guard_store, guard_url
@@ -41,7 +42,7 @@ def placement_for(state: ClusterState, spec: Spec | None, zone: str | None = Non
         network=spec.tpu.network if spec is not None else "default",
         subnetwork=spec.tpu.subnetwork if spec is not None else None,
         ssh_port=state.workers[0].ssh_port if state.workers else (spec.ssh.port if spec is not None else 22),
-        login=login)
+        login=login, notify=guard.notify if guard else None)
 
 
 def cluster_login(ctx: Context, state: ClusterState, spec: Spec | None) -> Login:
@@ -57,7 +58,13 @@ def guard_up(ctx: Context, name: str | None, zone: str | None = None,
     state = ctx.store.require(resolve_name(ctx, name))
     spec = spec_of(state)
     placement = placement_for(state, spec, zone, machine_type, cluster_login(ctx, state, spec))
-    info = ctx.provider_for(spec, state).guard_host().ensure(placement, guard_url(placement.bucket, state.name))
+    provider = ctx.provider_for(spec, state)
+    host = provider.guard_host()
+    prefix = guard_url(placement.bucket, state.name)
+    home = host.bundle_home()
+    if home is not None:  # a guard VM runs from copies: staged first, since it starts as soon as they are there
+        stage_bundle(ctx, state, spec, provider.blob_store(f"{prefix}/{BUNDLE}"), home)
+    info = host.ensure(placement, prefix)
     state.log("guard", f"guard up: {info.kind} {info.name} ({info.state})")
     if info.kind == "vm":  # a resource like the others: `status` describes it, `down` searches its zone
         state.set_resource(VmRecord(kind="guard_vm", name=info.name, zone=info.zone, status="created"))

@@ -148,7 +148,7 @@ def _recover_holding(ctx: Context, cluster: str, options: watch_ops.WatchOptions
     progress = Progress.resumed(_quietly(ledger.heartbeat))
     beat = HeartbeatWriter(ledger, progress, lease, float(ctx.env.get(HEARTBEAT_ENV) or HEARTBEAT_S))
     keeper = LeaseKeeper(lease, tick=beat.tick, on_error=lambda text: say("lease", text)).start()
-    url = notify_url(spec)
+    url = notify_url(spec, ctx.store.cluster_dir(cluster))
     notifier = Notifier(url, cluster, warn=lambda text: say("notify", text)) if url else None
 
     def make(ctx: Context, name: str, options: watch_ops.WatchOptions, on_event: Any, sleep: Any) -> GuardedWatcher:
