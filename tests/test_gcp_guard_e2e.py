@@ -1,8 +1,9 @@
 """The guard on Google Cloud end to end, on the wire fakes (TPU v2, Compute, the GCS emulator, the metadata
-server for the guard's token) with real sshd workers: `tpuops up`, `launch`, `guard up` (the "VM" a loopback
-sshd), the bundle mirrored the way the VM's startup script does (fetch_bundle.py with the metadata token), and
-`tpuops watch NAME --headless` started as the systemd unit would, HOME and TPUOPS_HOME at the mirrored bundle,
-after the CLI that set it up has exited. The fake preempts the TPU; the guard deletes it, creates it again and
+server for the guard's token) with real sshd workers: `tpuops up`, `guard up` (the "VM" a loopback sshd), the
+bundle mirrored the way the VM's startup script does (fetch_bundle.py with the metadata token), `tpuops watch
+NAME --headless` started as the systemd unit would, HOME and TPUOPS_HOME at the mirrored bundle, after the CLI
+that set it up has exited, and `launch`, which hands the run to the guard VM (the bundle staged again and the
+VM refreshed). The fake preempts the TPU; the guard deletes it, creates it again and
 relaunches the run from its staged spec and code with resume; a laptop `tpuops watch` prints the guard's events
 and deletes nothing; the guard then idles instead of exiting."""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -35,7 +37,7 @@ from tpuops.guard.ledger import Ledger
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 ZONE = "us-west1-b"
 WAIT_S = 60.0
-FAST = {"TPUOPS_WATCH_INTERVAL": "0.3", "TPUOPS_WATCH_BACKOFF": "0.1", "TPUOPS_GUARD_HEARTBEAT": "1"}
+FAST = {"TPUOPS_WATCH_INTERVAL": "2", "TPUOPS_WATCH_BACKOFF": "0.1", "TPUOPS_GUARD_HEARTBEAT": "1"}
 TRAIN = """#!/bin/sh
 echo "restart=${TPUOPS_RESTART:-0} resume=${TPUOPS_RESUME:-0}" >> ~/attempts-$TPUOPS_CLUSTER
 [ "${TPUOPS_RESTART:-0}" -ge 1 ] || exec python3 -c 'import time; time.sleep(300)' "$1"
@@ -98,36 +100,40 @@ def test_the_guard_vm_recovers_a_preemption_from_its_bundle_while_the_laptop_onl
         (cluster_dir / f"id_ed25519{suffix}").write_bytes(sshd_pair.client_key.with_suffix(suffix).read_bytes())
     (cluster_dir / "id_ed25519").chmod(0o600)
     vm_home = tmp_path / "guard-home"
-    env = {**gcp.env, **FAST, "TPUOPS_GUARD_VM_HOME": str(vm_home), "TPUOPS_GUARD_VM_USER": "root",
-           "TPUOPS_GUARD_VM_REFRESH": "true"}
+    prefix = f".tpuops/{name}/guard/bundle/"
     metadata = MetadataFake().start()
+    # What the VM's startup script does at boot, and again when `guard up` (or a launch) refreshes it: mirror
+    # the bundle with the VM's own token (here over SSH on the sshd standing for the VM).
+    fetch = " ".join(shlex.quote(part) for part in [
+        "env", f"GCE_METADATA_HOST={metadata.host}", f"STORAGE_EMULATOR_HOST={gcp.gcs.url}", "python3",
+        fetch_bundle.__file__, f"{name}-b", prefix, str(vm_home)])
+    env = {**gcp.env, **FAST, "TPUOPS_GUARD_VM_HOME": str(vm_home), "TPUOPS_GUARD_VM_USER": "root",
+           "TPUOPS_GUARD_VM_REFRESH": fetch}
     processes: list[subprocess.Popen[str]] = []
     try:
-        for step in (["up", str(spec)], ["launch", name], ["guard", "up", name]):
+        for step in (["up", str(spec)], ["guard", "up", name]):
             done = run_cli(*step, env=env)
             assert done.returncode == 0, f"{step}: {done.stderr[-3000:]}"
-        wait_until(lambda: (worker.home / f"attempts-{name}").exists(), "the first start")
-        (worker.home / "inputs").unlink()  # a re-created TPU's disk is empty: the guard must push it again
-        shutil.rmtree(worker.home / ".tpuops-trees" / "inputs")
-
-        # The VM's startup script mirrors the bundle with the VM's own token; the key came over SSH.
-        prefix = f".tpuops/{name}/guard/bundle/"
-        fetched = subprocess.run(
-            [sys.executable, fetch_bundle.__file__, f"{name}-b", prefix, str(vm_home)], capture_output=True,
-            text=True, timeout=60, env={**os.environ, "GCE_METADATA_HOST": metadata.host,
-                                        "STORAGE_EMULATOR_HOST": gcp.gcs.url})
-        assert fetched.returncode == 0, fetched.stderr
-        assert metadata.token_requests()
-        assert_bundle_as_the_vm_sees_it(gcp, vm_home, name, prefix, hook, cluster_dir)
-
+        booted = subprocess.run(["sh", "-c", fetch], capture_output=True, text=True, timeout=60)
+        assert booted.returncode == 0, booted.stderr
+        # The unit's command, HOME and TPUOPS_HOME at the mirrored bundle, after the CLI that set it up exited.
         guard = start(["watch", name, "--headless"], {**env, "HOME": str(vm_home), "TPUOPS_HOME": str(vm_home),
                                                        "TPUOPS_GUARD_HOLDER": "guard@vm"})
         processes.append(guard)
+        time.sleep(1.0)  # it waits for the first run, which it learns of from its own copy of the state
+        launched = run_cli("launch", name, env=env)  # hands the run to the guard VM (staged, then refreshed)
+        assert launched.returncode == 0 and "warning" not in launched.stderr, launched.stderr[-3000:]
+        wait_until(lambda: (worker.home / f"attempts-{name}").exists(), "the first start")
+        assert metadata.token_requests()
+        assert_bundle_as_the_vm_sees_it(gcp, vm_home, name, prefix, hook, cluster_dir)
+        (worker.home / "inputs").unlink()  # a re-created TPU's disk is empty: the guard must push it again
+        shutil.rmtree(worker.home / ".tpuops-trees" / "inputs")
+
         ledger = Ledger(open_blob_store(f"gs://{name}-b/.tpuops/{name}/guard", env=gcp.env))
         wait_until(lambda: any(e.kind == "watch" for _, e in ledger.events()), "the guard to watch", guard)
         laptop = start(["watch", name], env)
         processes.append(laptop)
-        time.sleep(1.0)  # the laptop has found the guard's lease
+        time.sleep(2.0)  # the laptop has found the guard's lease
         gcp.tpu.preempt(ZONE, name)
         laptop_out, _ = laptop.communicate(timeout=WAIT_S)
         wait_until(lambda: any(m["kind"] == "ended" for m in received), "the guard's webhook POST", guard)
@@ -150,8 +156,9 @@ def test_the_guard_vm_recovers_a_preemption_from_its_bundle_while_the_laptop_onl
     assert (worker.home / f"attempts-{name}").read_text().splitlines() == ["restart=0 resume=0",
                                                                             "restart=1 resume=1"]
     assert (worker.home / "inputs" / "words.txt").read_text() == "to every worker\n"
-    holders = {event.holder for _, event in ledger.events() if event.kind in ("recovery", "restart", "ended")}
-    assert holders == {"guard@vm"}
+    events = [(event.holder, event.kind, event.message) for _, event in ledger.events()]
+    holders = {holder for holder, kind, _ in events if kind in ("recovery", "restart", "ended")}
+    assert holders == {"guard@vm"}, events
     assert laptop.returncode == 0, laptop_out
     assert "guard@vm" in laptop_out and "TPU PREEMPTED" in laptop_out and "deleting" in laptop_out
     assert hook not in laptop_out + guard_out  # the webhook is a secret
