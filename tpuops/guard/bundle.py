@@ -21,6 +21,7 @@ trainer.env as written (the bucket is the run's own, which the workers read too)
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ import yaml
 
 from tpuops import keys
 from tpuops.cloud.blob_types import BlobInfo, BlobStore
-from tpuops.cloud.blobs import same_content
+from tpuops.cloud.blobs import crc32c_of_bytes, same_content
 from tpuops.context import Context
 from tpuops.errors import UsageError
 from tpuops.remote.manifest import scan_tree
@@ -105,7 +106,8 @@ def staged_spec_text(state: ClusterState, staged_data: list[dict[str, str]]) -> 
     return text.encode()
 
 
-def _add_tree(files: dict[str, Path], executables: list[str], source: Path, exclude: Any, prefix: str) -> None:
+def _add_tree(files: dict[str, Path], executables: list[str], source: Path, exclude: Sequence[str],
+              prefix: str) -> None:
     """The files under `source` (or the one file) as bundle names under `prefix`; symlinks are staged as the
     file or directory they point to."""
     if source.is_file():
@@ -149,6 +151,4 @@ def _sync(store: BlobStore, files: dict[str, Path], blobs: dict[str, bytes], own
 
 
 def _same_bytes(data: bytes, remote: BlobInfo | None) -> bool:
-    from tpuops.cloud.blobs import crc32c_of_bytes
-
     return remote is not None and remote.size == len(data) and remote.crc32c == crc32c_of_bytes(data)
