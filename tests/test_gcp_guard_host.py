@@ -208,6 +208,19 @@ def test_guard_up_on_the_cli_creates_the_vm_that_status_lists_and_down_deletes(r
     assert rig.guard_key(name).read_bytes() == cluster_key.read_bytes()
     assert cluster_key.read_bytes() not in up.stdout.encode() + up.stderr.encode()
 
+    # `guard up` again refreshes what changed in the bundle, and only that.
+    code = f".tpuops/{name}/guard/bundle/clusters/{name}/spec/code/"
+    generations = {blob.name: blob.generation for blob in rig.gcp.storage().list_blobs(f"{name}-b", prefix=code)}
+    assert set(generations) == {code + "spec.yaml"}  # the spec's own directory is the code here
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    again = run_cli("guard", "up", name, env=env)
+    assert again.returncode == 0, again.stderr
+    after = {blob.name: blob.generation for blob in rig.gcp.storage().list_blobs(f"{name}-b", prefix=code)}
+    assert after == {**generations, code + "train.py": after[code + "train.py"]}
+    (tmp_path / "train.py").unlink()
+    assert run_cli("guard", "up", name, env=env).returncode == 0
+    assert {blob.name for blob in rig.gcp.storage().list_blobs(f"{name}-b", prefix=code)} == set(generations)
+
     status = run_cli("status", name, "--json", env=env)
     assert status.returncode == 0, status.stderr
     rows = {(row["kind"], row["name"], row["zone"]) for row in json.loads(status.stdout)["resources"]}

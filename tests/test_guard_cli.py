@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -75,17 +76,64 @@ def test_max_restarts_used_up_is_said_in_the_ledger(tmp_path: Path, tpuops_home:
     try:
         wait_until(lambda: "watch" in kinds(ledger), "the guard to start")
         assert cli("simulate", "preempt", name).returncode == 0
-        output, _ = guard.communicate(timeout=60)
+        wait_until(lambda: "gave-up" in kinds(ledger), "the guard to give up")
+        time.sleep(1.0)  # a few polls: the guard idles (under systemd's Restart=always an exit would loop)
+        assert guard.poll() is None
         events = [event for _, event in ledger.events()]
     finally:
         if guard.poll() is None:
-            guard.kill()
-            guard.communicate(timeout=10)
+            guard.terminate()
+        output, _ = guard.communicate(timeout=30)
         cli("down", name, "--yes", "--delete-bucket", "--force")
-    assert guard.returncode == 1, output
+    assert "is over: waiting for the next `tpuops launch" in output, output
     gave_up = [event for event in events if event.kind == "gave-up"]
     assert gave_up and "--max-restarts 0 is used up" in gave_up[0].message
     assert "restart" not in [event.kind for event in events]
+
+
+def test_the_guard_idles_after_its_run_ended_and_watches_the_next_one(tmp_path: Path, tpuops_home: Path) -> None:
+    """Under systemd's Restart=always a guard that exited after the run would be started again and again: it
+    records the end in the ledger and waits for the next launch, also when started again after that end."""
+    name = f"gi-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        bucket: {{name: {name}-b}}
+        trainer: {{framework: jax, command: "sleep 1"}}
+        """)
+    assert cli("up", str(spec)).returncode == 0
+    assert cli("launch", name).returncode == 0
+    ledger = ledger_of(tpuops_home, f"{name}-b", name)
+
+    def start_guard() -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "tpuops", "watch", name, "--headless"],
+                                env={**os.environ, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+
+    guards = [start_guard()]
+    try:
+        wait_until(lambda: "ended" in kinds(ledger), "the run to end")
+        time.sleep(1.5)  # three polls
+        assert guards[0].poll() is None  # idle, not exited
+        assert cli("launch", name).returncode == 0  # the next run: watched to its end as well
+        wait_until(lambda: kinds(ledger).count("ended") == 2, "the second run to end")
+        guards[0].terminate()
+        guards[0].communicate(timeout=30)
+        guards.append(start_guard())  # started again (a reboot): the ended run is not watched again
+        time.sleep(2.0)
+        assert guards[1].poll() is None and kinds(ledger).count("ended") == 2
+        ended = [event.data.get("run_id") for _, event in ledger.events() if event.kind == "ended"]
+        assert len(set(ended)) == 2 and None not in ended
+    finally:
+        outputs = []
+        for guard in guards:
+            if guard.poll() is None:
+                guard.terminate()
+            outputs.append(guard.communicate(timeout=30)[0])
+        cli("down", name, "--yes", "--delete-bucket", "--force")
+    assert "is over: waiting for the next `tpuops launch" in outputs[0], outputs[0]
+    assert "watching run" not in outputs[1], outputs[1]
 
 
 def test_up_guard_starts_a_guard_that_waits_for_the_run_and_down_stops_it(tmp_path: Path, tpuops_home: Path) -> None:

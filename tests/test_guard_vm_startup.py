@@ -105,6 +105,18 @@ def test_the_bundle_is_mirrored_with_the_vms_token_and_only_what_changed_is_fetc
     assert refreshed.stdout.splitlines()[1:] == ["fetched clusters/night/state.json"]
     assert (home / "clusters/night/state.json").read_text() == '{"name": "night", "v": 2}'
 
+    # A file gone from the bundle goes from the guard's home (not one the guard wrote); listed ones run.
+    bucket.blob(PREFIX + "clusters/night/spec/code/old.py").upload_from_string(b"print(1)")
+    bucket.blob(PREFIX + "clusters/night/spec/code/run.sh").upload_from_string(b"#!/bin/sh\n")
+    bucket.blob(PREFIX + ".executables").upload_from_string(b"clusters/night/spec/code/run.sh\n")
+    assert run_part(script, home, "fetch_bundle", env).returncode == 0
+    assert (home / "clusters/night/spec/code/run.sh").stat().st_mode & 0o100
+    bucket.blob(PREFIX + "clusters/night/spec/code/old.py").delete()
+    (home / "clusters/night/notify").write_text("the guard's own")
+    assert run_part(script, home, "fetch_bundle", env).returncode == 0
+    assert not (home / "clusters/night/spec/code/old.py").exists()
+    assert (home / "clusters/night/notify").exists() and (home / "clusters/night/state.json").exists()
+
 
 def test_an_object_name_that_would_leave_the_guards_home_is_skipped() -> None:
     from tpuops.guard import fetch_bundle

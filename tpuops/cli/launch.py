@@ -43,7 +43,8 @@ def launch(
       tpuops launch my-pod --follow -- python3 train.py --steps 100
     """
     from tpuops.context import Context
-    from tpuops.ops.launch import LaunchOptions, follow_and_wait, launch_run
+    from tpuops.guard.commands import launch_handed_to_guard
+    from tpuops.ops.launch import LaunchOptions, follow_and_wait
     from tpuops.remote.base import command_of_words
 
     ctx = Context.from_env(project=project)
@@ -52,8 +53,9 @@ def launch(
                             push_data=not no_data, preflight=preflight)
     pushing = PushView(enabled=not json_)
     with pushing.shown():
-        report = launch_run(ctx, name, options, on_line=printer, on_push=pushing.update,
-                            on_step=None if json_ else lambda step: _show_step(step.name, step.results, pushing))
+        report = launch_handed_to_guard(ctx, name, options, on_line=printer, on_push=pushing.update,
+                                        on_step=None if json_ else lambda step: _show_step(step.name, step.results,
+                                                                                          pushing))
     if json_:
         print_json(report)
     if not report.ok:
@@ -64,6 +66,8 @@ def launch(
                       f"tpuops logs {report.cluster} -f")
         if report.autostop is not None and not report.autostop.started:
             err_console.print(f"warning: autostop: the agent did not start ({report.autostop.error})", markup=False)
+        if report.guard_trouble is not None:
+            err_console.print(f"warning: guard: {report.guard_trouble}", markup=False)
     if follow:
         with ends_cleanly(follow_interrupted):
             code = follow_and_wait(ctx, report.cluster, report.run_id, on_line=printer or LinePrinter())

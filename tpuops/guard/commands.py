@@ -6,18 +6,22 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from tpuops import keys
 from tpuops.cloud.provider import Login
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.host import GuardHostInfo, GuardPlacement
+from tpuops.guard.bundle import stage_bundle
+from tpuops.guard.host import BUNDLE, GuardHostInfo, GuardPlacement
 from tpuops.guard.lease import Lease, read_lease
 from tpuops.guard.ledger import Ledger, LedgerEvent
 from tpuops.guard.place import guard_store, guard_url
 from tpuops.guard.report import host_of
+from tpuops.ops import launch as launch_ops
 from tpuops.ops.remote import resolve_name
 from tpuops.ops.status import spec_of
+from tpuops.remote.base import LineHandler
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ClusterState, VmRecord, bucket_of
 
@@ -41,7 +45,7 @@ def placement_for(state: ClusterState, spec: Spec | None, zone: str | None = Non
         network=spec.tpu.network if spec is not None else "default",
         subnetwork=spec.tpu.subnetwork if spec is not None else None,
         ssh_port=state.workers[0].ssh_port if state.workers else (spec.ssh.port if spec is not None else 22),
-        login=login)
+        login=login, notify=guard.notify if guard else None)
 
 
 def cluster_login(ctx: Context, state: ClusterState, spec: Spec | None) -> Login:
@@ -57,12 +61,46 @@ def guard_up(ctx: Context, name: str | None, zone: str | None = None,
     state = ctx.store.require(resolve_name(ctx, name))
     spec = spec_of(state)
     placement = placement_for(state, spec, zone, machine_type, cluster_login(ctx, state, spec))
-    info = ctx.provider_for(spec, state).guard_host().ensure(placement, guard_url(placement.bucket, state.name))
+    provider = ctx.provider_for(spec, state)
+    host = provider.guard_host()
+    prefix = guard_url(placement.bucket, state.name)
+    home = host.bundle_home()
+    if home is not None:  # a guard VM runs from copies: staged first, since it starts as soon as they are there
+        stage_bundle(ctx, state, spec, provider.blob_store(f"{prefix}/{BUNDLE}"), home)
+    info = host.ensure(placement, prefix)
     state.log("guard", f"guard up: {info.kind} {info.name} ({info.state})")
     if info.kind == "vm":  # a resource like the others: `status` describes it, `down` searches its zone
         state.set_resource(VmRecord(kind="guard_vm", name=info.name, zone=info.zone, status="created"))
     ctx.store.save(state)
     return info
+
+
+def launch_handed_to_guard(ctx: Context, name: str | None, options: launch_ops.LaunchOptions, *,
+                           on_line: LineHandler | None = None,
+                           on_step: launch_ops.StepHandler | None = None,
+                           on_push: launch_ops.ProgressHandler | None = None) -> launch_ops.LaunchReport:
+    """`tpuops launch` (and run's launch): the run started, then handed to the cluster's guard VM if it has one.
+    A recoverer's relaunch calls launch_run itself: the run is then its own."""
+    report = launch_ops.launch_run(ctx, name, options, on_line=on_line, on_step=on_step, on_push=on_push)
+    return replace(report, guard_trouble=hand_run_to_guard(ctx, report.cluster)) if report.ok else report
+
+
+def hand_run_to_guard(ctx: Context, cluster: str) -> str | None:
+    """After a launch: a guard VM reads its own copy of the state, so it is handed the new run (the bundle staged
+    again, the VM refreshed; `guard up` again, in the zone the VM is in). None when that went well or there is no
+    guard VM; else what went wrong and what to do (the run itself is started either way)."""
+    state = ctx.store.load(cluster)
+    record = state.resource("guard_vm") if state is not None else None
+    if record is None:
+        return None
+    again = f"`tpuops guard up {cluster}` hands it the run"
+    try:
+        info = guard_up(ctx, cluster, zone=record.zone)
+    except TpuopsError as err:
+        return f"the guard VM was not given the new run ({err.message}); {again}"
+    if info.detail is not None and "not refreshed" in info.detail:
+        return f"the guard VM was {info.detail.split('; ', 1)[-1]}; {again}"
+    return None
 
 
 def guard_down(ctx: Context, name: str) -> bool:

@@ -21,6 +21,7 @@ import urllib.parse
 import urllib.request
 
 MANIFEST = ".bundle-generations.json"
+EXECUTABLES = ".executables"  # written by guard/bundle.py
 CURRENT = "wheels/CURRENT"  # names the wheel to install; written after the wheel itself
 TIMEOUT = 30
 
@@ -99,7 +100,8 @@ def save_manifest(dest, manifest):
 
 
 def mirror(bucket, prefix, dest, token):
-    """Fetch what changed; returns (objects listed, names fetched)."""
+    """Fetch what changed, remove what an earlier fetch brought and the bundle no longer holds (never a file
+    the guard wrote itself), and mark the files `.executables` names; returns (objects listed, names fetched)."""
     objects = list_objects(bucket, prefix, token)
     manifest = load_manifest(dest)
     fetched = []
@@ -112,8 +114,28 @@ def mirror(bucket, prefix, dest, token):
         download(bucket, prefix, relative, generation, target, token)
         manifest[relative] = generation
         fetched.append(relative)
+    listed = {relative for relative, _ in objects}
+    for relative in [name for name in manifest if name not in listed]:
+        target = safe_path(dest, relative)
+        if target is not None and os.path.isfile(target):
+            os.remove(target)
+        del manifest[relative]
     save_manifest(dest, manifest)
+    mark_executables(dest)
     return objects, fetched
+
+
+def mark_executables(dest):
+    """GCS keeps no file modes: the bundle lists its executable files, so a relaunch pushes them as such."""
+    try:
+        with open(os.path.join(dest, EXECUTABLES)) as handle:
+            names = [line.strip() for line in handle if line.strip()]
+    except OSError:
+        return
+    for relative in names:
+        target = safe_path(dest, relative)
+        if target is not None and os.path.isfile(target):
+            os.chmod(target, os.stat(target).st_mode | 0o100)
 
 
 def main(argv):

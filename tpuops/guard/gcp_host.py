@@ -2,8 +2,8 @@
 
 `ensure` checks before anything is created that the network lets the guard reach the workers' SSH port, creates
 or adopts the VM with its startup script (guard/startup.py), stages the wheel of the running tpuops in the bundle
-(gs://BUCKET/.tpuops/NAME/guard/bundle/, mirrored into the VM's TPUOPS_HOME: the core stages the cluster's state,
-spec and code snapshot there, as clusters/NAME/... relative to TPUOPS_HOME), then copies the cluster's SSH key
+(gs://BUCKET/.tpuops/NAME/guard/bundle/, mirrored into the VM's TPUOPS_HOME: `guard up` stages the cluster's state,
+spec and code snapshot there before, guard/bundle.py), then copies the cluster's SSH key and guard.notify's webhook
 to the guard's disk over SSH (0600, owned by the guard's user; on the wire only inside SSH, on stdin: never in the
 bucket, the metadata, an argument or a log). An adopted VM is asked to run its startup script again, which
 fetches what changed and restarts the service.
@@ -25,7 +25,7 @@ from tpuops.cloud.base import Cloud, Vm
 from tpuops.cloud.blobs import BlobStore, same_content
 from tpuops.cloud.kinds.guard_vm import GuardVmSettings, ensure_guard_vm
 from tpuops.errors import CloudError, PermissionDenied, RemoteError, TpuopsError, UsageError
-from tpuops.guard.host import GuardHostInfo, GuardPlacement
+from tpuops.guard.host import BUNDLE, NOTIFY_FILE, GuardHostInfo, GuardPlacement
 from tpuops.guard.reach import GuardSource, letting_in, missing_rule_command
 from tpuops.guard.startup import GUARD_HOME, GUARD_USER, GuardBoot, startup_script
 from tpuops.guard.vm_shape import GUARD_ROLE, GUARD_TAG, ROLE_LABEL
@@ -33,7 +33,6 @@ from tpuops.guard.wheel import running_wheel
 from tpuops.spec import CLUSTER_LABEL
 
 T = TypeVar("T")
-BUNDLE = "bundle"  # under the guard's prefix: what the VM mirrors (wheels/, clusters/NAME/..., the code)
 # A VM just created answers SSH within a minute or two; its host keys reach the guest attributes about then.
 SSH_WAIT_SECONDS = 300.0
 HOST_KEY_WAIT_SECONDS = 90.0
@@ -45,20 +44,20 @@ HOME_ENV, USER_ENV, REFRESH_ENV = "TPUOPS_GUARD_VM_HOME", "TPUOPS_GUARD_VM_USER"
 VM_STATES = {"RUNNING": "running", "PROVISIONING": "starting", "STAGING": "starting", "STOPPING": "stopping",
              "SUSPENDING": "stopping", "STOPPED": "stopped", "SUSPENDED": "stopped", "TERMINATED": "stopped"}
 
-# Takes the key on stdin; $1 guard home, $2 cluster, $3 the guard's user (created here when the startup script
-# has not yet done it, exactly as it would).
-INSTALL_KEY = r"""set -eu
+# Takes the file on stdin; $1 guard home, $2 cluster, $3 the guard's user (created here when the startup script
+# has not yet done it, exactly as it would), $4 the file's name in the cluster's directory.
+INSTALL_FILE = r"""set -eu
 sudo -n sh -c '
 set -eu
 id -u "$3" >/dev/null 2>&1 || useradd --system --home-dir "$1" --shell /usr/sbin/nologin "$3"
 umask 077
 dir="$1/clusters/$2"
 mkdir -p "$dir"
-cat > "$dir/id_ed25519.partial"
-chown "$3:" "$1" "$1/clusters" "$dir" "$dir/id_ed25519.partial"
-chmod 600 "$dir/id_ed25519.partial"
-mv -f "$dir/id_ed25519.partial" "$dir/id_ed25519"
-' sh "$1" "$2" "$3"
+cat > "$dir/$4.partial"
+chown "$3:" "$1" "$1/clusters" "$dir" "$dir/$4.partial"
+chmod 600 "$dir/$4.partial"
+mv -f "$dir/$4.partial" "$dir/$4"
+' sh "$1" "$2" "$3" "$4"
 """
 
 
@@ -87,6 +86,9 @@ class GcpGuardHost:
         self.host_key_wait = host_key_wait
 
     # ---------------------------------------------------------------------------------------------- GuardHost
+    def bundle_home(self) -> str:
+        return self.layout.home
+
     def ensure(self, placement: GuardPlacement, bundle_prefix: str) -> GuardHostInfo:
         if not placement.zone:
             raise UsageError(f"no zone for the guard of {placement.cluster}", "set guard.zone or zone in the spec")
@@ -171,17 +173,20 @@ class GcpGuardHost:
         failed = f"could not copy the cluster's key to guard VM {vm.name}"
         unreachable = (f"this machine must reach the VM at {host} on tcp:{placement.ssh_port} (the default network's "
                        "default-allow-ssh lets it), then `tpuops guard up` again")
+        # The webhook first (empty: none), so the service the key lets start already has it.
+        notify = placement.notify.get_secret_value().encode() if placement.notify is not None else b""
         try:
-            argv = ["sh", "-c", INSTALL_KEY, "sh", self.layout.home, placement.cluster, self.layout.user]
-            try:
-                done = runner.run(argv, stdin=login.key_path.read_bytes(), capture=True, timeout=120)
-            except RemoteError as err:  # could not connect: said for a worker, said again for the guard
-                raise RemoteError(f"{failed}: {err.message}", unreachable) from err
-            if not done.ok:
-                why = done.error or (done.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
-                hint = unreachable if done.exit_code is None else \
-                    "the login user needs passwordless sudo (Compute Engine gives it to ssh-keys users)"
-                raise RemoteError(f"{failed}: {why}", hint)
+            for name, content in ((NOTIFY_FILE, notify), (keys.PRIVATE_KEY, login.key_path.read_bytes())):
+                argv = ["sh", "-c", INSTALL_FILE, "sh", self.layout.home, placement.cluster, self.layout.user, name]
+                try:
+                    done = runner.run(argv, stdin=content, capture=True, timeout=120)
+                except RemoteError as err:  # could not connect: said for a worker, said again for the guard
+                    raise RemoteError(f"{failed}: {err.message}", unreachable) from err
+                if not done.ok:
+                    why = done.error or (done.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+                    hint = unreachable if done.exit_code is None else \
+                        "the login user needs passwordless sudo (Compute Engine gives it to ssh-keys users)"
+                    raise RemoteError(f"{failed}: {why}", hint)
             if refresh:
                 again = runner.run(self.layout.refresh, capture=True, timeout=60)
                 if not again.ok:

@@ -12,9 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
+    from pydantic import SecretStr
+
     from tpuops.cloud.provider import Login
 
 GUARD_PREFIX = "guard"  # under gs://BUCKET/.tpuops/NAME/: the bundle, the lease and the ledger
+BUNDLE = "bundle"  # under the guard's prefix: what a guard VM mirrors into its TPUOPS_HOME (guard/bundle.py)
+NOTIFY_FILE = "notify"  # on a guard VM, beside the cluster's key: the webhook `guard up` copied over SSH (0600)
 HOLDER_ENV = "TPUOPS_GUARD_HOLDER"  # the guard's lease holder id, the same across its restarts
 
 
@@ -35,6 +39,7 @@ class GuardPlacement:
     subnetwork: str | None = None
     ssh_port: int = 22
     login: Login | None = None
+    notify: SecretStr | None = None  # guard.notify: a guard VM gets it over SSH like the key, never the bucket
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,11 @@ class GuardHostInfo:
 
 
 class GuardHost(Protocol):
+    def bundle_home(self) -> str | None:
+        """The guard's TPUOPS_HOME where `guard up` must stage the bundle (guard/bundle.py) before `ensure`;
+        None when the guard reads this machine's own state, spec and code."""
+        ...
+
     def ensure(self, placement: GuardPlacement, bundle_prefix: str) -> GuardHostInfo:
         """Start the guard, or adopt the one running and refresh it (idempotent)."""
         ...

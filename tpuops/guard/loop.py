@@ -36,6 +36,7 @@ ROLE_GUARD, ROLE_WATCH = "guard", "watch"
 HEARTBEAT_ENV = "TPUOPS_GUARD_HEARTBEAT"  # seconds between heartbeats (default a minute; tests shrink it)
 HEARTBEAT_S = 60.0
 ERROR_KINDS = frozenset({"observe", "gave-up", "error"})
+RUN_OVER = frozenset({"ended", "gave-up"})  # ledger events after which the guard idles until the next run
 
 
 class GuardStoodDown(Exception):  # noqa: N818  not a failure: another holder recovers now
@@ -64,12 +65,30 @@ def watch_with_lease(ctx: Context, name: str | None, options: watch_ops.WatchOpt
             raise UsageError(f"the guard keeps its lease and ledger in the run's bucket, and '{cluster}' has none",
                              "add `bucket: {name: ...}` to the spec and run `tpuops up SPEC` again")
         return watch_ops.watch(ctx, cluster, options, on_event, sleep)
-    if role == ROLE_GUARD:
-        _wait_for_a_run(ctx, cluster, options.poll_interval, _sayer(on_event), sleep)
     holder = default_holder(role, ctx.env)
     lease = Lease(store, holder, role, options.poll_interval)
     ledger = Ledger(store, holder)
+    if role == ROLE_WATCH:
+        return _one_run(ctx, cluster, options, lease, ledger, on_event, sleep, spec)
     say = _sayer(on_event)
+    over = _last_run_over(ledger)  # a guard started again (reboot, refresh) does not watch an ended run again
+    while True:  # the guard outlives its runs: under systemd's Restart=always an exit would only start it again
+        _wait_for_a_run(ctx, cluster, options.poll_interval, say, sleep, over)
+        try:
+            over = _one_run(ctx, cluster, options, lease, ledger, on_event, sleep, spec).run_id
+        except watch_ops.WatchGaveUp as err:  # in the ledger already; recovering again would only fail again
+            say("gave-up", err.message)
+            run = ctx.store.require(cluster).current_run
+            over = run.id if run else None
+        say("guard", f"run {over} is over: waiting for the next `tpuops launch {cluster}`")
+
+
+def _one_run(ctx: Context, cluster: str, options: watch_ops.WatchOptions, lease: Lease, ledger: Ledger,
+             on_event: watch_ops.EventHandler | None, sleep: Callable[[float], None], spec: Any
+             ) -> watch_ops.WatchResult:
+    """Watch the current run to its end, recovering while this holds the lease."""
+    say = _sayer(on_event)
+    store, role = lease.store, lease.role
     waiting_said = False
     while True:
         other = lease.try_acquire()
@@ -92,13 +111,30 @@ def watch_with_lease(ctx: Context, name: str | None, options: watch_ops.WatchOpt
 
 
 def _wait_for_a_run(ctx: Context, cluster: str, interval: float, say: Callable[[str, str], None],
-                    sleep: Callable[[float], None]) -> None:
-    """A guard started before the first launch (`up --guard`) waits for it instead of exiting."""
-    if ctx.store.require(cluster).current_run is not None:
+                    sleep: Callable[[float], None], over: str | None = None) -> None:
+    """A guard started before the first launch (`up --guard`), or whose run is over (`over`: the run that
+    ended, finished, was stopped, was given up on, or lost its TPU to autostop), waits for the next run instead of
+    exiting."""
+    def waiting() -> bool:
+        run = ctx.store.require(cluster).current_run
+        return run is None or run.id == over
+
+    if not waiting():
         return
-    say("guard", f"'{cluster}' has no run yet: waiting for `tpuops launch {cluster}`")
-    while ctx.store.require(cluster).current_run is None:
+    if over is None:
+        say("guard", f"'{cluster}' has no run yet: waiting for `tpuops launch {cluster}`")
+    while waiting():
         sleep(interval)
+
+
+def _last_run_over(ledger: Ledger) -> str | None:
+    """The run whose end the ledger holds last (ended, or given up on), so a restarted guard leaves it alone."""
+    try:
+        events = [event for _, event in ledger.events()]
+    except TpuopsError:
+        return None  # the bucket unreadable now: the watch itself finds the run over again
+    ends = [event for event in events if event.kind in RUN_OVER and event.data.get("run_id")]
+    return str(ends[-1].data["run_id"]) if ends else None
 
 
 def lease_of(store: BlobStore) -> LeaseRecord | None:
@@ -112,7 +148,7 @@ def _recover_holding(ctx: Context, cluster: str, options: watch_ops.WatchOptions
     progress = Progress.resumed(_quietly(ledger.heartbeat))
     beat = HeartbeatWriter(ledger, progress, lease, float(ctx.env.get(HEARTBEAT_ENV) or HEARTBEAT_S))
     keeper = LeaseKeeper(lease, tick=beat.tick, on_error=lambda text: say("lease", text)).start()
-    url = notify_url(spec)
+    url = notify_url(spec, ctx.store.cluster_dir(cluster))
     notifier = Notifier(url, cluster, warn=lambda text: say("notify", text)) if url else None
 
     def make(ctx: Context, name: str, options: watch_ops.WatchOptions, on_event: Any, sleep: Any) -> GuardedWatcher:
@@ -239,7 +275,12 @@ class GuardedWatcher(watch_ops.Watcher):
     def event(self, kind: str, message: str) -> None:
         super().event(kind, message)
         error = kind in ERROR_KINDS or message.startswith("attempt failed")
-        self.record(kind, message, **({"error": True} if error else {}))
+        data: dict[str, Any] = {"error": True} if error else {}
+        if kind in RUN_OVER:  # which run: a guard started again leaves that one alone
+            state = self.ctx.store.load(self.cluster)
+            run = state.current_run if state is not None else None
+            data["run_id"] = run.id if run else None
+        self.record(kind, message, **data)
 
     def note(self, kind: str, message: str, **data: Any) -> None:
         """An event of the guard's own (not the watch's): printed too, and kept in the ledger."""

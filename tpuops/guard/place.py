@@ -3,10 +3,12 @@ settings it reads from the spec."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tpuops.cloud.blob_types import BlobStore
 from tpuops.context import Context
 from tpuops.guard.autostop.client import record_prefix
-from tpuops.guard.host import GUARD_PREFIX
+from tpuops.guard.host import GUARD_PREFIX, NOTIFY_FILE
 from tpuops.spec import Spec
 from tpuops.state import ClusterState, bucket_of
 
@@ -23,7 +25,14 @@ def guard_store(ctx: Context, state: ClusterState, spec: Spec | None) -> BlobSto
     return ctx.provider_for(spec, state).blob_store(guard_url(bucket, state.name))
 
 
-def notify_url(spec: Spec | None) -> str | None:
-    """The webhook the spec names (a secret: handed to the notifier only, never printed or stored)."""
+def notify_url(spec: Spec | None, cluster_dir: Path | None = None) -> str | None:
+    """The webhook the spec names, else the one `guard up` gave a guard VM (whose staged spec leaves it out);
+    a secret: handed to the notifier only, never printed or stored in the bucket."""
     secret = spec.guard.notify if spec is not None else None
-    return secret.get_secret_value() if secret is not None else None
+    if secret is not None:
+        return secret.get_secret_value()
+    try:
+        given = (cluster_dir / NOTIFY_FILE).read_text().strip() if cluster_dir is not None else ""
+    except OSError:
+        return None
+    return given or None

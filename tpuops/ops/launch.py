@@ -77,6 +77,7 @@ class LaunchReport:
     run_id: str | None
     steps: tuple[Step, ...] = field(default_factory=tuple)
     autostop: AgentInstall | None = None  # the cost guard refreshed on worker 0 (None: autostop is off)
+    guard_trouble: str | None = None  # the guard VM could not be handed the new run (guard/commands.py)
 
     @property
     def ok(self) -> bool:
@@ -85,7 +86,7 @@ class LaunchReport:
     def as_dict(self) -> dict[str, object]:
         return {"cluster": self.cluster, "run_id": self.run_id, "ok": self.ok,
                 "steps": [{"name": s.name, "workers": [r.as_dict() for r in s.results]} for s in self.steps],
-                "autostop": asdict(self.autostop) if self.autostop else None}
+                "autostop": asdict(self.autostop) if self.autostop else None, "guard_trouble": self.guard_trouble}
 
 
 # -------------------------------------------------------------------------------------------- launch

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
+from tpuops.guard import commands as guard_commands
 from tpuops.guard.loop import watch_with_lease
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.tail import latest_values
@@ -111,8 +112,8 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
         scalars = ScalarFollower(ctx, cluster, on_points)
         scalars.skip_existing()  # what the logdir holds now belongs to earlier runs
         phase("launch")
-        report = launch_ops.launch_run(ctx, cluster, launch_ops.LaunchOptions(), on_line=on_line, on_step=on_step,
-                                       on_push=on_push)
+        report = guard_commands.launch_handed_to_guard(ctx, cluster, launch_ops.LaunchOptions(), on_line=on_line,
+                                                       on_step=on_step, on_push=on_push)
         run_id = report.run_id
         if not report.ok:
             failed = next(step for step in report.steps if not step.ok)

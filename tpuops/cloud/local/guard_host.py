@@ -32,6 +32,9 @@ class LocalGuardHost:
     def log_path(self, cluster: str) -> Path:
         return self.directory(cluster) / "guard.log"
 
+    def bundle_home(self) -> None:
+        return None  # the process reads this machine's TPUOPS_HOME: nothing to stage
+
     def ensure(self, placement: GuardPlacement, bundle_prefix: str) -> GuardHostInfo:
         """Adopt the guard process that runs, or start one. The process reads the cluster's state and spec
         from this machine at every poll, so a changed spec or code needs no refresh (`bundle_prefix`, where a VM
