@@ -27,8 +27,9 @@ from tpuops.ops.workers import one_worker, select_workers, ssh_targets, worker_t
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_of_words, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
 from tpuops.remote.manifest import scan_tree
+from tpuops.remote.push_cache import sweep_cache
 from tpuops.remote.ssh import load_private_key
-from tpuops.remote.sync import ProgressHandler, PushResult, push_tree, sweep_cache
+from tpuops.remote.sync import ProgressHandler, PushResult, push_tree
 from tpuops.spec import Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord, epoch_seconds
 

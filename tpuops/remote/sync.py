@@ -22,7 +22,6 @@ files from the payload, unchanged ones hard-linked from the current tree, then o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import secrets
@@ -33,11 +32,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpuops.atomic import write_atomic
 from tpuops.remote.base import Runner, RunResult
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, run_each
-from tpuops.remote.manifest import Manifest, scan_tree
+from tpuops.remote.manifest import Manifest
 from tpuops.remote.payload import Payload
+from tpuops.remote.push_cache import cached_manifest, remember_manifest, scan_with_cached_hashes
 from tpuops.remote.push_protocol import (
     EXIT_DISK,
     EXIT_NOT_OURS,
@@ -51,8 +50,6 @@ RELAY_SERVE_SECONDS = 600  # how long the relay worker serves at most (it stops 
 # Below this a direct copy to each worker is quicker than starting a relay, and N copies cost little.
 RELAY_MIN_BYTES = 256 * 1024
 PROGRESS_EVERY = 0.1  # seconds between two progress reports of one worker
-KEPT_MANIFESTS = 16  # manifests of earlier trees kept in the cache (the bases of later pushes)
-STALE_TEMP_SECONDS = 600  # a temporary file this old in the cache belongs to a write that died
 
 
 
@@ -191,14 +188,14 @@ class _Pusher:
     def base_manifest(self, runner: Runner, tree: str | None) -> Manifest | None:
         if tree is None:
             return None
-        cached = self.cache_dir / f"{tree}.json"
-        if cached.exists():
-            return Manifest.from_text(cached.read_text())
+        cached = cached_manifest(self.cache_dir, tree)
+        if cached is not None:
+            return cached
         result = runner.run(agent_command("manifest", self.dest, tree), capture=True, timeout=120)
         if not result.ok:
             return None  # unknown base: send everything
         text = result.stdout.decode()
-        write_atomic(cached, text)
+        remember_manifest(self.cache_dir, tree, text)
         return Manifest.from_text(text)
 
     # step 4: send one payload to a group of workers that share a base tree
@@ -391,13 +388,8 @@ def push_tree(
     # Step 2 (asking every worker which tree it has: a connection and a process each) while step 1 scans.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpuops-push-state") as pool:
         asking = pool.submit(current_trees, runners, dest, max_parallel)
-        # file hashes from the last scan of this source, so unchanged big files are not read again
-        hash_cache_path = cache_dir / f"hashes-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]}.json"
-        hash_cache = _read_json(hash_cache_path) if source.is_dir() else None
-        manifest = scan_tree(source, exclude, hash_cache)
-        if hash_cache is not None:
-            _write_json(hash_cache_path, hash_cache)
-        write_atomic(cache_dir / f"{manifest.tree_id}.json", manifest.text)
+        manifest = scan_with_cached_hashes(cache_dir, source, exclude)
+        remember_manifest(cache_dir, manifest.tree_id, manifest.text)
         trees, unreachable = asking.result()
 
     # Compressing costs more than it saves when every worker is on this machine (loopback, local directories).
@@ -436,34 +428,3 @@ def current_trees(runners: Sequence[Runner], dest: str, max_parallel: int,
     failed = [WorkerPush(result.worker, "failed", error=_agent_error(result, dest))
               for result in run_each(runners, ask, max_parallel) if not result.ok]
     return trees, failed
-
-
-def sweep_cache(cache_dir: Path) -> None:
-    """Remove what does not belong in a push cache: payload files an earlier version built here (one killed
-    mid-push left hundreds of MB), temporary files of writes that died (after a while: one may be under way),
-    and the manifests of all but the latest trees."""
-    now = time.time()
-    manifests = []
-    for path in cache_dir.iterdir():
-        try:
-            age = now - path.stat().st_mtime
-        except FileNotFoundError:
-            continue  # a concurrent push's temporary file, gone already
-        if path.name.startswith("payload-") or (path.suffix == ".tmp" and age > STALE_TEMP_SECONDS):
-            path.unlink(missing_ok=True)
-        elif path.suffix == ".json" and not path.name.startswith("hashes-"):
-            manifests.append((age, path))
-    for _, path in sorted(manifests)[KEPT_MANIFESTS:]:
-        path.unlink(missing_ok=True)
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_json(path: Path, data: dict) -> None:
-    write_atomic(path, json.dumps(data))
-
