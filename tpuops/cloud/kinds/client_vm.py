@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tpuops.cloud.base import Cloud, TpuMode, Vm, VmRequest
+from tpuops.cloud.base import Vm, VmRequest
 from tpuops.cloud.kinds.base import (
-    MISSING,
-    Described,
-    Doomed,
-    Finding,
     Found,
     Job,
     Known,
@@ -17,14 +13,13 @@ from tpuops.cloud.kinds.base import (
     owned_by,
 )
 from tpuops.cloud.kinds.guard_vm import is_guard
+from tpuops.cloud.kinds.vms import VmKindBase
 from tpuops.plan import Action, Kind, ObservedResource, client_vm_name, tpu_kind
 from tpuops.spec import Spec
-from tpuops.state import ResourceRecord
 
 
-class ClientVmKind:
+class ClientVmKind(VmKindBase):
     kind: Kind = "client_vm"
-    zonal = True
 
     def depends_on(self, spec: Spec) -> tuple[Kind, ...]:
         # With fallback zones the VM must wait to learn where the TPU found capacity.
@@ -59,23 +54,11 @@ class ClientVmKind:
         job.progress("client_vm", action.name, "ready")
         return Found(ObservedResource("client_vm", action.name, None, True, zone))
 
-    def delete(self, cloud: Cloud, mode: TpuMode, doomed: Doomed) -> None:
-        cloud.vms.delete_vm(doomed.zone or "", doomed.name)
+    def is_mine(self, labels: Mapping[str, str]) -> bool:
+        return not is_guard(labels)
 
-    def describe(self, cloud: Cloud, record: ResourceRecord, mode: TpuMode) -> Described:
-        zone = record.zone or ""
-        vm = cloud.vms.get_vm(zone, record.name)
-        if vm is None:
-            return Described(ResourceStatus("client_vm", record.name, zone, MISSING))
-        return Described(vm_row(vm))
-
-    def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
-        return [Finding(Doomed("client_vm", vm.name, zone)) for vm in cloud.vms.list_vms(zone)
-                if owned_by(vm.labels, cluster) and not is_guard(vm.labels)]
-
-    def labels(self, cloud: Cloud, mode: TpuMode, name: str, zone: str) -> Mapping[str, str] | None:
-        vm = cloud.vms.get_vm(zone, name)
-        return None if vm is None else vm.labels
+    def row(self, vm: Vm) -> ResourceStatus:
+        return vm_row(vm)
 
 
 def tpu_zone(job: Job, known: Known) -> str:

@@ -11,18 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tpuops.cloud.base import Cloud, TpuMode, Vm, VmRequest
+from tpuops.cloud.base import Cloud, Vm, VmRequest
 from tpuops.cloud.kinds.base import (
-    MISSING,
-    Described,
-    Doomed,
-    Finding,
     Found,
     Job,
     Known,
     ResourceStatus,
     owned_by,
 )
+from tpuops.cloud.kinds.vms import VmKindBase
 from tpuops.errors import CloudError
 from tpuops.guard.vm_shape import (
     DISK_GB,
@@ -35,7 +32,6 @@ from tpuops.guard.vm_shape import (
 )
 from tpuops.plan import Action, Kind, ObservedResource
 from tpuops.spec import CLUSTER_LABEL, Spec
-from tpuops.state import ResourceRecord
 
 STOPPED_STATES = frozenset({"TERMINATED", "STOPPED"})  # Compute's words for a VM stopped (by hand or by Google)
 
@@ -103,9 +99,8 @@ def ensure_guard_vm(cloud: Cloud, settings: GuardVmSettings) -> tuple[Vm, bool]:
     return cloud.vms.create_vm(guard_request(settings)), True
 
 
-class GuardVmKind:
+class GuardVmKind(VmKindBase):
     kind: Kind = "guard_vm"
-    zonal = True
 
     def depends_on(self, spec: Spec) -> tuple[Kind, ...]:
         return ()
@@ -125,23 +120,11 @@ class GuardVmKind:
             raise CloudError(f"the guard VM {action.name} is not there", f"run `tpuops guard up {job.spec.name}`")
         return Found(ObservedResource("guard_vm", action.name, None, True, action.zone))
 
-    def delete(self, cloud: Cloud, mode: TpuMode, doomed: Doomed) -> None:
-        cloud.vms.delete_vm(doomed.zone or "", doomed.name)
+    def is_mine(self, labels: Mapping[str, str]) -> bool:
+        return is_guard(labels)
 
-    def describe(self, cloud: Cloud, record: ResourceRecord, mode: TpuMode) -> Described:
-        zone = record.zone or ""
-        vm = cloud.vms.get_vm(zone, record.name)
-        if vm is None:
-            return Described(ResourceStatus("guard_vm", record.name, zone, MISSING))
-        return Described(guard_row(vm))
-
-    def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
-        return [Finding(Doomed("guard_vm", vm.name, zone)) for vm in cloud.vms.list_vms(zone)
-                if owned_by(vm.labels, cluster) and is_guard(vm.labels)]
-
-    def labels(self, cloud: Cloud, mode: TpuMode, name: str, zone: str) -> Mapping[str, str] | None:
-        vm = cloud.vms.get_vm(zone, name)
-        return None if vm is None else vm.labels
+    def row(self, vm: Vm) -> ResourceStatus:
+        return guard_row(vm)
 
 
 def guard_row(vm: Vm) -> ResourceStatus:
