@@ -106,6 +106,21 @@ def test_steps_lost_and_goodput() -> None:
     assert "2m paid" in progress.goodput.line()
 
 
+def test_a_hang_counts_its_time_without_steps_as_lost() -> None:
+    progress = Progress()
+    progress.tpu_ready = True
+    progress.tick(0)
+    progress.steps_seen([1, 2], 10)
+    progress.tick(60)
+    progress.tick(960)  # no new step: paid, not advancing (not yet known to be lost)
+    progress.preempted(960, already_lost=900)  # the watchdog confirmed a hang 900 s after the last step
+    progress.tick(1020)  # restarting
+    progress.relaunched = True
+    progress.steps_seen([2, 3], 1030)
+    assert progress.goodput == Goodput(paid_s=1020.0, advancing_s=0.0, lost_s=960.0)
+    assert "16m lost to preemption, hangs and recovery" in progress.goodput.line()
+
+
 def test_ledger_events_in_order_and_after(tmp_path: Path) -> None:
     ledger = Ledger(DirBlobStore(tmp_path), "guard@a")
     for kind in ("watch", "preemption", "recovered"):

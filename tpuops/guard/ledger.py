@@ -4,7 +4,7 @@ and a laptop's `watch` without reaching the guard itself:
 - `events/<time>-<holder>.json`: one object per event (GCS has no append, and one object per event never has
   two writers): preemptions, recoveries with the time they took and the steps they lost, the end of the run;
 - `heartbeat.json`: rewritten every minute: who holds the lease, the run, its last step, and the goodput so
-  far (hours paid, hours in which steps advanced, hours lost to preemption and recovery).
+  far (hours paid, hours in which steps advanced, hours lost to preemption, hangs and recovery).
 
 Goodput is counted by the guard between heartbeats: an interval is paid while the TPU is READY, advancing
 when the run's last step grew in it, lost while a recovery is under way (from the preemption seen to the first
@@ -58,7 +58,7 @@ class Goodput:
     def line(self) -> str:
         share = f" ({100 * self.advancing_s / self.paid_s:.0f}%)" if self.paid_s > 0 else ""
         return (f"goodput so far: {hours(self.paid_s)} paid, {hours(self.advancing_s)} with steps advancing{share}, "
-                f"{hours(self.lost_s)} lost to preemption and recovery")
+                f"{hours(self.lost_s)} lost to preemption, hangs and recovery")
 
 
 def hours(seconds: float) -> str:
@@ -166,9 +166,12 @@ class Progress:
                 self.goodput.lost_s += elapsed
         self._last_tick, self._step_at_last_tick = now, self.step
 
-    def preempted(self, now: float) -> None:
+    def preempted(self, now: float, already_lost: float = 0.0) -> None:
+        """A recovery begins; `already_lost`: the time a hang made no progress before it was confirmed, which the
+        ticks counted as paid but not advancing, and which is lost as surely as the recovery that follows."""
         if self.recovering_since is None:
             self.recovering_since, self.step_before, self.relaunched = now, self.step, False
+            self.goodput.lost_s += already_lost
 
     def steps_seen(self, steps: list[int], now: float) -> dict[str, Any] | None:
         """New steps from the scalars; after a relaunch the first of them closes the recovery: what it cost."""

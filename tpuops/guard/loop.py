@@ -262,8 +262,8 @@ class GuardedWatcher(watch_ops.Watcher):
 
     def recover(self, verdict: watch_ops.Verdict) -> None:
         self._check_lease()
-        self.progress.preempted(time.time())
-        kind = "preemption" if verdict.recreate else "failure"
+        self.progress.preempted(time.time(), already_lost=verdict.lost_for)
+        kind = "hang" if verdict.confirmed else "preemption" if verdict.recreate else "failure"
         self.note(kind, verdict.reason, step_before=self.progress.step)
         super().recover(verdict)
         self.progress.relaunched = True

@@ -100,6 +100,7 @@ class Verdict:
     recreate: bool = True  # recover: delete and create the TPU again (False: relaunch only)
     keep_tpu: bool = False  # ended: keep the TPU even with --down (the watchdog stopped restarting a hung run)
     confirmed: bool = False  # recover: its judge has confirmed it already (the watchdog, over SSH): act at once
+    lost_for: float = 0.0  # recover: seconds already lost before the verdict (a hang's time without a new step)
 
 
 FINE = Verdict("fine")
@@ -257,7 +258,7 @@ class Watcher:
             hang = self.watchdog.verdict()  # None: progressing (or not yet started)
             if hang is not None:
                 return Verdict("ended", hang.reason, exit_code=1, keep_tpu=True) if hang.stop else \
-                    Verdict("recover", hang.reason, recreate=hang.recreate, confirmed=True)
+                    Verdict("recover", hang.reason, recreate=hang.recreate, confirmed=True, lost_for=hang.quiet_for)
         return verdict
 
     def unless_autostopped(self, verdict: Verdict) -> Verdict:

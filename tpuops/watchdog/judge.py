@@ -48,6 +48,7 @@ EVENT = "hang"
 class HangVerdict:
     action: Literal["restart", "recreate", "stop"]
     reason: str
+    quiet_for: float = 0.0  # seconds without a new step when it was confirmed: lost to the hang
 
     @property
     def recreate(self) -> bool:
@@ -211,7 +212,8 @@ class Watchdog:
                           f"{decision.why}); incident {url}", force=True)
         if decision.action == "stop":
             reason += f"; stopped restarting ({decision.why}): {what['stop']}"
-        return HangVerdict(decision.action, reason if decision.action == "stop" else f"{reason} ({decision.why})")
+        return HangVerdict(decision.action, reason if decision.action == "stop" else f"{reason} ({decision.why})",
+                           quiet_for=quiet)
 
     # ---------------------------------------------------------------------------------------- status
     def publish(self, now: float, verdict: str, force: bool) -> None:
