@@ -132,6 +132,8 @@ def test_the_guard_recovers_a_preemption_with_no_cli_attached(quickstart: str, t
     assert facts["steps_lost"] == facts["step_before"] - facts["first_step_after"] + 1 >= 0
     assert kinds(ledger).index("preemption") < kinds(ledger).index("restart") < kinds(ledger).index("recovered")
 
+    # status reads the heartbeat, which the guard rewrites after the recovered event: wait for it to count it
+    wait_until(lambda: (beat := ledger.heartbeat()) is not None and beat.recoveries == 1, "the heartbeat's count")
     status = cli("status", "quickstart")
     assert status.returncode == 0, status.stderr
     line = next(text for text in status.stdout.splitlines() if text.strip().startswith("guard:"))
