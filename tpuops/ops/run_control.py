@@ -93,7 +93,10 @@ def _parse_status(result: RunResult) -> WorkerRun:
 
 
 def stop_step(cluster: str, run_id: str | None, runners: Sequence[Runner], max_parallel: int) -> Step:
-    """Stop a run on the given workers; without a run id, whatever run each worker has as its current one."""
+    """Stop a run on the given workers; without a run id, whatever run each worker has as its current one.
+    Every worker's run is marked stopped before any is signalled (a peer's death ends a multi-host trainer too)."""
+    mark = script_command("stop", cluster, run_id or "", str(STOP_GRACE_SECONDS), "mark")
+    run_each(runners, lambda r: r.run(mark, capture=True, timeout=60), max_parallel)
     argv = script_command("stop", cluster, run_id or "", str(STOP_GRACE_SECONDS))
     return Step("stop", tuple(run_each(runners, lambda r: r.run(argv, capture=True), max_parallel)))
 

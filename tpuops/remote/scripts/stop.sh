@@ -8,6 +8,9 @@ run="$2"
 [ -n "$run" ] || run=$(cat "$base/current_run" 2>/dev/null) || true
 run_dir="$base/runs/$run"
 if [ -z "$run" ] || [ ! -d "$run_dir" ]; then echo "no run ${run:-at all} here"; exit 0; fi
+# `stop ... mark`: the first pass over every worker, before any is signalled: a multi-host trainer whose peer is
+# stopped first may exit on its own (an error), and that exit is the stop's doing too.
+if [ "${4:-}" = mark ]; then [ -f "$run_dir/exit_code" ] || touch "$run_dir/killed"; exit 0; fi
 what="run $run"
 [ -f "$run_dir/pid" ] || what="setup of run $run"
 if [ -z "$(scope_members "$run_dir" "$run")" ]; then
