@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 from tests.helpers import run_cli, write_spec
-from tests.test_guard_local import FAST, cli, kinds, ledger_of, wait_until
+from tests.test_guard_local import FAST, cli, kinds, launched_cluster, ledger_of, wait_until
 from tpuops.state import ClusterState, StateStore, TpuRecord
 
 
@@ -59,16 +59,7 @@ def test_guard_status_without_a_guard(tmp_path: Path, tpuops_home: Path) -> None
 
 
 def test_max_restarts_used_up_is_said_in_the_ledger(tmp_path: Path, tpuops_home: Path) -> None:
-    name = f"gm-{uuid.uuid4().hex[:6]}"
-    spec = write_spec(tmp_path, f"""
-        name: {name}
-        provider: local
-        tpu: {{type: v2-8, workers: 1}}
-        bucket: {{name: {name}-b}}
-        trainer: {{framework: jax, command: "sleep 300"}}
-        """)
-    assert cli("up", str(spec)).returncode == 0
-    assert cli("launch", name).returncode == 0
+    name = launched_cluster(tmp_path, "gm")
     guard = subprocess.Popen([sys.executable, "-m", "tpuops", "watch", name, "--headless", "--max-restarts", "0"],
                              env={**os.environ, **FAST}, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
@@ -94,16 +85,7 @@ def test_max_restarts_used_up_is_said_in_the_ledger(tmp_path: Path, tpuops_home:
 def test_the_guard_idles_after_its_run_ended_and_watches_the_next_one(tmp_path: Path, tpuops_home: Path) -> None:
     """Under systemd's Restart=always a guard that exited after the run would be started again and again: it
     records the end in the ledger and waits for the next launch, also when started again after that end."""
-    name = f"gi-{uuid.uuid4().hex[:6]}"
-    spec = write_spec(tmp_path, f"""
-        name: {name}
-        provider: local
-        tpu: {{type: v2-8, workers: 1}}
-        bucket: {{name: {name}-b}}
-        trainer: {{framework: jax, command: "sleep 1"}}
-        """)
-    assert cli("up", str(spec)).returncode == 0
-    assert cli("launch", name).returncode == 0
+    name = launched_cluster(tmp_path, "gi", command="sleep 1")
     ledger = ledger_of(tpuops_home, f"{name}-b", name)
 
     def start_guard() -> subprocess.Popen[str]:

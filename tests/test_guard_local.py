@@ -43,6 +43,21 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, env=FAST, timeout=timeout)
 
 
+def launched_cluster(tmp_path: Path, prefix: str, workers: int = 1, command: str = "sleep 300") -> str:
+    """A local cluster with a bucket (where the lease and ledger live), up and running `command`."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, f"""
+        name: {name}
+        provider: local
+        tpu: {{type: v2-8, workers: {workers}}}
+        bucket: {{name: {name}-b}}
+        trainer: {{framework: jax, command: "{command}"}}
+        """)
+    assert cli("up", str(spec)).returncode == 0
+    assert cli("launch", name).returncode == 0
+    return name
+
+
 def guard_dir(home: Path, name: str) -> Path:
     return home / "local" / "guards" / name
 
@@ -194,16 +209,7 @@ def test_a_laptop_watch_views_and_a_killed_guard_keeps_lease_and_ledger(quicksta
 
 
 def test_two_guards_race_and_exactly_one_recovers(tmp_path: Path, tpuops_home: Path) -> None:
-    name = f"gr-{uuid.uuid4().hex[:6]}"
-    spec = write_spec(tmp_path, f"""
-        name: {name}
-        provider: local
-        tpu: {{type: v2-8, workers: 2}}
-        bucket: {{name: {name}-b}}
-        trainer: {{framework: jax, command: "sleep 300"}}
-        """)
-    assert cli("up", str(spec)).returncode == 0
-    assert cli("launch", name).returncode == 0
+    name = launched_cluster(tmp_path, "gr", workers=2)
     guards = [subprocess.Popen([sys.executable, "-m", "tpuops", "watch", name, "--headless"],
                                env={**os.environ, **FAST, "TPUOPS_GUARD_HOLDER": f"guard@{who}"},
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -236,16 +242,7 @@ def test_a_dead_tpu_seen_once_then_failed_status_calls_do_not_recover(tmp_path: 
     from tpuops.guard.loop import GuardedWatcher
     from tpuops.ops.watch import WatchOptions
 
-    name = f"gs-{uuid.uuid4().hex[:6]}"
-    spec = write_spec(tmp_path, f"""
-        name: {name}
-        provider: local
-        tpu: {{type: v2-8, workers: 1}}
-        bucket: {{name: {name}-b}}
-        trainer: {{framework: jax, command: "sleep 300"}}
-        """)
-    assert cli("up", str(spec)).returncode == 0
-    assert cli("launch", name).returncode == 0
+    name = launched_cluster(tmp_path, "gs")
     record = tpuops_home / "local" / "tpus" / f"{name}.json"
     ready = record.read_text()
     ledger = ledger_of(tpuops_home, f"{name}-b", name)
