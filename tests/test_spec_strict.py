@@ -139,3 +139,9 @@ def test_ordinary_aliases_still_work(tmp_path: Path) -> None:
     path.write_text(text)
     spec = check_spec_file(path).spec
     assert spec.trainer is not None and spec.trainer.setup == spec.trainer.command
+
+
+def test_the_guard_and_watch_sections_are_strict_too(tmp_path: Path) -> None:
+    for section in ("guard: {enabled: 1}", "watch: {watchdog: 'yes'}"):
+        done = run_cli("plan", str(write_spec(tmp_path, BASE + section + "\n")))
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, (section, done.stderr)

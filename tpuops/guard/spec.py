@@ -13,7 +13,7 @@ DEFAULT_MACHINE_TYPE = "e2-micro"
 
 
 class GuardSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # enabled: 1 is not true (issue 22, 14)
 
     enabled: bool = Field(False, description="`up` and `run` start the guard too: recovery that outlives "
                                              "your laptop (a small VM on Google Cloud, a local process here).")

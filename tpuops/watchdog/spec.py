@@ -58,7 +58,7 @@ HangSeconds = Annotated[
 class WatchSpec(BaseModel):
     """How `tpuops watch` judges progress (see the README's "Hang watchdog")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # enabled: 1 is not true (issue 22, 14)
 
     watchdog: StrictBool = Field(True, description="Detect, capture and restart a run that stopped making progress.")
     progress: StrictStr | None = Field(
