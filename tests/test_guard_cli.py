@@ -68,9 +68,12 @@ def test_max_restarts_used_up_is_said_in_the_ledger(tmp_path: Path, tpuops_home:
         wait_until(lambda: "watch" in kinds(ledger), "the guard to start")
         assert cli("simulate", "preempt", name).returncode == 0
         wait_until(lambda: "gave-up" in kinds(ledger), "the guard to give up")
-        time.sleep(1.0)  # a few polls: the guard idles (under systemd's Restart=always an exit would loop)
+        # Longer than a heartbeat may age (3 x 1 s): the guard idles (under systemd's Restart=always an exit would
+        # loop), and its heartbeat goes on, so status does not call it dead.
+        time.sleep(3.5)
         assert guard.poll() is None
         events = [event for _, event in ledger.events()]
+        status = cli("guard", "status", name)
     finally:
         if guard.poll() is None:
             guard.terminate()
@@ -80,6 +83,9 @@ def test_max_restarts_used_up_is_said_in_the_ledger(tmp_path: Path, tpuops_home:
     gave_up = [event for event in events if event.kind == "gave-up"]
     assert gave_up and "--max-restarts 0 is used up" in gave_up[0].message
     assert "restart" not in [event.kind for event in events]
+    assert status.returncode == 0, status.stderr
+    assert "guard: alive, idle: waiting for the next `tpuops launch" in status.stdout, status.stdout
+    assert "gave-up" in status.stdout  # the last events say why
 
 
 def test_the_guard_idles_after_its_run_ended_and_watches_the_next_one(tmp_path: Path, tpuops_home: Path) -> None:

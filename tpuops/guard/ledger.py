@@ -78,6 +78,7 @@ class Heartbeat:
     steps_lost: int = 0
     goodput: Goodput = field(default_factory=Goodput)
     interval: float = 60.0  # how often the holder writes it: "alive" is judged against this
+    idle: str | None = None  # a guard between runs: what it waits for (guard/heartbeat.py)
 
     def age(self, now: float | None = None) -> float:
         return max(0.0, (time.time() if now is None else now) - self.ts)

@@ -21,9 +21,10 @@ from tpuops.cloud.blob_types import BlobStore
 from tpuops.cloud.kinds.tpu import READY
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
+from tpuops.guard.heartbeat import HeartbeatWriter, IdleHeartbeat, heartbeat_interval
 from tpuops.guard.host import HOLDER_ENV
 from tpuops.guard.lease import Lease, LeaseKeeper, LeaseLost, LeaseRecord, read_lease
-from tpuops.guard.ledger import Heartbeat, Ledger, Progress
+from tpuops.guard.ledger import Ledger, Progress
 from tpuops.guard.notify import Notifier
 from tpuops.guard.place import guard_store, notify_url
 from tpuops.guard.viewer import view_guard
@@ -33,8 +34,6 @@ from tpuops.ops.remote import resolve_name
 from tpuops.ops.status import spec_of
 
 ROLE_GUARD, ROLE_WATCH = "guard", "watch"
-HEARTBEAT_ENV = "TPUOPS_GUARD_HEARTBEAT"  # seconds between heartbeats (default a minute; tests shrink it)
-HEARTBEAT_S = 60.0
 ERROR_KINDS = frozenset({"observe", "gave-up", "error"})
 RUN_OVER = frozenset({"ended", "gave-up"})  # ledger events after which the guard idles until the next run
 
@@ -71,9 +70,10 @@ def watch_with_lease(ctx: Context, name: str | None, options: watch_ops.WatchOpt
     if role == ROLE_WATCH:
         return _one_run(ctx, cluster, options, lease, ledger, on_event, sleep, spec)
     say = _sayer(on_event)
+    idle = IdleHeartbeat(ledger, holder, heartbeat_interval(ctx.env))
     over = _last_run_over(ledger)  # a guard started again (reboot, refresh) does not watch an ended run again
     while True:  # the guard outlives its runs: under systemd's Restart=always an exit would only start it again
-        _wait_for_a_run(ctx, cluster, options.poll_interval, say, sleep, over)
+        _wait_for_a_run(ctx, cluster, options.poll_interval, say, sleep, over, idle)
         try:
             over = _one_run(ctx, cluster, options, lease, ledger, on_event, sleep, spec).run_id
         except watch_ops.WatchGaveUp as err:  # in the ledger already; recovering again would only fail again
@@ -111,19 +111,22 @@ def _one_run(ctx: Context, cluster: str, options: watch_ops.WatchOptions, lease:
 
 
 def _wait_for_a_run(ctx: Context, cluster: str, interval: float, say: Callable[[str, str], None],
-                    sleep: Callable[[float], None], over: str | None = None) -> None:
+                    sleep: Callable[[float], None], over: str | None, idle: IdleHeartbeat) -> None:
     """A guard started before the first launch (`up --guard`), or whose run is over (`over`: the run that
     ended, finished, was stopped, was given up on, or lost its TPU to autostop), waits for the next run instead of
-    exiting."""
+    exiting, and keeps its heartbeat meanwhile."""
     def waiting() -> bool:
         run = ctx.store.require(cluster).current_run
         return run is None or run.id == over
 
     if not waiting():
         return
+    waiting_for = f"the next `tpuops launch {cluster}` (run {over} is over)" if over else \
+        f"the first `tpuops launch {cluster}`"
     if over is None:
         say("guard", f"'{cluster}' has no run yet: waiting for `tpuops launch {cluster}`")
     while waiting():
+        idle.tick(waiting_for)
         sleep(interval)
 
 
@@ -146,7 +149,7 @@ def _recover_holding(ctx: Context, cluster: str, options: watch_ops.WatchOptions
                      spec: Any) -> watch_ops.WatchResult:
     say = _sayer(on_event)
     progress = Progress.resumed(_quietly(ledger.heartbeat))
-    beat = HeartbeatWriter(ledger, progress, lease, float(ctx.env.get(HEARTBEAT_ENV) or HEARTBEAT_S))
+    beat = HeartbeatWriter(ledger, progress, lease, heartbeat_interval(ctx.env))
     keeper = LeaseKeeper(lease, tick=beat.tick, on_error=lambda text: say("lease", text)).start()
     url = notify_url(spec, ctx.store.cluster_dir(cluster))
     notifier = Notifier(url, cluster, warn=lambda text: say("notify", text)) if url else None
@@ -170,35 +173,6 @@ def _recover_holding(ctx: Context, cluster: str, options: watch_ops.WatchOptions
             lease.release()
         if notifier is not None:
             notifier.close()
-
-
-@dataclass
-class HeartbeatWriter:
-    """Counts goodput every lease renewal and writes the heartbeat every `interval` seconds."""
-
-    ledger: Ledger
-    progress: Progress
-    lease: Lease
-    interval: float
-    run_id: str | None = None
-    tpu_state: str | None = None
-    _last: float = 0.0
-
-    def tick(self, force: bool = False) -> None:
-        now = time.time()
-        self.progress.tick(now)
-        if not force and now - self._last < self.interval:
-            return
-        self._last = now
-        heartbeat = Heartbeat(now, self.lease.holder, self.lease.role, self.run_id, self.progress.step,
-                              self.tpu_state, self.progress.recoveries, self.progress.steps_lost,
-                              self.progress.goodput, self.interval)
-        try:
-            self.ledger.write_heartbeat(heartbeat)
-        except TpuopsError:
-            if force:
-                return  # the last one, on the way out: the bucket unreachable must not hide why we stop
-            raise
 
 
 class StepReader:

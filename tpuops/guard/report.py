@@ -51,6 +51,8 @@ class GuardReport:
             return f"{state} ({where})"
         age = format_duration(self.heartbeat.age())
         who = self.heartbeat.role if self.heartbeat.role != "guard" else ""
+        if self.heartbeat.alive() and self.heartbeat.idle:
+            return f"alive, idle: waiting for {self.heartbeat.idle} (heartbeat {age} ago; {where})"
         if self.heartbeat.alive():
             return f"alive (heartbeat {age} ago{', from ' + who if who else ''}; {where})"
         if self.events and self.events[-1].kind == "ended":
