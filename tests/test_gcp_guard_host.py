@@ -75,8 +75,8 @@ def rig(gcs_emulator: GcsEmulator, tmp_path_factory: pytest.TempPathFactory) -> 
         gcp.stop()
 
 
-def staged(rig: Rig, prefix: str) -> dict[str, bytes]:
-    bucket = rig.gcp.storage().bucket(rig.bucket)
+def staged(rig: Rig, prefix: str, bucket_name: str | None = None) -> dict[str, bytes]:
+    bucket = rig.gcp.storage().bucket(bucket_name or rig.bucket)
     return {blob.name[len(prefix):]: blob.download_as_bytes() for blob in bucket.list_blobs(prefix=prefix)}
 
 
@@ -134,7 +134,7 @@ def test_a_network_without_a_rule_for_the_guard_is_refused_before_anything_is_cr
     prefix = f".tpuops/{placement.cluster}/guard/bundle/"
     inserts = len(rig.gcp.compute_api.server.calls("POST", r"/instances$"))
     with pytest.raises(CloudError) as caught:
-        rig.host().ensure(placement, f".tpuops/{placement.cluster}/guard")
+        rig.host().check(placement)
     assert "no firewall rule of network isolated lets it in on tcp:" in caught.value.message
     assert caught.value.hint is not None and "--network=isolated" in caught.value.hint
     assert f"--allow=tcp:{rig.sshd.port} --source-tags=tpuops-guard" in caught.value.hint
@@ -149,7 +149,9 @@ def test_a_rule_naming_the_guards_tag_is_enough(rig: Rig) -> None:
     rig.gcp.compute.firewalls["tagged-guard"] = FakeFirewall(
         "tagged-guard", network="tagged", allowed=[("tcp", [f"{rig.sshd.port}"])], source_tags=["tpuops-guard"])
     try:
-        assert rig.host().ensure(placement, f".tpuops/{placement.cluster}/guard").state == "running"
+        host = rig.host()
+        host.check(placement)
+        assert host.ensure(placement, f".tpuops/{placement.cluster}/guard").state == "running"
     finally:
         del rig.gcp.compute.firewalls["tagged-guard"]
 
@@ -229,3 +231,38 @@ def test_guard_up_on_the_cli_creates_the_vm_that_status_lists_and_down_deletes(r
     down = run_cli("down", name, "--yes", env=env)
     assert down.returncode == 0, down.stderr
     assert ("us-west1-a", f"{name}-guard") not in rig.gcp.compute.instances
+
+
+def test_a_guard_up_refused_or_failed_leaves_no_staged_bundle_in_the_bucket(rig: Rig, tmp_path: Path,
+                                                                           tpuops_home: Path) -> None:
+    """The firewall is judged before the bundle is staged; a first guard up whose VM cannot be created takes
+    its staged copies away again."""
+    from tests.helpers import run_cli, write_spec
+
+    name = f"night-{uuid.uuid4().hex[:6]}"
+    body = f"""
+        name: {name}
+        zone: {ZONE}
+        tpu: {{type: v2-8, runtime: tpu-ubuntu2204-base, network: NETWORK}}
+        bucket: {{name: {name}-b}}
+        ssh: {{user: root, port: {rig.sshd.port}}}
+        """
+    spec = write_spec(tmp_path, body.replace("NETWORK", "default"))
+    assert run_cli("up", str(spec), env=rig.gcp.env).returncode == 0
+    env = {**rig.gcp.env, "TPUOPS_GUARD_VM_HOME": str(rig.root / "guard-home"), "TPUOPS_GUARD_VM_USER": "root"}
+    bundle = f".tpuops/{name}/guard/bundle/"
+    try:
+        rig.gcp.compute_api.server.faults.http_error("POST", r"/instances$", 403,
+                                                     message="Required 'compute.instances.create' permission")
+        denied = run_cli("guard", "up", name, env=env)
+        assert denied.returncode != 0 and "roles/compute.instanceAdmin.v1" in denied.stderr, denied.stderr
+        assert staged(rig, bundle, f"{name}-b") == {}
+
+        write_spec(tmp_path, body.replace("NETWORK", "isolated"))  # guard up reads the spec as it is now
+        refused = run_cli("guard", "up", name, env=env)
+        assert refused.returncode != 0 and "no firewall rule of network isolated" in refused.stderr, refused.stderr
+        assert staged(rig, bundle, f"{name}-b") == {}
+        assert (ZONE, f"{name}-guard") not in rig.gcp.compute.instances
+    finally:
+        write_spec(tmp_path, body.replace("NETWORK", "default"))
+        assert run_cli("down", name, "--yes", env=env).returncode == 0

@@ -84,6 +84,14 @@ def stage_bundle(ctx: Context, state: ClusterState, spec: Spec | None, store: Bl
     return _sync(store, files, blobs, owned=(base, EXECUTABLES))
 
 
+def remove_bundle(store: BlobStore) -> int:
+    """Every object of the bundle (the staged files and the wheels beside them); how many there were."""
+    names = [info.name for info in store.list("")]
+    for name in names:
+        store.delete(name)
+    return len(names)
+
+
 def staged_state(state: ClusterState, home: str) -> bytes:
     """The state as the guard reads it on the VM (it holds no secret: see state.py)."""
     copy = state.model_copy(deep=True)

@@ -9,11 +9,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from tpuops import keys
+from tpuops.cloud.blob_types import BlobStore
 from tpuops.cloud.provider import Login
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.bundle import stage_bundle
-from tpuops.guard.host import BUNDLE, GuardHostInfo, GuardPlacement
+from tpuops.guard.bundle import remove_bundle, stage_bundle
+from tpuops.guard.host import BUNDLE, GuardHost, GuardHostInfo, GuardPlacement
 from tpuops.guard.lease import Lease, read_lease
 from tpuops.guard.ledger import Ledger, LedgerEvent
 from tpuops.guard.place import guard_store, guard_url
@@ -63,16 +64,32 @@ def guard_up(ctx: Context, name: str | None, zone: str | None = None,
     placement = placement_for(state, spec, zone, machine_type, cluster_login(ctx, state, spec))
     provider = ctx.provider_for(spec, state)
     host = provider.guard_host()
+    host.check(placement)  # before anything is written
     prefix = guard_url(placement.bucket, state.name)
-    home = host.bundle_home()
-    if home is not None:  # a guard VM runs from copies: staged first, since it starts as soon as they are there
-        stage_bundle(ctx, state, spec, provider.blob_store(f"{prefix}/{BUNDLE}"), home)
-    info = host.ensure(placement, prefix)
+    info = _ensure_with_bundle(ctx, state, spec, host, placement, provider.blob_store(f"{prefix}/{BUNDLE}"), prefix)
     state.log("guard", f"guard up: {info.kind} {info.name} ({info.state})")
     if info.kind == "vm":  # a resource like the others: `status` describes it, `down` searches its zone
         state.set_resource(VmRecord(kind="guard_vm", name=info.name, zone=info.zone, status="created"))
     ctx.store.save(state)
     return info
+
+
+def _ensure_with_bundle(ctx: Context, state: ClusterState, spec: Spec | None, host: GuardHost,
+                        placement: GuardPlacement, bundle: BlobStore, prefix: str) -> GuardHostInfo:
+    """A guard VM runs from copies: staged first, since it starts as soon as they are there. A first `guard up`
+    that then fails takes its staged copies away again (nothing half-done); a running guard's stay."""
+    home = host.bundle_home()
+    if home is None:
+        return host.ensure(placement, prefix)
+    first = host.describe(state.name) is None
+    stage_bundle(ctx, state, spec, bundle, home)
+    try:
+        return host.ensure(placement, prefix)
+    except BaseException:
+        if first:
+            with contextlib.suppress(TpuopsError):
+                remove_bundle(bundle)
+        raise
 
 
 def launch_handed_to_guard(ctx: Context, name: str | None, options: launch_ops.LaunchOptions, *,

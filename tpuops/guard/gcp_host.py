@@ -1,12 +1,12 @@
 """The guard on Google Cloud: one small VM per cluster (cloud/kinds/guard_vm.py) that runs the headless watch.
 
-`ensure` checks before anything is created that the network lets the guard reach the workers' SSH port, creates
-or adopts the VM with its startup script (guard/startup.py), stages the wheel of the running tpuops in the bundle
-(gs://BUCKET/.tpuops/NAME/guard/bundle/, mirrored into the VM's TPUOPS_HOME: `guard up` stages the cluster's state,
-spec and code snapshot there before, guard/bundle.py), then copies the cluster's SSH key and guard.notify's webhook
-to the guard's disk over SSH (0600, owned by the guard's user; on the wire only inside SSH, on stdin: never in the
-bucket, the metadata, an argument or a log). An adopted VM is asked to run its startup script again, which
-fetches what changed and restarts the service.
+`check` judges, before anything is written, that the network lets the guard reach the workers' SSH port and that
+the cluster's key exists. `ensure` then creates or adopts the VM with its startup script (guard/startup.py),
+stages the wheel of the running tpuops in the bundle (gs://BUCKET/.tpuops/NAME/guard/bundle/, mirrored into the
+VM's TPUOPS_HOME: `guard up` stages the cluster's state, spec and code snapshot there before, guard/bundle.py),
+then copies the cluster's SSH key and guard.notify's webhook to the guard's disk over SSH (0600, owned by the
+guard's user; on the wire only inside SSH, on stdin: never in the bucket, the metadata, an argument or a log). An
+adopted VM is asked to run its startup script again, which fetches what changed and restarts the service.
 
 A 403 becomes one line naming the role to grant, and a VM created by a call that then failed is deleted again.
 """
@@ -89,13 +89,16 @@ class GcpGuardHost:
     def bundle_home(self) -> str:
         return self.layout.home
 
-    def ensure(self, placement: GuardPlacement, bundle_prefix: str) -> GuardHostInfo:
+    def check(self, placement: GuardPlacement) -> None:
         if not placement.zone:
             raise UsageError(f"no zone for the guard of {placement.cluster}", "set guard.zone or zone in the spec")
-        if placement.login is None:
-            raise UsageError(f"no SSH key for cluster {placement.cluster}", f"run `tpuops up` for {placement.cluster}")
+        if placement.login is None or not placement.login.key_path.is_file():  # a new key would be one no worker knows
+            raise UsageError(f"no SSH key for cluster {placement.cluster}",
+                             f"run `tpuops up` for {placement.cluster} first")
+        check_reach(self._cloud(), placement)
+
+    def ensure(self, placement: GuardPlacement, bundle_prefix: str) -> GuardHostInfo:
         cloud = self._cloud()
-        check_reach(cloud, placement)  # before anything is created
         bundle = bundle_objects(placement.bucket, bundle_prefix)
         settings = self.settings(placement, bundle)
         vm, created = with_role(lambda: ensure_guard_vm(cloud, settings), vm_role(placement))
@@ -124,10 +127,7 @@ class GcpGuardHost:
     # ------------------------------------------------------------------------------------------------ steps
     def settings(self, placement: GuardPlacement, bundle_prefix: str) -> GuardVmSettings:
         login = placement.login
-        assert login is not None and placement.zone is not None
-        if not login.key_path.is_file():  # a new key would be one no worker knows
-            raise UsageError(f"the cluster's SSH key {login.key_path} does not exist",
-                             f"run `tpuops up` for {placement.cluster} first")
+        assert login is not None and placement.zone is not None, "GcpGuardHost.check comes first"
         public = keys.ensure_key_pair(login.key_path.parent, placement.cluster)
         boot = GuardBoot(placement.cluster, placement.bucket, bundle_prefix, self.layout.home, self.layout.user)
         return GuardVmSettings(

@@ -57,8 +57,13 @@ class GuardHost(Protocol):
         None when the guard reads this machine's own state, spec and code."""
         ...
 
+    def check(self, placement: GuardPlacement) -> None:
+        """What can be judged before anything is written or created (the network lets the guard reach the
+        workers, the cluster's key exists): raises with what to fix. `guard up` calls it before staging."""
+        ...
+
     def ensure(self, placement: GuardPlacement, bundle_prefix: str) -> GuardHostInfo:
-        """Start the guard, or adopt the one running and refresh it (idempotent)."""
+        """Start the guard, or adopt the one running and refresh it (idempotent); after `check`."""
         ...
 
     def describe(self, cluster: str) -> GuardHostInfo | None:

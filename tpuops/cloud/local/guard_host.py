@@ -35,6 +35,9 @@ class LocalGuardHost:
     def bundle_home(self) -> None:
         return None  # the process reads this machine's TPUOPS_HOME: nothing to stage
 
+    def check(self, placement: GuardPlacement) -> None:
+        return None  # a process on this machine reads the workers as every command here does
+
     def ensure(self, placement: GuardPlacement, bundle_prefix: str) -> GuardHostInfo:
         """Adopt the guard process that runs, or start one. The process reads the cluster's state and spec
         from this machine at every poll, so a changed spec or code needs no refresh (`bundle_prefix`, where a VM
