@@ -60,7 +60,13 @@ def guard_up(ctx: Context, name: str | None, zone: str | None = None,
              machine_type: str | None = None) -> GuardHostInfo:
     """Start the guard, or adopt the one running and refresh it (idempotent)."""
     state = ctx.store.require(resolve_name(ctx, name))
-    spec = spec_of(state)
+    return start_guard(ctx, state, spec_of(state), zone, machine_type)
+
+
+def start_guard(ctx: Context, state: ClusterState, spec: Spec | None, zone: str | None = None,
+                machine_type: str | None = None) -> GuardHostInfo:
+    """`guard up` for a caller that holds the cluster's state and spec (`up --guard`): the guard's VM is
+    recorded in that state, which is saved."""
     placement = placement_for(state, spec, zone, machine_type, cluster_login(ctx, state, spec))
     provider = ctx.provider_for(spec, state)
     host = provider.guard_host()
@@ -121,11 +127,13 @@ def hand_run_to_guard(ctx: Context, cluster: str) -> str | None:
 
 
 def guard_down(ctx: Context, name: str) -> bool:
-    """Stop and remove the guard; its lease is freed at once (else a laptop watch would wait 3 polls)."""
+    """`tpuops guard down NAME`."""
     state = ctx.store.load(name)
-    if state is None:
-        return False
-    spec = spec_of(state)
+    return stop_guard(ctx, state, spec_of(state)) if state is not None else False
+
+
+def stop_guard(ctx: Context, state: ClusterState, spec: Spec | None) -> bool:
+    """Stop and remove the guard; its lease is freed at once (else a laptop watch would wait 3 polls)."""
     host = host_of(ctx.provider_for(spec, state))
     stopped = host.delete(state.name) if host is not None else False
     if state.resource("guard_vm") is not None:

@@ -122,9 +122,12 @@ def find_without_state(ctx: Context, name: str, zones: Sequence[str], delete_buc
 
 def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | None = None) -> DownResult:
     report = progress or (lambda kind, name, text: None)
-    stop_guard(ctx, plan.cluster, report)  # first: it would take the deletions below for a preemption
-    if any(d.kind in ("tpu", "queued_resource") for d in plan.doomed):
-        stop_autostop(ctx, plan.cluster, report)
+    state = ctx.store.load(plan.cluster)
+    spec = spec_of(state) if state is not None else None
+    if state is not None:  # without state there is no guard process nor agent config here to stop
+        stop_guard(ctx, state, spec, report)  # first: it would take the deletions below for a preemption
+        if any(d.kind in ("tpu", "queued_resource") for d in plan.doomed):
+            stop_autostop(ctx, state, spec, report)
     # The guard first: left running, it would see the TPU gone and create it again.
     for doomed in (d for d in plan.doomed if d.kind == "guard_vm"):
         delete_one(cloud, plan.mode, doomed, report)
@@ -137,26 +140,26 @@ def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | Non
             future.result()
         for doomed in (d for d in plan.doomed if not handler(d.kind).zonal):
             delete_one(cloud, plan.mode, doomed, report)
-    forget_cluster(ctx, plan)
+    forget_cluster(ctx, plan, state)
     return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket, plan.where)
 
 
-def stop_guard(ctx: Context, cluster: str, report: Progress) -> None:
+def stop_guard(ctx: Context, state: ClusterState, spec: Spec | None, report: Progress) -> None:
     try:
-        stopped = guard_commands.guard_down(ctx, cluster)
+        stopped = guard_commands.stop_guard(ctx, state, spec)
     except TpuopsError as err:
-        report("guard", cluster, f"could not stop the guard ({err.message}); deleting anyway")
+        report("guard", state.name, f"could not stop the guard ({err.message}); deleting anyway")
         return
     if stopped:
-        report("guard", cluster, "stopped")
+        report("guard", state.name, "stopped")
 
 
-def stop_autostop(ctx: Context, cluster: str, report: Progress) -> None:
+def stop_autostop(ctx: Context, state: ClusterState, spec: Spec | None, report: Progress) -> None:
     """The agent goes first, so it does not race the deletion (best effort: the TPU is deleted anyway)."""
     try:
-        stopped = cost_guard.stop_before_down(ctx, cluster)
+        stopped = cost_guard.stop_before_down(ctx, state, spec)
     except TpuopsError as err:
-        report("autostop", cluster, f"could not stop the agent ({err.message}); deleting anyway")
+        report("autostop", state.name, f"could not stop the agent ({err.message}); deleting anyway")
         return
     if stopped is not None:
         report("autostop", stopped.worker, "stopped" if stopped.error is None else f"not stopped: {stopped.error}")
@@ -168,12 +171,12 @@ def delete_one(cloud: Cloud, mode: TpuMode, doomed: Doomed, report: Progress) ->
     report(doomed.kind, doomed.name, "deleted")
 
 
-def forget_cluster(ctx: Context, plan: DownPlan) -> None:
-    """Drop what no longer exists from local state; the state goes entirely unless the bucket is kept."""
+def forget_cluster(ctx: Context, plan: DownPlan, state: ClusterState | None) -> None:
+    """Drop what no longer exists from local state (as `execute` read it after the confirmation); the state
+    goes entirely unless the bucket is kept."""
     from tpuops.ops.remote import forget_pushes
 
     forget_pushes(ctx, plan.cluster)
-    state = ctx.store.load(plan.cluster)
     if state is None:
         return
     keys.forget_host_keys(ctx.store.cluster_dir(plan.cluster))

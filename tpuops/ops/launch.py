@@ -23,7 +23,7 @@ from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.autostop import cost_guard
 from tpuops.guard.autostop.remote import AgentInstall
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push
+from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push_to
 from tpuops.ops.run_control import (  # noqa: F401  (also the run's other commands, where callers find them)
     UNREACHABLE,
     FollowInterrupted,
@@ -155,7 +155,7 @@ class _Launch:
         live = [a for a in answers if a.state in ("running", "setup")]
         if live and not options.replace:
             raise _still_going(cluster, live, last)
-        if not self.record(_push(self.ctx, self.access, options, self.on_push)).ok:
+        if not self.record(_push(self.ctx, self.access, self.runners, options, self.on_push)).ok:
             return self.failed()
         if live:
             self.record(stop_step(cluster, None, self.runners, options.max_parallel))
@@ -180,7 +180,8 @@ class _Launch:
             self.record(stop_step(cluster, self.run_id, self.runners, options.max_parallel))
             return self.failed()
         install_tools(self.runners, cluster, spec, self.ctx.env, options.max_parallel)  # the watchdog's py-spy
-        return LaunchReport(cluster, self.run_id, tuple(self.steps), cost_guard.install(self.ctx, cluster))
+        return LaunchReport(cluster, self.run_id, tuple(self.steps),
+                            cost_guard.install(self.ctx, self.access, self.runners[0]))
 
     def setup(self, setup: str) -> Step:
         """trainer.setup on every worker, as the run's first part; a worker's result says when `stop` ended it."""
@@ -198,10 +199,12 @@ class _Launch:
         return Step("setup", tuple(run_each(self.runners, one, self.options.max_parallel)))
 
 
-def _push(ctx: Context, access: ClusterAccess, options: LaunchOptions, on_push: ProgressHandler | None) -> Step:
-    """One result per worker (however many trees went to it) and one per upload."""
-    report = push(ctx, access.state.name, data=options.push_data, max_parallel=options.max_parallel,
-                  on_progress=on_push)
+def _push(ctx: Context, access: ClusterAccess, runners: Sequence[Runner], options: LaunchOptions,
+          on_push: ProgressHandler | None) -> Step:
+    """Over the launch's own connections: one result per worker (however many trees went to it) and one per
+    upload."""
+    report = push_to(ctx, access, runners=runners, data=options.push_data, max_parallel=options.max_parallel,
+                     on_progress=on_push)
     by_worker: dict[str, list] = {}
     for tree in report.trees:
         for pushed in tree.workers:

@@ -74,8 +74,14 @@ def resolve_name(ctx: Context, name: str | None, otherwise: str | None = None) -
 
 
 def cluster_access(ctx: Context, name: str | None, *, need_spec: bool = False) -> ClusterAccess:
+    """A command's way in, from the cluster's name: its state and spec read here."""
     state = ctx.store.require(resolve_name(ctx, name))
-    spec = _load_spec(state, required=need_spec)
+    return access_for(ctx, state, _load_spec(state, required=need_spec))
+
+
+def access_for(ctx: Context, state: ClusterState, spec: Spec | None) -> ClusterAccess:
+    """The way in for a caller that already holds the state and the spec (`up`, `status`, `down`): nothing is
+    read again."""
     targets = ssh_targets(state)
     if not targets:
         raise UsageError(
@@ -278,6 +284,25 @@ def push(
     cluster or key are raised as one TpuopsError. `on_progress` hears every worker's part of each tree as it goes.
     """
     access = cluster_access(ctx, name, need_spec=True)
+    return push_to(ctx, access, code=code, data=data, connect_timeout=connect_timeout, max_parallel=max_parallel,
+                   on_upload=on_upload, on_new_host_key=on_new_host_key, on_progress=on_progress)
+
+
+def push_to(
+    ctx: Context,
+    access: ClusterAccess,
+    *,
+    runners: Sequence[Runner] | None = None,
+    code: bool = True,
+    data: bool = True,
+    connect_timeout: float | None = None,
+    max_parallel: int = DEFAULT_MAX_PARALLEL,
+    on_upload: UploadProgress | None = None,
+    on_new_host_key: Callable[[str, str], None] | None = None,
+    on_progress: ProgressHandler | None = None,
+) -> PushReport:
+    """`push` for a caller that holds the cluster's access, and may hold open runners to every worker (a
+    launch): those are used and left open; otherwise runners are opened (and closed) here."""
     spec = access.spec
     assert spec is not None
     base_dir = Path(access.state.spec_path).resolve().parent
@@ -298,18 +323,19 @@ def push(
         else:
             tree_jobs.append((source, item.to, ()))
     if tree_jobs:
-        runners = make_runners(access, access.workers, connect_timeout=connect_timeout,
-                               on_new_host_key=on_new_host_key)
+        opened = [] if runners is not None else make_runners(access, access.workers, connect_timeout=connect_timeout,
+                                                             on_new_host_key=on_new_host_key)
         relay = access.provider.relay_hosts(worker_targets(access.workers))
         try:
             for source, dest, exclude in tree_jobs:
                 cache_dir = cache_root / hashlib.sha256(dest.encode()).hexdigest()[:12]
-                trees.append(push_tree(runners, source, dest, exclude=exclude, cache_dir=cache_dir,
-                                       relay_hosts=relay, max_parallel=max_parallel,
+                trees.append(push_tree(list(runners if runners is not None else opened), source, dest,
+                                       exclude=exclude, cache_dir=cache_dir, relay_hosts=relay,
+                                       max_parallel=max_parallel,
                                        slice_of={w.name: w.slice for w in access.workers},
                                        on_progress=on_progress))
         finally:
-            for runner in runners:
+            for runner in opened:
                 runner.close()
     return PushReport(access.state.name, tuple(trees), tuple(uploads))
 

@@ -26,6 +26,7 @@ from tpuops.guard.autostop.remote import AgentInstall
 from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.guard.host import GuardHostInfo
 from tpuops.ops.offerings import verify_spec_zones
+from tpuops.ops.remote import access_for
 from tpuops.ops.specs import load_checked
 from tpuops.ops.workers import number_hosts
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
@@ -103,8 +104,9 @@ def up(
     except KeyboardInterrupt:
         raise interrupted(job) from None
     workers, known_hosts = record_workers(ctx, job, known[tpu_kind(spec)])
-    agent = cost_guard.install(ctx, spec.name)
-    guard_info = guard_commands.guard_up(ctx, spec.name) if start_guard else None
+    # Handed on as held: the state just written and the spec parsed above, not read again by name.
+    agent = cost_guard.install(ctx, access_for(ctx, job.ledger.state, spec))
+    guard_info = guard_commands.start_guard(ctx, job.ledger.state, spec) if start_guard else None
     return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info)
 
 

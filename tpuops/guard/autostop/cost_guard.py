@@ -33,7 +33,8 @@ from tpuops.guard.autostop.client import (
 )
 from tpuops.guard.autostop.remote import AgentConfig, AgentInstall, AgentStop, read_agent, stop_agent
 from tpuops.guard.autostop.spec import AutostopSpec
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, tpu_paths
+from tpuops.ops.remote import ClusterAccess, access_for, cluster_access, make_runners, tpu_paths
+from tpuops.remote.base import Runner
 from tpuops.spec import Spec
 from tpuops.state import ClusterState, TpuRecord, bucket_of, epoch_seconds
 
@@ -51,30 +52,31 @@ def with_idle(current: AutostopSpec, given: AutostopSpec) -> AutostopSpec:
     return AutostopSpec(idle=given.idle, max_hours=current.max_hours) if given.idle is not None else AutostopSpec()
 
 
-def install(ctx: Context, name: str) -> AgentInstall | None:
+def install(ctx: Context, access: ClusterAccess, worker0_runner: Runner | None = None) -> AgentInstall | None:
     """Install (or refresh) the agent on worker 0 when autostop is on; None when it is off. An earlier
-    `autostop off` stays in force (its keep-alive file is left alone). Never raises for the worker's sake:
-    `started=False` and an error naming the worker come back, and the caller warns."""
-    access = cluster_access(ctx, name)
+    `autostop off` stays in force (its keep-alive file is left alone). `access` and worker 0's runner are the
+    caller's (`up` holds the state and spec it just wrote, `launch` its open connections); a runner is opened
+    here only when none is given. Never raises for the worker's sake: `started=False` and an error naming the
+    worker come back, and the caller warns."""
     setting = setting_of(access.state, access.spec)
-    if not setting.enabled:
-        if access.state.autostop is not None:  # `--autostop off`: an agent installed before must not fire
-            runner = worker0(access)
-            try:
-                with contextlib.suppress(TpuopsError):
-                    stop_agent(runner, access.state.name, keep_alive=True)
-            finally:
-                runner.close()
+    if not setting.enabled and access.state.autostop is None:
         return None
+    config = None
+    if setting.enabled:
+        try:
+            config = config_for(ctx, access, setting)
+        except UsageError as err:
+            return AgentInstall("w0", False, error=err.message)
+    runner = worker0_runner or worker0(access)
     try:
-        config = config_for(ctx, access, setting)
-    except UsageError as err:
-        return AgentInstall("w0", False, error=err.message)
-    runner = worker0(access)
-    try:
+        if config is None:  # `--autostop off`: an agent installed before must not fire
+            with contextlib.suppress(TpuopsError):
+                stop_agent(runner, access.state.name, keep_alive=True)
+            return None
         return install_on_worker0(runner, config, clear_keep_alive=False)
     finally:
-        runner.close()
+        if worker0_runner is None:
+            runner.close()
 
 
 @dataclass(frozen=True)
@@ -111,12 +113,11 @@ def set_autostop(ctx: Context, name: str, text: str) -> AutostopChange:
     return AutostopChange(access.state.name, setting.describe(), outcome.worker, error)
 
 
-def stop_before_down(ctx: Context, name: str) -> AgentStop | None:
+def stop_before_down(ctx: Context, state: ClusterState, spec: Spec | None) -> AgentStop | None:
     """`down` stops the agent first, so it does not race the deletion; only where one may run."""
-    state = ctx.store.load(name)
-    if state is None or not state.workers:
+    if not state.workers:
         return None
-    access = cluster_access(ctx, name)
+    access = access_for(ctx, state, spec)
     if not setting_of(state, access.spec).enabled:
         return None
     with contextlib.suppress(TpuopsError):
@@ -162,8 +163,7 @@ def guard_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_ready
                            slices=len(tpu.node_names) if tpu is not None else 1)
     view = None
     if tpu_ready and state.workers and (setting.enabled or state.autostop is not None):
-        access = cluster_access(ctx, state.name)
-        runner = worker0(access, connect_timeout=AGENT_CONNECT_TIMEOUT)
+        runner = worker0(access_for(ctx, state, spec), connect_timeout=AGENT_CONNECT_TIMEOUT)
         try:
             view = autostop_view(read_agent(runner, state.name))
         finally:
@@ -204,7 +204,7 @@ def config_for(ctx: Context, access: ClusterAccess, setting: AutostopSpec) -> Ag
     )
 
 
-def worker0(access: ClusterAccess, connect_timeout: float | None = None) -> Any:  # Runner
+def worker0(access: ClusterAccess, connect_timeout: float | None = None) -> Runner:
     return make_runners(access, access.workers[:1], connect_timeout=connect_timeout)[0]
 
 

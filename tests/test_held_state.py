@@ -1,0 +1,68 @@
+"""A workflow hands on the spec and the state it already holds instead of reading them again by name: `up`
+parses the spec once and reads the state once (the cost guard's agent installed from what `up` just wrote),
+`launch` installs the agent over the connection it already has, and `down` reads both once after its
+confirmation. Counted at the two places every read goes through (the spec file's text, the state store)."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tpuops.spec as spec_module
+from tests.helpers import write_spec
+from tpuops.context import Context
+from tpuops.ops.down import execute, find
+from tpuops.ops.launch import LaunchOptions, launch_run
+from tpuops.ops.run_control import stop
+from tpuops.ops.up import up
+from tpuops.state import StateStore
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]:
+    counts: collections.Counter[str] = collections.Counter()
+    read_text, load = spec_module.read_spec_text, StateStore.load
+
+    def counted_text(path: Path) -> str:
+        counts["spec"] += 1
+        return read_text(path)
+
+    def counted_load(store: StateStore, name: str):  # type: ignore[no-untyped-def]
+        counts["state"] += 1
+        return load(store, name)
+
+    monkeypatch.setattr(spec_module, "read_spec_text", counted_text)
+    monkeypatch.setattr(StateStore, "load", counted_load)
+    yield counts
+
+
+def test_up_launch_and_down_read_the_spec_and_state_they_hold_once(tmp_path: Path, tpuops_home: Path,
+                                                                  reads: collections.Counter[str]) -> None:
+    spec = write_spec(tmp_path, """
+        name: held
+        provider: local
+        tpu: {type: v2-8, workers: 1}
+        bucket: {name: held-b}
+        autostop: {idle: 30m}
+        trainer: {framework: jax, command: "sleep 30"}
+        """)
+    ctx = Context.from_env()
+    result = up(ctx, spec)
+    assert result.autostop is not None and result.autostop.started, result.autostop  # the agent went on
+    assert dict(reads) == {"spec": 1, "state": 1}
+
+    reads.clear()
+    report = launch_run(ctx, "held", LaunchOptions())
+    try:
+        assert report.ok and report.autostop is not None and report.autostop.started
+        assert reads["spec"] == 1  # the launch's own read; the agent's refresh reads nothing again
+    finally:
+        stop(ctx, "held")
+        reads.clear()
+        plan, cloud = find(ctx, "held", delete_bucket=True, force=True)
+        execute(ctx, plan, cloud)
+    assert dict(reads) == {"spec": 2, "state": 2}  # find's, then execute's after the confirmation
+    assert StateStore(tpuops_home).load("held") is None
