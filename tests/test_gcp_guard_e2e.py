@@ -140,6 +140,15 @@ def test_the_guard_vm_recovers_a_preemption_from_its_bundle_while_the_laptop_onl
         time.sleep(1.0)
         assert guard.poll() is None  # idles for the next run instead of exiting into Restart=always
         deletes = len(gcp.tpu_v2.server.calls("DELETE", rf"/nodes/{name}$"))  # before `down` below
+        # The guard's state comes back to the laptop: its relaunch is the laptop's current run now.
+        status = run_cli("status", name, "--json", env=env)
+        assert status.returncode == 0, status.stderr[-3000:]
+        run = json.loads(status.stdout)["run"]
+        assert run["restart"] == 1, run  # the laptop's own launch was restart 0
+        laptop_tpu = json.loads((cluster_dir / "state.json").read_text())
+        vm_tpu = json.loads((vm_home / "clusters" / name / "state.json").read_text())
+        assert [r for r in laptop_tpu["resources"] if r["kind"] == "tpu"] == \
+            [r for r in vm_tpu["resources"] if r["kind"] == "tpu"]  # the TPU the guard created again
     finally:
         for process in processes:
             if process.poll() is None:

@@ -93,9 +93,11 @@ def remove_bundle(store: BlobStore) -> int:
 
 
 def staged_state(state: ClusterState, home: str) -> bytes:
-    """The state as the guard reads it on the VM (it holds no secret: see state.py)."""
+    """The state as the guard reads it on the VM (it holds no secret: see state.py), without the guard VM itself:
+    the guard's copy never looks for a guard of its own (guard/handback.py)."""
     copy = state.model_copy(deep=True)
     copy.spec_path = staged_spec_path(home, state.name)
+    copy.drop_resource("guard_vm")
     return json.dumps(copy.model_dump(mode="json"), indent=2).encode()
 
 

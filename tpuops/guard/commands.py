@@ -14,6 +14,7 @@ from tpuops.cloud.provider import Login
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.bundle import remove_bundle, stage_bundle
+from tpuops.guard.handback import with_guard_state
 from tpuops.guard.host import BUNDLE, GuardHost, GuardHostInfo, GuardPlacement
 from tpuops.guard.lease import Lease, read_lease
 from tpuops.guard.ledger import Ledger, LedgerEvent
@@ -60,7 +61,9 @@ def guard_up(ctx: Context, name: str | None, zone: str | None = None,
              machine_type: str | None = None) -> GuardHostInfo:
     """Start the guard, or adopt the one running and refresh it (idempotent)."""
     state = ctx.store.require(resolve_name(ctx, name))
-    return start_guard(ctx, state, spec_of(state), zone, machine_type)
+    spec = spec_of(state)
+    # What a running guard changed comes back first: staging the laptop's older copy would undo its recovery.
+    return start_guard(ctx, with_guard_state(ctx, state, spec), spec, zone, machine_type)
 
 
 def start_guard(ctx: Context, state: ClusterState, spec: Spec | None, zone: str | None = None,

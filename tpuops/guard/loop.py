@@ -21,6 +21,7 @@ from tpuops.cloud.blob_types import BlobStore
 from tpuops.cloud.kinds.tpu import READY
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
+from tpuops.guard.handback import StatePublisher
 from tpuops.guard.heartbeat import HeartbeatWriter, IdleHeartbeat, heartbeat_interval
 from tpuops.guard.host import HOLDER_ENV
 from tpuops.guard.lease import Lease, LeaseKeeper, LeaseLost, LeaseRecord, read_lease
@@ -154,9 +155,13 @@ def _recover_holding(ctx: Context, cluster: str, options: watch_ops.WatchOptions
     url = notify_url(spec, ctx.store.cluster_dir(cluster))
     notifier = Notifier(url, cluster, warn=lambda text: say("notify", text)) if url else None
 
+    # A guard (on a VM: its own copy of the state) hands what it changes back to the laptop's commands.
+    publisher = StatePublisher(ctx, cluster, lease.store) if lease.role == ROLE_GUARD else None
+
     def make(ctx: Context, name: str, options: watch_ops.WatchOptions, on_event: Any, sleep: Any) -> GuardedWatcher:
         return GuardedWatcher(ctx, name, options, on_event, sleep, lease=lease, keeper=keeper, ledger=ledger,
-                              progress=progress, notifier=notifier, steps=StepReader(ctx, name), beat=beat)
+                              progress=progress, notifier=notifier, steps=StepReader(ctx, name), beat=beat,
+                              publisher=publisher)
 
     stood_down = False
     try:
@@ -168,6 +173,8 @@ def _recover_holding(ctx: Context, cluster: str, options: watch_ops.WatchOptions
         raise
     finally:
         keeper.stop()
+        if publisher is not None:
+            publisher.publish()  # the run's last states
         if not stood_down:  # after losing the lease, the heartbeat and the lease are the new holder's
             beat.tick(force=True)
             lease.release()
@@ -208,12 +215,16 @@ class GuardedWatcher(watch_ops.Watcher):
     notifier: Notifier | None = None
     steps: StepReader | None = None
     beat: HeartbeatWriter | None = None
+    publisher: StatePublisher | None = None
     unconfirmed: str | None = None  # a dead TPU seen once: acted on only when the next poll says so too
 
     def step(self) -> watch_ops.WatchResult | None:
         self._check_lease()
         self._read_steps()
-        return super().step()
+        result = super().step()
+        if self.publisher is not None:
+            self.publisher.publish()
+        return result
 
     def observe_tpu(self) -> watch_ops.TpuView:
         view = super().observe_tpu()

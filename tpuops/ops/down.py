@@ -22,6 +22,7 @@ from tpuops.context import Context
 from tpuops.errors import CloudError, TpuopsError
 from tpuops.guard import commands as guard_commands
 from tpuops.guard.autostop import cost_guard
+from tpuops.guard.handback import with_guard_state
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.run_records import end_runs_with_the_tpu
 from tpuops.ops.status import spec_of, tpu_mode
@@ -71,6 +72,8 @@ def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = F
         name = target
     state = ctx.store.load(name)
     spec = spec or (spec_of(state) if state else None)
+    if state is not None:  # a TPU its guard VM re-created (perhaps in a fallback zone) is looked for too
+        state = with_guard_state(ctx, state, spec)
     if state is None and spec is None:
         return find_without_state(ctx, name, zones, delete_bucket, force)
     cloud = ctx.provider_for(spec, state).cloud()

@@ -15,6 +15,7 @@ from tpuops.cloud.blob_urls import open_blob_store
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
+from tpuops.guard.handback import with_guard_state
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.mirror import Mirror, MirroredTail
 from tpuops.logs.runs import Launch, RunMap, choose
@@ -67,7 +68,7 @@ def run_map(ctx: Context, name: str | None, logdir: str | None, which: str | Non
     where `--run` is a regular expression over subdirectories, or before the cluster's first launch."""
     if logdir:
         return None
-    state = ctx.store.require(_cluster_name(ctx, name))
+    state = with_guard_state(ctx, ctx.store.require(_cluster_name(ctx, name)))  # a guard's relaunch is a run too
     if not state.runs:
         if which not in (None, "all"):
             raise UsageError(f"cluster '{state.name}' has no recorded run", f"start one with `tpuops launch "

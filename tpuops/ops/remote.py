@@ -23,6 +23,7 @@ from tpuops.cloud.provider import Login, Provider
 from tpuops.context import Context
 from tpuops.errors import SpecError, TpuopsError, UsageError
 from tpuops.guard.autostop.client import deletion_record
+from tpuops.guard.handback import with_guard_state
 from tpuops.ops.workers import one_worker, select_workers, ssh_targets, worker_targets
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_of_words, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
@@ -74,9 +75,11 @@ def resolve_name(ctx: Context, name: str | None, otherwise: str | None = None) -
 
 
 def cluster_access(ctx: Context, name: str | None, *, need_spec: bool = False) -> ClusterAccess:
-    """A command's way in, from the cluster's name: its state and spec read here."""
+    """A command's way in, from the cluster's name: its state and spec read here (the state with what the
+    cluster's guard VM changed, such as the workers of a TPU it re-created)."""
     state = ctx.store.require(resolve_name(ctx, name))
-    return access_for(ctx, state, _load_spec(state, required=need_spec))
+    spec = _load_spec(state, required=need_spec)
+    return access_for(ctx, with_guard_state(ctx, state, spec), spec)
 
 
 def access_for(ctx: Context, state: ClusterState, spec: Spec | None) -> ClusterAccess:

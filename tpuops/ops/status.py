@@ -16,6 +16,7 @@ from tpuops.cloud.kinds.tpu import node_row, queued_row
 from tpuops.context import Context
 from tpuops.errors import ClusterNotFound, TpuopsError
 from tpuops.guard.autostop.cost_guard import GuardStatus, guard_status
+from tpuops.guard.handback import with_guard_state
 from tpuops.guard.report import GuardReport, guard_report
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.workers import number_hosts
@@ -95,6 +96,7 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
     state = ctx.store.load(name)
     if state is None:
         return status_by_label(ctx, name, zones)
+    state = with_guard_state(ctx, state)
     cloud = ctx.provider_for(spec_of(state), state).cloud()
     mode = tpu_mode(state, None)
     rows = []
