@@ -53,20 +53,16 @@ def status(name: str = CLUSTER_ARGUMENT, json_: bool = JSON_OPTION, project: str
       tpuops guard status my-bert
     """
     from tpuops.context import Context
-    from tpuops.guard.report import guard_report
-    from tpuops.ops.remote import resolve_name
-    from tpuops.ops.status import spec_of
+    from tpuops.guard.report import report_of
 
-    ctx = Context.from_env(project=project)
-    state = ctx.store.require(resolve_name(ctx, name))
-    report = guard_report(ctx, state, spec_of(state))
+    cluster, report = report_of(Context.from_env(project=project), name)
     if json_:
         print_json(report)
         return
     if report is None:
-        console.print(f"{state.name}: no guard (start one with `tpuops guard up {state.name}`)", markup=False)
+        console.print(f"{cluster}: no guard (start one with `tpuops guard up {cluster}`)", markup=False)
         raise typer.Exit(1)
-    console.print(f"{state.name} guard: {report.summary()}", markup=False)
+    console.print(f"{cluster} guard: {report.summary()}", markup=False)
     if report.lease is not None:
         import time
 
