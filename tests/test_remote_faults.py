@@ -15,7 +15,8 @@ from tests.helpers import write_spec
 from tests.sshd import SshdCluster, keygen, sshd_available
 from tpuops.context import Context
 from tpuops.errors import RemoteError
-from tpuops.ops.remote import exec_command, push
+from tpuops.ops.push import push
+from tpuops.ops.remote import exec_command
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 

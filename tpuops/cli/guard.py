@@ -53,7 +53,7 @@ def status(name: str = CLUSTER_ARGUMENT, json_: bool = JSON_OPTION, project: str
       tpuops guard status my-bert
     """
     from tpuops.context import Context
-    from tpuops.guard.report import report_of
+    from tpuops.guard.commands import report_of
 
     cluster, report = report_of(Context.from_env(project=project), name)
     if json_:

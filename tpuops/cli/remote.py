@@ -159,7 +159,7 @@ def push(
     """
     from tpuops.context import Context
     from tpuops.errors import UsageError
-    from tpuops.ops.remote import push as push_cluster
+    from tpuops.ops.push import push as push_cluster
 
     if code_only and data_only:
         raise UsageError("--code-only and --data-only exclude each other", "give at most one")

@@ -1,5 +1,5 @@
 """The guard's workflows over a Context: `guard up`, `guard down` (also the first thing `tpuops down` does),
-`guard logs`, and `simulate preempt`, the rehearsal of a preemption. `guard status` is `report.guard_report`."""
+`guard status` (read by `report.py`), `guard logs`, and `simulate preempt`, the rehearsal of a preemption."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tpuops.guard.host import BUNDLE, GuardHost, GuardHostInfo, GuardPlacement
 from tpuops.guard.lease import Lease, read_lease
 from tpuops.guard.ledger import Ledger, LedgerEvent
 from tpuops.guard.place import guard_store, guard_url
-from tpuops.guard.report import host_of
+from tpuops.guard.report import GuardReport, guard_report, host_of
 from tpuops.ops import launch as launch_ops
 from tpuops.ops.remote import resolve_name
 from tpuops.ops.status import spec_of
@@ -151,6 +151,12 @@ def stop_guard(ctx: Context, state: ClusterState, spec: Spec | None) -> bool:
             if stopped:
                 Ledger(store, "tpuops guard down").append("guard-down", "the guard was stopped (`guard down`)")
     return stopped
+
+
+def report_of(ctx: Context, name: str | None) -> tuple[str, GuardReport | None]:
+    """`tpuops guard status NAME`: the cluster's name as resolved, and its guard's report."""
+    state = ctx.store.require(resolve_name(ctx, name))
+    return state.name, guard_report(ctx, state, spec_of(state))
 
 
 def guard_events(ctx: Context, name: str | None, follow: bool, interval: float = FOLLOW_INTERVAL_S,

@@ -106,12 +106,3 @@ def guard_report(ctx: Context, state: ClusterState, spec: Spec | None, last: int
     recoveries = sum(1 for event in events if event.kind == RESTART_KIND)
     return GuardReport(state.name, info, heartbeat, lease, recoveries, tuple(events[-last:]),
                        errors[-1] if errors else None)
-
-
-def report_of(ctx: Context, name: str | None) -> tuple[str, GuardReport | None]:
-    """`tpuops guard status NAME`: the cluster's name as resolved, and its guard's report."""
-    from tpuops.ops.remote import resolve_name
-    from tpuops.ops.status import spec_of
-
-    state = ctx.store.require(resolve_name(ctx, name))
-    return state.name, guard_report(ctx, state, spec_of(state))

@@ -177,7 +177,7 @@ def delete_one(cloud: Cloud, mode: TpuMode, doomed: Doomed, report: Progress) ->
 def forget_cluster(ctx: Context, plan: DownPlan, state: ClusterState | None) -> None:
     """Drop what no longer exists from local state (as `execute` read it after the confirmation); the state
     goes entirely unless the bucket is kept."""
-    from tpuops.ops.remote import forget_pushes
+    from tpuops.ops.push import forget_pushes
 
     forget_pushes(ctx, plan.cluster)
     if state is None:

@@ -23,7 +23,8 @@ from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.autostop import cost_guard
 from tpuops.guard.autostop.remote import AgentInstall
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, push_to
+from tpuops.ops.push import push_to
+from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners
 from tpuops.ops.run_control import (  # noqa: F401  (also the run's other commands, where callers find them)
     UNREACHABLE,
     FollowInterrupted,
