@@ -11,8 +11,8 @@ import pytest
 
 from tpuops.remote import push_protocol as protocol
 from tpuops.remote.manifest import FileEntry, Manifest
+from tpuops.remote.push_ship import AGENT_SOURCE
 from tpuops.remote.scripts import script_command
-from tpuops.remote.sync import AGENT_SOURCE
 
 
 @pytest.mark.parametrize(("exit_code", "base", "fetched", "step"), [

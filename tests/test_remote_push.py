@@ -22,7 +22,8 @@ from tpuops.ops.remote import cluster_access, make_runners, ssh_argv
 from tpuops.remote.local import LocalRunner
 from tpuops.remote.manifest import Manifest, scan_tree
 from tpuops.remote.payload import Payload
-from tpuops.remote.sync import agent_command, push_tree
+from tpuops.remote.push_ship import agent_command
+from tpuops.remote.sync import push_tree
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 

@@ -20,7 +20,9 @@ from tests.test_remote_push import expected_files, make_tree, remote_files
 from tpuops.context import Context
 from tpuops.ops.remote import cluster_access, make_runners
 from tpuops.remote.base import Runner, RunResult
-from tpuops.remote.sync import PushResult, agent_command, push_tree
+from tpuops.remote.push_results import PushResult
+from tpuops.remote.push_ship import agent_command
+from tpuops.remote.sync import push_tree
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 

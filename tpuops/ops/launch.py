@@ -48,8 +48,8 @@ from tpuops.ops.trainer_env import localize, trainer_envs
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_text
 from tpuops.remote.fanout import run_each
 from tpuops.remote.launch_lock import LaunchLock, LockBusy, LockOwner
+from tpuops.remote.push_results import ProgressHandler
 from tpuops.remote.scripts import script_command
-from tpuops.remote.sync import ProgressHandler
 from tpuops.state import RunRecord
 from tpuops.watchdog.launch_hooks import install_tools
 

@@ -21,7 +21,8 @@ from tpuops.remote.base import Runner
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL
 from tpuops.remote.manifest import scan_tree
 from tpuops.remote.push_cache import sweep_cache
-from tpuops.remote.sync import ProgressHandler, PushResult, push_tree
+from tpuops.remote.push_results import ProgressHandler, PushResult
+from tpuops.remote.sync import push_tree
 
 
 @dataclass(frozen=True)

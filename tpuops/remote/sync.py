@@ -11,7 +11,8 @@ How it works (the worker side is `push_agent.py`, the manifest is in `manifest.p
 4. Send the payload once: to one worker over SSH, which applies it and serves it for a short while on
    its internal IP (random port, 128-bit random token in the URL, sha256 checked by the fetchers); the
    other workers fetch it from there over the VPC. A worker that cannot fetch gets a direct copy.
-`on_progress` hears each worker's part as it goes (bytes and their total, known before the first is sent).
+`on_progress` hears each worker's part as it goes (bytes and their total, known before the first is sent);
+what a push reports is in `push_results.py`, the agent as shipped in `push_ship.py`.
 
 Why worker 0 relaying rather than staging in the bucket: it needs no credentials on the workers, no
 bucket (a legacy Node's client VM or a spec without one work the same), no extra request costs, and
@@ -23,7 +24,6 @@ files from the payload, unchanged ones hard-linked from the current tree, then o
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import threading
 import time
@@ -44,6 +44,8 @@ from tpuops.remote.push_protocol import (
     SEND_DIRECT,
     after_apply,
 )
+from tpuops.remote.push_results import ProgressHandler, PushProgress, PushResult, WorkerPush
+from tpuops.remote.push_ship import agent_command
 from tpuops.remote.scripts import script_command
 
 RELAY_SERVE_SECONDS = 600  # how long the relay worker serves at most (it stops as soon as all fetched)
@@ -52,92 +54,7 @@ RELAY_MIN_BYTES = 256 * 1024
 PROGRESS_EVERY = 0.1  # seconds between two progress reports of one worker
 
 
-
 # ------------------------------------------------------------------------------------------- the push
-
-
-@dataclass(frozen=True)
-class WorkerPush:
-    """What happened on one worker: `unchanged`, `sent` (over SSH), `relayed` (fetched from a worker)."""
-
-    worker: str
-    status: str
-    bytes_sent: int = 0
-    error: str | None = None
-    duration: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def as_dict(self) -> dict[str, object]:
-        return {"worker": self.worker, "status": self.status, "bytes_sent": self.bytes_sent, "error": self.error,
-                "ok": self.ok, "duration": round(self.duration, 3)}
-
-
-@dataclass(frozen=True)
-class PushProgress:
-    """One worker's part in pushing one tree, as it goes: `sending` (from here) or `fetching` (from a relaying
-    worker), then how it ended (a WorkerPush status: `unchanged`, `sent`, `relayed`, `failed`)."""
-
-    dest: str
-    worker: str
-    status: str
-    done: int = 0  # bytes of file content sent from here so far
-    total: int = 0  # bytes of file content to send, known before the first byte goes
-    seconds: float = 0.0  # since this worker's part began (for `sending`: since the first byte)
-
-
-ProgressHandler = Callable[[PushProgress], None]
-
-
-@dataclass(frozen=True)
-class PushResult:
-    dest: str
-    tree_id: str
-    files: int
-    total_bytes: int
-    changed_files: int
-    payload_bytes: int
-    workers: tuple[WorkerPush, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(w.ok for w in self.workers)
-
-    @property
-    def bytes_sent(self) -> int:
-        return sum(w.bytes_sent for w in self.workers)
-
-    def as_dict(self) -> dict[str, object]:
-        return {"dest": self.dest, "tree": self.tree_id, "files": self.files, "total_bytes": self.total_bytes,
-                "changed_files": self.changed_files, "payload_bytes": self.payload_bytes,
-                "bytes_sent": self.bytes_sent, "ok": self.ok, "workers": [w.as_dict() for w in self.workers]}
-
-
-AGENT_PART = re.compile(r"^from tpuops\.remote\.(push_protocol|push_receive|push_relay) import \(.*?^\)\n",
-                        re.M | re.S)
-
-
-def agent_source() -> str:
-    """push_agent.py as shipped: the text of its parts (push_protocol.py, push_receive.py, push_relay.py) in
-    place of their imports, since workers have no tpuops. A part's own import of a part the agent carries
-    already goes."""
-    here = Path(__file__).parent
-
-    def part(match: re.Match[str]) -> str:
-        return AGENT_PART.sub("", (here / f"{match.group(1)}.py").read_text())
-
-    return AGENT_PART.sub(part, (here / "push_agent.py").read_text())
-
-
-AGENT_SOURCE = agent_source()
-
-
-def agent_command(*args: str) -> list[str]:
-    # -S: the agent needs only the standard library, and skipping site-packages (and their .pth files) makes
-    # each call start several times faster; a no-change push is mostly such calls.
-    return ["python3", "-S", "-c", AGENT_SOURCE, *args]
 
 
 @dataclass
