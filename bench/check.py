@@ -1,7 +1,7 @@
 """`tpuops check` overhead: its wall time against running the same trainer for the same steps without it, and
 the lint's time on a large code directory.
 
-Run mode, for each framework installed (JAX, PyTorch/XLA, TensorFlow), a tiny template model, three ways
+Run mode, for each framework installed (JAX, PyTorch/XLA, TensorFlow), a tiny template model, four ways
 (medians; one untimed run first so that the framework's libraries are in the page cache, and the order rotated
 from round to round so that no way always runs first after another): the trainer alone with TPUOPS_MAX_STEPS=N
 and the plain XLA-on-CPU switches (JAX_PLATFORMS=cpu, PJRT_DEVICE=CPU, TF jit_compile); the trainer alone with
