@@ -1,12 +1,16 @@
 """`tpuops check` overhead: its wall time against running the same trainer for the same steps without it, and
 the lint's time on a large code directory.
 
-Run mode, for each framework installed (JAX, PyTorch/XLA, TensorFlow), a tiny template model, three ways
-alternated (medians): the trainer alone with TPUOPS_MAX_STEPS=N and the plain XLA-on-CPU switches
-(JAX_PLATFORMS=cpu, PJRT_DEVICE=CPU, TF jit_compile); the trainer alone with the compile reports `check` turns
-on as well (JAX_LOG_COMPILES..., PT_XLA_DEBUG_LEVEL + XLA_METRICS_FILE, TF_CPP_VMODULE=device_compiler=3); and
-`tpuops check SPEC --steps N`. "reports" is the run's own slowdown from the frameworks' compile reports, "check"
-what tpuops adds on top (start-up, lint, workspace copy, reading the output); the goal is total <= 1.2.
+Run mode, for each framework installed (JAX, PyTorch/XLA, TensorFlow), a tiny template model, four ways
+(medians; one untimed run first so that the framework's libraries are in the page cache, and the order rotated
+from round to round so that no way always runs first after another): the trainer alone with TPUOPS_MAX_STEPS=N
+and the plain XLA-on-CPU switches (JAX_PLATFORMS=cpu, PJRT_DEVICE=CPU, TF jit_compile); the trainer alone with
+the compile reports `check` turns on as well (JAX_LOG_COMPILES..., PT_XLA_DEBUG_LEVEL + XLA_METRICS_FILE,
+TF_CPP_VMODULE=device_compiler=3); and `tpuops check SPEC --steps N`. "reports" is the run's own slowdown from
+the frameworks' compile reports, "check" what tpuops adds on top (start-up, lint, workspace copy, reading the
+output); the goal is total <= 1.2. "fixed" is `tpuops check` of a trainer that does nothing (`true`): what
+tpuops costs by itself, whatever the trainer. On a loaded machine the wall times of single runs vary by a few
+seconds: read the CPU line, and use more --runs.
 
 Lint mode (`--lint-lines 20000`): the check corpus (tests/check_corpus) copied until it has that many lines,
 `tpuops check SPEC --no-run` timed as a whole process (wall and CPU: on a loaded machine the CPU time is the
@@ -55,19 +59,24 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def bench(framework: str, runs: int, steps: int, work: Path) -> dict[str, tuple[float, float]]:
-    """Median (wall, CPU) of each way: "check", "alone", "reports"."""
-    template, _, flags, switches = FRAMEWORKS[framework]
-    code = ROOT / "templates" / template
-    trainer = f"python3 train.py --data {CORPUS} {flags} --steps 100000"
-    spec = work / f"{framework}.yaml"
-    spec.write_text(textwrap.dedent(f"""
+def write_spec(path: Path, framework: str, code: Path, command: str) -> Path:
+    path.write_text(textwrap.dedent(f"""
         name: bench-{framework}
         provider: local
         tpu: {{type: v2-8, workers: 1}}
         code: {{path: {code}}}
-        trainer: {{framework: {framework}, command: {trainer}}}
+        trainer: {{framework: {framework}, command: {command}}}
         """))
+    return path
+
+
+def bench(framework: str, runs: int, steps: int, work: Path) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) of each way: "check", "alone", "reports", "fixed"."""
+    template, _, flags, switches = FRAMEWORKS[framework]
+    code = ROOT / "templates" / template
+    trainer = f"python3 train.py --data {CORPUS} {flags} --steps 100000"
+    spec = write_spec(work / f"{framework}.yaml", framework, code, trainer)
+    idle = write_spec(work / f"{framework}-idle.yaml", framework, code, "true")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     plain_env = {**env, **switches, "TPUOPS_MAX_STEPS": str(steps), "TPUOPS_LOGDIR": str(work / "logs")}
     reports_env = {**plain_env, **FRAMEWORK_ENV[framework], "TPUOPS_PREFLIGHT": "1"}
@@ -75,12 +84,16 @@ def bench(framework: str, runs: int, steps: int, work: Path) -> dict[str, tuple[
         reports_env["XLA_METRICS_FILE"] = str(work / "xla-metrics.txt")
     check = [sys.executable, "-m", "tpuops", "check", str(spec), "--steps", str(steps), "-q"]
     plain = ["bash", "-c", trainer]
-    times: dict[str, list[tuple[float, float]]] = {"check": [], "alone": [], "reports": []}
-    for _ in range(runs):  # alternate so that all three see the same machine load
-        times["check"].append(timed(check, env, work))
-        times["alone"].append(timed(plain, plain_env, code))
-        times["reports"].append(timed(plain, reports_env, code))
-        (work / "xla-metrics.txt").unlink(missing_ok=True)
+    ways = {"check": (check, env, work), "alone": (plain, plain_env, code), "reports": (plain, reports_env, code),
+            "fixed": ([sys.executable, "-m", "tpuops", "check", str(idle), "-q"], env, work)}
+    timed(plain, plain_env, code)  # warm-up: the first run of a framework reads its libraries from disk
+    times: dict[str, list[tuple[float, float]]] = {way: [] for way in ways}
+    order = list(ways)
+    for round_ in range(runs):  # alternate so that all see the same machine load, in a rotating order
+        for way in order[round_ % len(order):] + order[:round_ % len(order)]:
+            argv, way_env, cwd = ways[way]
+            times[way].append(timed(argv, way_env, cwd))
+            (work / "xla-metrics.txt").unlink(missing_ok=True)
     return {way: (statistics.median(w for w, _ in runs_), statistics.median(c for _, c in runs_))
             for way, runs_ in times.items()}
 
@@ -132,10 +145,11 @@ def main() -> None:
                 continue
             result = bench(framework, args.runs, args.steps, Path(temp))
             for index, unit in ((0, "wall"), (1, "CPU ")):
-                check, alone, reports = (result[way][index] for way in ("check", "alone", "reports"))
+                check, alone, reports, fixed = (result[way][index] for way in ("check", "alone", "reports", "fixed"))
                 print(f"{framework:<11} {unit} check {check:6.1f} s   trainer alone {alone:6.1f} s   with the "
                       f"compile reports {reports:6.1f} s   ratio {check / alone:.2f} = reports {reports / alone:.2f}"
-                      f" x check {check / reports:.2f} (goal <= 1.2; medians of {args.runs}, {args.steps} steps)")
+                      f" x check {check / reports:.2f} (goal <= 1.2; medians of {args.runs}, {args.steps} steps;"
+                      f" fixed cost of check {fixed:.2f} s)")
             print(f"{'':<11} load average {os.getloadavg()[0]:.1f}")
 
 

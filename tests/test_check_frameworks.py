@@ -1,6 +1,7 @@
 """`tpuops check` with the real frameworks on CPU under XLA: every template passes; a ragged-batch variant of a
 template and trainers of the corpus (tests/check_corpus) fail, naming the step function, the argument paths and
-shapes that changed (JAX), the steps that really ran and a tensor read after every step (PyTorch/XLA counters).
+shapes that changed (JAX, TensorFlow), the compilations as the framework counted them, the steps that really ran
+and a tensor read after every step (PyTorch/XLA counters).
 
 Heavy: each test skips when its framework is not installed (CI installs JAX, TensorFlow, torch + torch-xla).
 Models and step counts are tiny: the suite runs on 2 cores.
@@ -99,6 +100,25 @@ def test_a_jax_trainer_with_short_batches_names_the_argument_paths(tmp_path: Pat
     assert report["run"]["compilations"] == 5  # as many as JAX logged for train_step
     assert report["run"]["steps_ran"] is None  # it writes no scalars: said, not guessed
     assert report["steps_found"][0]["name"] == "train_step"
+
+
+@pytest.mark.heavy
+def test_a_tensorflow_trainer_with_short_batches_counts_what_tensorflow_compiled(tmp_path: Path) -> None:
+    require_module("tensorflow")
+    code, report = check_corpus_trainer(tmp_path, "tensorflow", CHECK_CORPUS / "tf_custom_loop_short_batches", 8)
+    assert code == 1
+    run = report["run"]
+    # Batches of 16, 16, the epoch's short last one (4), then 12, 12, 12, 8, 8: four shapes, four XLA programs,
+    # as TensorFlow itself counted them (its "#called" of XLA compilations in the process).
+    assert run["compilations"] == run["counters"]["xla_compilations"] == 4
+    assert (run["steps"], run["steps_ran"], run["ignored_max_steps"]) == (8, 8, False)
+    assert run["steps_ran_source"] == "its TensorBoard scalars reach step 8"
+    [storm] = report["findings"]
+    assert (storm["rule"], storm["file"], storm["line"]) == ("XLA101", "train.py", 23)
+    assert "`train_step` was compiled 4 times in 8 steps" in storm["message"]
+    assert storm["details"] == ["arg 0: float32[16,8] -> float32[4,8]; arg 1: int32[16] -> int32[4]",
+                                "arg 0: float32[4,8] -> float32[12,8]; arg 1: int32[4] -> int32[12]",
+                                "arg 0: float32[12,8] -> float32[8,8]; arg 1: int32[12] -> int32[8]"]
 
 
 @pytest.mark.heavy

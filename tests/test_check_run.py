@@ -260,3 +260,39 @@ def test_torch_xla_counters_find_a_read_every_step_and_count_the_steps(tmp_path:
     every_tenth.write_text("".join(metrics_report(i, i // 10, i // 10, i + 1) for i in range(30)))
     assert transfer_findings(read_torch_counters(every_tenth)) == []
     assert read_torch_counters(tmp_path / "missing.txt") is None
+
+
+TF_PREFIX = "I0000 00:00:1795640139.588351   28558 device_compiler.h:{line}] "
+TF_SIGNATURE = ("__inference_train_step_{n}[_XlaMustCompile=true,config_proto=13561319589895757934,executor_type="
+                "11160318154034397263],float [{batch},8],int32 [{batch}],float [8,4],float [4]")
+
+
+def tf_log(batches: list[int]) -> str:
+    """TensorFlow 2.21's device_compiler lines (TF_CPP_VMODULE=device_compiler=3) for one call per batch."""
+    text, shapes = "", []
+    for batch in batches:
+        known = batch in shapes
+        shapes += [] if known else [batch]
+        signature = TF_SIGNATURE.format(n=63 + 60 * shapes.index(batch), batch=batch)
+        text += TF_PREFIX.format(line=477) + "DeviceCompiler::Compile DeviceCompiler\n"
+        text += TF_PREFIX.format(line=482) + f"0: kind=parameter type=float shape=[{batch},8] " \
+                                             "is_same_data_across_replicas=0\n"
+        if known:
+            text += TF_PREFIX.format(line=562) + f"Already Compiled for signature: {signature}\n"
+            continue
+        text += TF_PREFIX.format(line=551) + f"Instantly compiling for signature: {signature}\n"
+        text += TF_PREFIX.format(line=538) + "Compilation of XLA executable time: 156 ms (156337 us) (cumulative: " \
+                                             f"{156 * len(shapes)} ms, max: 250 ms, #called: {len(shapes)})\n"
+    return text
+
+
+def test_tensorflow_compilations_are_counted_as_tensorflow_counts_them() -> None:
+    from tpuops.check.compiles import CompileLog, compile_findings, trainer_compilations
+
+    log = CompileLog("tensorflow", Path("/w/code"))
+    assert all(log.feed(line) for line in tf_log([16, 16, 4, 12, 12, 12, 8, 8]).splitlines())
+    assert log.counters == {"xla_compilations": 4}  # TensorFlow's own "#called", beside the signatures we read
+    assert trainer_compilations(log, {"train_step": ("train.py", 23)}) == 4
+    [storm] = compile_findings(log, {"train_step": ("train.py", 23)}, 8)
+    assert storm.details[0] == "arg 0: float32[16,8] -> float32[4,8]; arg 1: int32[16] -> int32[4]"
+    assert CompileLog("tensorflow", Path("/w/code")).counters is None  # no report read: no counter, not 0

@@ -3,7 +3,9 @@
 - JAX (`JAX_LOG_COMPILES=1`): "Compiling jit(NAME) with global shapes and types (ShapedArray(f32[4,128]), ...)".
 - TensorFlow (`TF_CPP_VMODULE=device_compiler=3`): "Instantly compiling for signature: __inference_NAME_12[],
   int32 [4,103], ...", "N out of the last N calls to <function NAME ...> triggered tf.function retracing", and
-  "Detected unsupported operations when trying to compile graph __inference_NAME_12[] on XLA_CPU_JIT: OP ...".
+  "Detected unsupported operations when trying to compile graph __inference_NAME_12[] on XLA_CPU_JIT: OP ...";
+  TensorFlow's own count of the XLA executables it compiled is in "Compilation of XLA executable time: ...
+  (cumulative: ..., #called: N)".
 - PyTorch/XLA (`PT_XLA_DEBUG_LEVEL=1`): "Compilation Analysis:" blocks with the cause, the graph hash and the
   Python frames that triggered the compilation.
 
@@ -32,9 +34,12 @@ JAX_MISS_ARGUMENT = re.compile(r"^\s*\* at (.+?), now (\S+?)(?: with .*)? and be
 JAX_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8",
               "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
               "u64": "uint64", "c64": "complex64", "c128": "complex128"}
+TF_DTYPES = {"float": "float32", "double": "float64", "half": "float16"}  # TensorFlow's DataTypeString names
 TF_COMPILE = re.compile(r"Instantly compiling for signature: __inference_(\w+?)_\d+\[[^\]]*\],?(.*)")
 TF_SHAPE = re.compile(r"(\w+) \[([^\]]*)\]")
 TF_RETRACING = re.compile(r"calls to <function (\S+) at .*triggered tf\.function retracing")
+TF_COMPILED = re.compile(r"Compilation of XLA executable time: .*#called: (\d+)\)")
+TF_XLA_COMPILATIONS = "xla_compilations"  # the key of TensorFlow's own count in the run's counters
 TF_UNSUPPORTED = re.compile(r"Detected unsupported operations when trying to compile graph "
                             r"__inference_(\w+?)_\d+\[[^\]]*\] on \S+: (.*)")
 TORCH_PREFIX = "Compilation Analysis:"
@@ -63,6 +68,7 @@ class CompileLog:
     compilations: list[Compilation] = field(default_factory=list)
     failures: list[Finding] = field(default_factory=list)
     retraced: dict[str, str] = field(default_factory=dict)  # TF function -> its warning
+    tf_compiled: int | None = None  # TensorFlow's own count of XLA compilations in the process (#called)
     _defined: dict[str, tuple[str, int]] = field(default_factory=dict)
     _torch_block: list[str] | None = None
     _in_miss: bool = False  # inside a JAX "TRACING CACHE MISS" explanation
@@ -99,8 +105,11 @@ class CompileLog:
 
     def _tensorflow(self, line: str) -> bool:
         if match := TF_COMPILE.search(line):
-            shapes = tuple(f"{dtype}[{dims}]" for dtype, dims in TF_SHAPE.findall(match.group(2)))
+            shapes = tuple(f"{TF_DTYPES.get(dtype, dtype)}[{dims}]" for dtype, dims in TF_SHAPE.findall(match.group(2)))
             self.compilations.append(Compilation(match.group(1), " ".join(shapes), shapes))
+            return True
+        if match := TF_COMPILED.search(line):
+            self.tf_compiled = int(match.group(1))
             return True
         if match := TF_RETRACING.search(line):
             self.retraced[match.group(1).rsplit(".", 1)[-1]] = line.split("WARNING:tensorflow:")[-1].strip()
@@ -111,6 +120,11 @@ class CompileLog:
                 "replace the op with one XLA supports, or move it out of the jit_compile function"))
             return True
         return bool(re.match(r"^[IWE]\d{4} ", line))  # the C++ log lines
+
+    @property
+    def counters(self) -> dict[str, int] | None:
+        """The framework's own counters this log carries (TensorFlow's count of XLA compilations), if any."""
+        return None if self.tf_compiled is None else {TF_XLA_COMPILATIONS: self.tf_compiled}
 
     def _torch(self, line: str) -> bool:
         if not line.startswith(TORCH_PREFIX):

@@ -44,7 +44,7 @@ class RunRecord:
     timed_out: bool = False
     steps_ran: int | None = None  # by the framework's counter (PyTorch/XLA) or the trainer's scalars; None: unknown
     steps_source: str = ""  # where steps_ran comes from
-    counters: Mapping[str, int] | None = None  # the framework's own counters at the end (PyTorch/XLA)
+    counters: Mapping[str, int] | None = None  # the framework's own counters at the end (PyTorch/XLA, TensorFlow)
 
     @property
     def ignored_max_steps(self) -> bool:

@@ -6,8 +6,10 @@ defined in another). `# tpuops: ignore[XLA003]` on a line silences that rule the
 from __future__ import annotations
 
 import ast
+import gc
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +44,25 @@ def python_files(root: Path, exclude: Sequence[str]) -> list[str]:
 
 
 def lint_tree(root: Path, exclude: Sequence[str] = (), legacy_node: bool = False) -> LintResult:
+    with _collector_paused():
+        return _lint_tree(root, exclude, legacy_node)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Parsing builds hundreds of thousands of AST nodes that all stay alive until the lint ends: Python's cyclic
+    collector, triggered by each 700 new objects, walks them again and again for nothing (half the lint's time on
+    a 20,000-line code directory). Reference counting still frees what the lint drops; cycles wait for the end."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool) -> LintResult:
     base = root.parent if root.is_file() else root
     findings: list[Finding] = []
     modules: list[Module] = []

@@ -78,7 +78,7 @@ def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[s
         findings += transfer_findings(counters)
     record = RunRecord(spec.trainer.command, framework, options.steps, outcome.exit_code, outcome.duration,
                        trainer_compilations(log, functions), outcome.timed_out, steps_ran, source,
-                       counters.as_dict() if counters is not None else None)
+                       counters.as_dict() if counters is not None else log.counters)
     return findings, record
 
 
