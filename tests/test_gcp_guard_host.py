@@ -189,19 +189,34 @@ def test_guard_up_on_the_cli_creates_the_vm_that_status_lists_and_down_deletes(r
     from tests.helpers import run_cli, write_spec
 
     name = f"night-{uuid.uuid4().hex[:6]}"
-    spec = write_spec(tmp_path, f"""
+    body = f"""
         name: {name}
         zone: {ZONE}
-        tpu: {{type: v2-8, runtime: tpu-ubuntu2204-base}}
+        tpu: {{type: v2-8, runtime: tpu-ubuntu2204-base, network: NETWORK}}
         bucket: {{name: {name}-b}}
         ssh: {{user: root, port: {rig.sshd.port}}}
         guard: {{zone: us-west1-a}}
-        """)
+        """
+    spec = write_spec(tmp_path, body.replace("NETWORK", "default"))
     assert run_cli("up", str(spec), env=rig.gcp.env).returncode == 0
     cluster_key = tpuops_home / "clusters" / name / "id_ed25519"
     authorized = rig.sshd.root / "authorized_keys"
     authorized.write_text(authorized.read_text() + cluster_key.with_suffix(".pub").read_text())
     env = {**rig.gcp.env, "TPUOPS_GUARD_VM_HOME": str(rig.root / "guard-home"), "TPUOPS_GUARD_VM_USER": "root"}
+
+    # Refused or failed first: the firewall is judged before the bundle is staged, and a first guard up whose VM
+    # cannot be created takes its staged copies away again.
+    bundle = f".tpuops/{name}/guard/bundle/"
+    rig.gcp.compute_api.server.faults.http_error("POST", r"/instances$", 403,
+                                                 message="Required 'compute.instances.create' permission")
+    denied = run_cli("guard", "up", name, env=env)
+    assert denied.returncode != 0 and "roles/compute.instanceAdmin.v1" in denied.stderr, denied.stderr
+    assert staged(rig, bundle, f"{name}-b") == {}
+    write_spec(tmp_path, body.replace("NETWORK", "isolated"))  # guard up reads the spec as it is now
+    refused = run_cli("guard", "up", name, env=env)
+    assert refused.returncode != 0 and "no firewall rule of network isolated" in refused.stderr, refused.stderr
+    assert staged(rig, bundle, f"{name}-b") == {} and ("us-west1-a", f"{name}-guard") not in rig.gcp.compute.instances
+    write_spec(tmp_path, body.replace("NETWORK", "default"))
 
     up = run_cli("guard", "up", name, "--json", env=env)
     assert up.returncode == 0, up.stderr
@@ -231,38 +246,3 @@ def test_guard_up_on_the_cli_creates_the_vm_that_status_lists_and_down_deletes(r
     down = run_cli("down", name, "--yes", env=env)
     assert down.returncode == 0, down.stderr
     assert ("us-west1-a", f"{name}-guard") not in rig.gcp.compute.instances
-
-
-def test_a_guard_up_refused_or_failed_leaves_no_staged_bundle_in_the_bucket(rig: Rig, tmp_path: Path,
-                                                                           tpuops_home: Path) -> None:
-    """The firewall is judged before the bundle is staged; a first guard up whose VM cannot be created takes
-    its staged copies away again."""
-    from tests.helpers import run_cli, write_spec
-
-    name = f"night-{uuid.uuid4().hex[:6]}"
-    body = f"""
-        name: {name}
-        zone: {ZONE}
-        tpu: {{type: v2-8, runtime: tpu-ubuntu2204-base, network: NETWORK}}
-        bucket: {{name: {name}-b}}
-        ssh: {{user: root, port: {rig.sshd.port}}}
-        """
-    spec = write_spec(tmp_path, body.replace("NETWORK", "default"))
-    assert run_cli("up", str(spec), env=rig.gcp.env).returncode == 0
-    env = {**rig.gcp.env, "TPUOPS_GUARD_VM_HOME": str(rig.root / "guard-home"), "TPUOPS_GUARD_VM_USER": "root"}
-    bundle = f".tpuops/{name}/guard/bundle/"
-    try:
-        rig.gcp.compute_api.server.faults.http_error("POST", r"/instances$", 403,
-                                                     message="Required 'compute.instances.create' permission")
-        denied = run_cli("guard", "up", name, env=env)
-        assert denied.returncode != 0 and "roles/compute.instanceAdmin.v1" in denied.stderr, denied.stderr
-        assert staged(rig, bundle, f"{name}-b") == {}
-
-        write_spec(tmp_path, body.replace("NETWORK", "isolated"))  # guard up reads the spec as it is now
-        refused = run_cli("guard", "up", name, env=env)
-        assert refused.returncode != 0 and "no firewall rule of network isolated" in refused.stderr, refused.stderr
-        assert staged(rig, bundle, f"{name}-b") == {}
-        assert (ZONE, f"{name}-guard") not in rig.gcp.compute.instances
-    finally:
-        write_spec(tmp_path, body.replace("NETWORK", "default"))
-        assert run_cli("down", name, "--yes", env=env).returncode == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fake_gcs import FakeGcs, fake_gcs  # noqa: F401  (pytest fixture)
+from tests.fakes.http import SHUTDOWN_POLL_S
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.cloud.gcp.gcs_blobs import GcsBlobStore
 from tpuops.guard.lease import Lease, LeaseLost, read_lease
@@ -156,7 +157,7 @@ class Hook(BaseHTTPRequestHandler):
 
 def test_webhook_retries_and_never_shows_its_url() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True)
     thread.start()
     warnings: list[str] = []
     try:

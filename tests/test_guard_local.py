@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.http import SHUTDOWN_POLL_S
 from tests.helpers import run_cli, write_spec
 from tests.test_quickstart import long_quickstart, processes_under
 from tpuops.cloud.local.guard_host import is_guard_process, stop_process_group
@@ -114,7 +115,7 @@ def webhook() -> Iterator[tuple[str, list[dict]]]:
             return None
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_port}/services/T0/B0/SECRET-{uuid.uuid4().hex[:6]}", received

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.http import SHUTDOWN_POLL_S
 from tests.gcs_emulator import GcsEmulator, free_port, gcs_emulator  # noqa: F401  (pytest fixture)
 from tpuops.cloud.blob_urls import open_blob_store
 from tpuops.cloud.blobs import (
@@ -195,7 +196,7 @@ class FlakyProxy:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True)
         self._thread.start()
 
     def close(self) -> None:

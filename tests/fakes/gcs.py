@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.http import Faults, Request, error_body
+from tests.fakes.http import SHUTDOWN_POLL_S, Faults, Request, error_body
 
 CREATE_ONLY_FIELDS = ("location", "labels", "iamConfiguration", "storageClass")
 
@@ -28,7 +28,8 @@ class GcsFront:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-gcs", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,),
+                                        name="fake-gcs", daemon=True)
 
     @property
     def url(self) -> str:

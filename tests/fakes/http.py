@@ -13,6 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+# serve_forever checks for shutdown() this often: its default of 0.5 s made every fake's stop wait that long.
+SHUTDOWN_POLL_S = 0.02
+
 STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
     403: "PERMISSION_DENIED",
@@ -117,7 +120,8 @@ class JsonServer:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name=f"fake-{name}", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,),
+                                        name=f"fake-{name}", daemon=True)
 
     @property
     def url(self) -> str:

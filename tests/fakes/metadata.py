@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.fakes.http import SHUTDOWN_POLL_S
+
 ACCOUNT_PATH = "/computeMetadata/v1/instance/service-accounts/default"
 ATTRIBUTES_PATH = "/computeMetadata/v1/instance/attributes/"
 DEFAULT_EMAIL = "123456789012-compute@developer.gserviceaccount.com"
@@ -37,7 +39,8 @@ class MetadataFake:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-metadata", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,),
+                                        name="fake-metadata", daemon=True)
 
     @property
     def host(self) -> str:

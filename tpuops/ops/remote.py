@@ -24,7 +24,6 @@ from tpuops.guard.handback import with_guard_state
 from tpuops.ops.workers import one_worker, select_workers, ssh_targets, worker_targets
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_of_words, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
-from tpuops.remote.ssh import load_private_key
 from tpuops.spec import Spec, load_spec
 from tpuops.state import ClusterState, WorkerRecord, epoch_seconds
 
@@ -219,6 +218,8 @@ def ssh_argv(ctx: Context, name: str | None, *, worker: str | int = 0, slice_: s
     access = cluster_access(ctx, name)
     access.provider.require_ssh(access.state.name)
     [target] = one_worker(access.workers, str(worker), slice_)
+    from tpuops.remote.ssh import load_private_key  # paramiko: only for the commands that connect
+
     load_private_key(access.key_path)  # same checks (exists, 0600) and message as exec and push
     argv = [
         ssh_binary,
