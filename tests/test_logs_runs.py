@@ -4,6 +4,7 @@ which; event files are assigned to launches by the time their writer created the
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -12,7 +13,7 @@ from tests.helpers import run_cli
 from tests.test_quickstart import long_quickstart
 from tpuops.cloud.blob_types import BlobInfo
 from tpuops.errors import UsageError
-from tpuops.logs.runs import EARLIER, Launch, choose, launch_time
+from tpuops.logs.runs import CLOCK_SLACK, EARLIER, Launch, choose, launch_time
 
 FIRST, SECOND, RESUMED = "20261125-100000-aaaa", "20261125-110000-bbbb", "20261125-120000-cccc"
 LAUNCHES = [Launch(FIRST, 0), Launch(SECOND, 0), Launch(RESUMED, 1)]
@@ -65,7 +66,11 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, st
     spec = long_quickstart(tmp_path_factory.mktemp("two-runs"), steps=100)
     env = {"TPUOPS_HOME": str(home)}
     ids = []
-    for _ in range(2):
+    for index in range(2):
+        if index:
+            # A file created within CLOCK_SLACK before a launch counts as that launch's (a worker's clock may run
+            # behind): real runs are minutes apart, these two only a second or two without this pause.
+            time.sleep(CLOCK_SLACK + 1)
         done = run_cli("run", str(spec), "--json", env=env, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         ids.append(json.loads(done.stdout)["run_id"])
