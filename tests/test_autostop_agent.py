@@ -44,11 +44,8 @@ def wait_for(what: str, check: Callable[[], object], timeout: float = WAIT) -> o
 
 @pytest.fixture
 def metadata() -> Iterator[MetadataFake]:
-    fake = MetadataFake().start()
-    try:
+    with MetadataFake() as fake:
         yield fake
-    finally:
-        fake.stop()
 
 
 @dataclass

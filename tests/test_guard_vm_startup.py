@@ -25,11 +25,8 @@ PREFIX = ".tpuops/night/guard/bundle/"
 
 @pytest.fixture(scope="module")
 def metadata() -> Iterator[MetadataFake]:
-    fake = MetadataFake().start()
-    try:
+    with MetadataFake() as fake:
         yield fake
-    finally:
-        fake.stop()
 
 
 @pytest.fixture(scope="module")

@@ -57,6 +57,12 @@ class MetadataFake:
         self._server.server_close()
         self._thread.join(timeout=5)
 
+    def __enter__(self) -> MetadataFake:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def token_requests(self) -> list[MetadataRequest]:
         with self._lock:
             return [r for r in self.requests if r.path.endswith("/token")]

@@ -191,7 +191,12 @@ def run_states(ctx: Context, name: str | None, max_parallel: int = 32,
                connect_timeout: float | None = None) -> dict[str, str]:
     """Each worker's state of the current run: setup, starting, running, exited N, setup failed N, killed,
     lost (or unreachable)."""
-    access = cluster_access(ctx, name, need_spec=False)
+    return states_of_run(ctx, cluster_access(ctx, name, need_spec=False), max_parallel, connect_timeout)
+
+
+def states_of_run(ctx: Context, access: ClusterAccess, max_parallel: int = 32,
+                  connect_timeout: float | None = None) -> dict[str, str]:
+    """`run_states` for a caller that holds the cluster's access (`status`); recorded with the run."""
     run = access.state.current_run
     if run is None:
         return {}

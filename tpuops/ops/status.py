@@ -96,8 +96,9 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
     state = ctx.store.load(name)
     if state is None:
         return status_by_label(ctx, name, zones)
-    state = with_guard_state(ctx, state)
-    cloud = ctx.provider_for(spec_of(state), state).cloud()
+    spec = spec_of(state)
+    state = with_guard_state(ctx, state, spec)
+    cloud = ctx.provider_for(spec, state).cloud()
     mode = tpu_mode(state, None)
     rows = []
     tpu_state = tpu_health = accelerator_type = None
@@ -112,11 +113,10 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
                 port = state.workers[0].ssh_port if state.workers else 22
                 slices = described.slice_nodes or (node,)
                 workers = tuple(number_hosts([n.workers if n else () for n in slices], port))
-    spec = spec_of(state)
     return ClusterStatus(
         state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state, tpu_health,
         tuple(RestartEvent(e.at, e.message) for e in state.events if e.kind == "restart"),
-        run_status(ctx, state, reachable=tpu_state == "READY"),
+        run_status(ctx, state, spec, reachable=tpu_state == "READY"),
         guard=guard_status(ctx, state, spec, tpu_state == "READY", accelerator_type),
         watchdog=watchdog_view(ctx, state, spec),
         recovery_guard=guard_report(ctx, state, spec, last=3),
@@ -148,16 +148,18 @@ def status_by_label(ctx: Context, name: str, zones: Sequence[str] = ()) -> Clust
 RUN_STATUS_CONNECT_TIMEOUT = 10.0  # status must answer quickly even when a worker is gone
 
 
-def run_status(ctx: Context, state: ClusterState, reachable: bool) -> RunStatus | None:
+def run_status(ctx: Context, state: ClusterState, spec: Spec | None, reachable: bool) -> RunStatus | None:
     """The current run: asked live from the workers when the TPU is up, else as last recorded."""
-    from tpuops.ops.launch import run_states
+    from tpuops.ops.remote import access_for
+    from tpuops.ops.run_control import states_of_run
 
     run = state.current_run
     if run is None:
         return None
     workers, live = dict(run.worker_states), False
-    if reachable and state.workers:
-        workers, live = run_states(ctx, state.name, connect_timeout=RUN_STATUS_CONNECT_TIMEOUT), True
+    if reachable and state.workers:  # the state status holds (with its guard's changes): not read again
+        access = access_for(ctx, state, spec)
+        workers, live = states_of_run(ctx, access, connect_timeout=RUN_STATUS_CONNECT_TIMEOUT), True
     return RunStatus(run.id, run.command, run.started_at, run.restart, workers, live)
 
 
