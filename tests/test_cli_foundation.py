@@ -19,7 +19,8 @@ def test_init_then_plan(tmp_path: Path, template: str) -> None:
     (tmp_path / "tfrecords").mkdir()
     created = run_cli("init", "--template", template, "spec.yaml", cwd=tmp_path)
     assert created.returncode == 0, created.stderr
-    assert (tmp_path / "spec.yaml").read_text().startswith("# tpuops spec")
+    first, second = (tmp_path / "spec.yaml").read_text().splitlines()[:2]
+    assert first == "# yaml-language-server: $schema=tpuops.schema.json" and second.startswith("# tpuops spec")
     planned = run_cli("plan", "spec.yaml", cwd=tmp_path)
     assert planned.returncode == 0, planned.stderr
     assert "+ create" in planned.stdout and "Estimated cost" in planned.stdout

@@ -41,8 +41,9 @@ class TpuSpec(Model):
         "(e.g. 2.12.0, pytorch-1.13). Default: the catalog's default for the generation and framework.",
     )
     mode: Literal["vm", "node"] = Field("vm", description="vm: TPU VM or pod slice; node: legacy TPU Node.")
-    preemptible: bool = False
-    spot: bool = False
+    preemptible: bool = Field(False, description="Preemptible capacity: cheaper, and Google may stop it at any time "
+                              "(TPU Research Cloud quota is often preemptible).")
+    spot: bool = Field(False, description="Spot capacity: like preemptible, without its 24-hour limit.")
     queued: bool = Field(False, description="Create the TPU through a queued resource.")
     slices: int = Field(
         1, ge=1, le=64,
@@ -59,8 +60,9 @@ class TpuSpec(Model):
     workers: int | None = Field(
         None, ge=1, le=64, description="provider: local only: number of simulated workers (default: hosts)."
     )
-    network: str = "default"
-    subnetwork: str | None = None
+    network: str = Field("default", description="The VPC network of the TPU, the client VM and the guard VM.")
+    subnetwork: str | None = Field(None, description="The subnetwork in the zone's region; default: Google's choice "
+                                                   "for the network and region.")
 
     @property
     def through_queue(self) -> bool:
@@ -80,14 +82,15 @@ class TpuSpec(Model):
 
 
 class ClientVmSpec(Model):
-    machine_type: str = "n1-standard-2"
-    disk_gb: int = Field(50, ge=10, le=65536)
-    image_project: str = "debian-cloud"
-    image_family: str = "debian-12"
+    machine_type: str = Field("n1-standard-2", description="The client VM's Compute Engine machine type.")
+    disk_gb: int = Field(50, ge=10, le=65536, description="The client VM's boot disk, in GB.")
+    image_project: str = Field("debian-cloud", description="The project of the client VM's image family.")
+    image_family: str = Field("debian-12", description="The client VM's image family (its newest image is used).")
 
 
 class BucketSpec(Model):
-    name: str
+    name: str = Field(description="The GCS bucket for data, logs and tpuops' records (GCS naming rules); created "
+                                  "by `up` if missing.")
     location: str | None = Field(None, description="Default: the TPU zone's region.")
 
     @field_validator("name")
@@ -100,7 +103,7 @@ class BucketSpec(Model):
 
 
 class CodeSpec(Model):
-    path: str = "."
+    path: str = Field(".", description="The directory pushed to every worker (relative to the spec file).")
     exclude: list[str] = Field(default_factory=list, description=".gitignore-style patterns not pushed.")
 
 
@@ -110,10 +113,14 @@ class DataItem(Model):
 
 
 class TrainerSpec(Model):
-    framework: Literal["tensorflow", "pytorch", "jax"]
+    framework: Literal["tensorflow", "pytorch", "jax"] = Field(
+        description="tensorflow, pytorch (PyTorch/XLA) or jax: decides the environment the trainer gets "
+        "(TPU_NAME, PJRT_DEVICE, XRT_TPU_CONFIG, ...).")
     setup: str | None = Field(None, description="Run once per worker (again when its text changes).")
-    command: str
-    env: dict[str, str] = Field(default_factory=dict)
+    command: str = Field(description="The trainer's command line, run on every worker from the pushed code "
+                                     "directory.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for setup and "
+                                                                  "the trainer (names and values as strings).")
 
     @field_validator("command")
     @classmethod
@@ -137,22 +144,28 @@ class LogsSpec(Model):
 
 class SshSpec(Model):
     user: str | None = Field(None, description="Default: the local user name.")
-    port: int = Field(22, ge=1, le=65535)
+    port: int = Field(22, ge=1, le=65535, description="The workers' SSH port.")
 
 
 class Spec(Model):
     name: str = Field(description="Cluster name: lowercase letters, digits, hyphens; starts with a letter; <= 40.")
-    project: str | None = None
-    provider: Literal["gcp", "local"] = "gcp"
-    zone: str | None = None
-    tpu: TpuSpec
-    client_vm: ClientVmSpec | None = None
-    bucket: BucketSpec | None = None
-    code: CodeSpec = Field(default_factory=CodeSpec)
-    data: list[DataItem] = Field(default_factory=list)
-    trainer: TrainerSpec | None = None
-    logs: LogsSpec = Field(default_factory=LogsSpec)
-    ssh: SshSpec = Field(default_factory=SshSpec)
+    project: str | None = Field(None, description="Google Cloud project; default: --project, "
+                                                  "CLOUDSDK_CORE_PROJECT, GOOGLE_CLOUD_PROJECT, gcloud's config.")
+    provider: Literal["gcp", "local"] = Field("gcp", description="gcp: Google Cloud; local: the simulator on "
+                                                                 "this machine (no Google account).")
+    zone: str | None = Field(None, description="The TPU's zone, e.g. europe-west4-a (required for provider: gcp); "
+                                               "the bucket goes to its region.")
+    tpu: TpuSpec = Field(description="The TPU: type, runtime, mode, capacity and fallback zones.")
+    client_vm: ClientVmSpec | None = Field(None, description="The Compute Engine VM that drives a legacy TPU Node "
+                                                             "(required for tpu.mode: node).")
+    bucket: BucketSpec | None = Field(None, description="The GCS bucket in the TPU's region, with the TPU's "
+                                                        "service account granted on it.")
+    code: CodeSpec = Field(default_factory=CodeSpec, description="The code pushed to every worker.")
+    data: list[DataItem] = Field(default_factory=list, description="Data copied before a launch: each entry "
+                                                                   "{from: local path, to: gs://... or a worker path}.")
+    trainer: TrainerSpec | None = Field(None, description="What `launch` runs on every worker.")
+    logs: LogsSpec = Field(default_factory=LogsSpec, description="Where the trainer's TensorBoard scalars are.")
+    ssh: SshSpec = Field(default_factory=SshSpec, description="How tpuops reaches the workers over SSH.")
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on every resource.")
     autostop: AutostopSpec = Field(
         default_factory=AutostopSpec, description="The cost guard on worker 0: delete the TPU when idle, or later."

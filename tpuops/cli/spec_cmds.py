@@ -74,9 +74,9 @@ def schema() -> None:
     Example:
       tpuops schema > tpuops.schema.json   # then point your editor's YAML schema at it
     """
-    from tpuops.spec import Spec
+    from tpuops.ops.specs import spec_schema
 
-    print_json(Spec.model_json_schema(by_alias=True))
+    print_json(spec_schema())
 
 
 @app.command()
@@ -87,17 +87,18 @@ def init(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
     list_: bool = typer.Option(False, "--list", help="List the templates."),
 ) -> None:
-    """Write a commented spec to start from.
+    """Write a commented spec to start from, and the spec's JSON Schema beside it for your editor.
 
     \b
     Example:
       tpuops init --template trc-v3-tf spec.yaml
     """
-    from tpuops.ops.specs import INIT_TEMPLATES, init_spec
+    from tpuops.ops.specs import INIT_TEMPLATES, SCHEMA_FILE, init_spec
 
     if list_:
         for name, about in INIT_TEMPLATES.items():
             console.print(f"{name:<12} {about}")
         return
     written = init_spec(template, path, force=force)
-    console.print(f"Wrote {written} ({INIT_TEMPLATES[template]}). Next: tpuops plan {written}")
+    console.print(f"Wrote {written} ({INIT_TEMPLATES[template]}) and {written.parent / SCHEMA_FILE} (its JSON "
+                  f"Schema, for editors). Next: tpuops plan {written}")

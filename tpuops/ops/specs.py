@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -22,6 +23,12 @@ INIT_TEMPLATES = {
     "legacy-node": "TensorFlow on a legacy TPU Node with its client VM",
     "local": "the local simulator (no Google account needed)",
 }
+
+# `init` writes the schema beside the spec and names it by a relative path, which the YAML language server
+# resolves against the spec's own directory: the editor finds it offline, and the line stays true for whoever
+# clones the project (an absolute path into one machine's site-packages or TPUOPS_HOME would not).
+SCHEMA_FILE = "tpuops.schema.json"
+SCHEMA_MODELINE = f"# yaml-language-server: $schema={SCHEMA_FILE}\n"
 
 
 @dataclass(frozen=True)
@@ -93,5 +100,12 @@ def init_spec(template: str, destination: Path, force: bool = False) -> Path:
         raise UsageError(f"cannot write {destination}: the directory {destination.parent} does not exist",
                          f"create it first (mkdir -p {destination.parent}) or give another path")
     text = resources.files("tpuops.data.init").joinpath(f"{template}.yaml").read_text()
-    destination.write_text(text)
+    destination.write_text(SCHEMA_MODELINE + text)
+    # Rewritten on every init: it is generated, so the newest tpuops' schema replaces an older one.
+    (destination.parent / SCHEMA_FILE).write_text(json.dumps(spec_schema(), indent=2) + "\n")
     return destination
+
+
+def spec_schema() -> dict[str, object]:
+    """The spec's JSON Schema, as `tpuops schema` prints it and `init` writes it."""
+    return Spec.model_json_schema(by_alias=True)
