@@ -2,7 +2,7 @@
 
 charlm (the quickstart trainer) needs only numpy and tensorboard and always runs, including 2 workers
 averaging gradients over loopback. The framework templates are marked heavy and skip when their
-framework is not installed (CI installs them: see the README's testing section).
+framework is not installed (CI installs them: see .ci/run).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ HangSeconds = Annotated[
 
 
 class WatchSpec(BaseModel):
-    """How `tpuops watch` judges progress (see the README's "Hang watchdog")."""
+    """How `tpuops watch` judges progress (see docs/watchdog.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # enabled: 1 is not true (issue 22, 14)
 
