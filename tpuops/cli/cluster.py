@@ -169,8 +169,8 @@ def print_guard(guard) -> None:  # noqa: ANN001  (GuardStatus | None; import kep
         console.print(f"  {guard.cost.line()}", markup=False)
     if guard.jax_cache_bytes is not None:
         console.print(f"  JAX compilation cache: {size_text(guard.jax_cache_bytes)} in the bucket", markup=False)
-    if guard.record is not None:
-        console.print(f"  TPU {guard.record.line()}", markup=False)
+    if guard.record_line is not None:
+        console.print(f"  TPU {guard.record_line}", markup=False)
     elif guard.autostop is not None:
         console.print(f"  {guard.autostop.line()}", markup=False)
     else:

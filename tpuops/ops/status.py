@@ -117,7 +117,7 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
         state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state, tpu_health,
         tuple(RestartEvent(e.at, e.message) for e in state.events if e.kind == "restart"),
         run_status(ctx, state, spec, reachable=tpu_state == "READY"),
-        guard=guard_status(ctx, state, spec, tpu_state == "READY", accelerator_type),
+        guard=guard_status(ctx, state, spec, tpu_state, accelerator_type),
         watchdog=watchdog_view(ctx, state, spec),
         recovery_guard=guard_report(ctx, state, spec, last=3),
     )
