@@ -204,9 +204,12 @@ def test_a_laptop_watch_views_and_a_killed_guard_keeps_lease_and_ledger(quicksta
     assert read_lease(store)[0].holder == holder
     assert kinds(ledger)[:len(events_before)] == events_before  # the ledger goes on
 
-    down = cli("down", "quickstart", "--yes")
-    assert down.returncode == 0 and "guard quickstart: stopped" in down.stdout + down.stderr
+    assert cli("guard", "down", "quickstart").returncode == 0
     assert not is_guard_process(new_pid, "quickstart")
+    stopped = cli("guard", "status", "quickstart")  # at once: its last heartbeat is still fresh
+    assert stopped.returncode == 1 and "stopped by `tpuops guard down`" in stopped.stdout, stopped.stdout
+    assert "alive" not in stopped.stdout and "guard: stopped" in cli("status", "quickstart").stdout
+    assert cli("down", "quickstart", "--yes").returncode == 0
 
 
 def test_two_guards_race_and_exactly_one_recovers(tmp_path: Path, tpuops_home: Path) -> None:
