@@ -155,6 +155,7 @@ def test_the_guard_recovers_a_preemption_with_no_cli_attached(quickstart: str, t
     line = next(text for text in status.stdout.splitlines() if text.strip().startswith("guard:"))
     assert "alive (heartbeat" in line and "1 recovery" in line and "goodput so far" in line, line
     assert f"{facts['steps_lost']} step(s) lost" in line or facts["steps_lost"] == 0
+    assert "restarts: 1 (by the guard)" in status.stdout, status.stdout  # not "by `tpuops watch`"
     report = json.loads(cli("guard", "status", "quickstart", "--json").stdout)
     assert report["alive"] and report["recoveries"] == 1 and report["heartbeat"]["goodput"]["paid_s"] > 0
     assert "recovered: training resumed" in cli("guard", "logs", "quickstart").stdout

@@ -227,6 +227,9 @@ class GuardedWatcher(watch_ops.Watcher):
             self.publisher.publish()
         return result
 
+    def actor(self) -> str:
+        return "the guard" if self.lease is not None and self.lease.role == ROLE_GUARD else super().actor()
+
     def observe_tpu(self) -> watch_ops.TpuView:
         view = super().observe_tpu()
         self.progress.tpu_ready = view.state == READY

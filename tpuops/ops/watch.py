@@ -385,9 +385,13 @@ class Watcher:
         """Printed with a time and kept in the cluster's state."""
         state = self.ctx.store.load(self.cluster)
         if state is not None:
-            state.log(kind, message)
+            state.log(kind, message, by=self.actor())
             self.ctx.store.save(state)
         self.say(kind, message)
+
+    def actor(self) -> str:
+        """Who this watch is, in the state's events (`status` says who restarted the run)."""
+        return "`tpuops watch`"
 
     def say(self, kind: str, message: str) -> None:
         """Printed only (progress of `up` and `launch`)."""

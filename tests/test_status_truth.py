@@ -1,13 +1,19 @@
-"""What `guard status` and the `guard:` line of `status` say, from a heartbeat, the ledger's events and the guard
-host: "alive" only for a guard that runs and beats on time; stopped is stopped; a laptop watch is not a guard."""
+"""`status` says what is true now or how old it is. The guard: "alive" only for a guard that runs and beats on
+time; stopped is stopped; a laptop watch is not a guard. The run and the watchdog: what was recorded while the TPU
+ran is not shown as true of a TPU that is no longer READY."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+from tpuops.context import Context
 from tpuops.guard.host import GuardHostInfo
 from tpuops.guard.ledger import Heartbeat, LedgerEvent
 from tpuops.guard.report import GuardReport
+from tpuops.ops.status import RunStatus, run_status, watchdog_now
+from tpuops.state import ClusterState, RunRecord
+from tpuops.watchdog.records import WatchdogView
 
 NOW = time.time()
 PROCESS = GuardHostInfo("process", "pid 42", None, "running")
@@ -56,3 +62,24 @@ def test_an_idle_guard_says_it_takes_up_a_run_launched_since_its_last_beat() -> 
     idle = beat(20, run_id="r1", idle="the next `tpuops launch c` (run r1 is over)")
     assert report(idle, current_run="r1").state_line().startswith("alive, idle: waiting for the next")
     assert report(idle, current_run="r2").state_line().startswith("alive, taking up run r2")
+
+
+def test_a_run_recorded_running_is_unknown_on_a_preempted_tpu(tmp_path: Path) -> None:
+    ctx = Context.from_env(env={"TPUOPS_HOME": str(tmp_path)})
+    run = RunRecord(id="r1", command="python3 train.py", workers=["w0", "w1"],
+                    worker_states={"w0": "running", "w1": "exited 0"})
+    state = ClusterState(name="c", provider="local", spec_path=str(tmp_path / "spec.yaml"), runs=[run])
+    shown = run_status(ctx, state, None, "PREEMPTED")
+    assert shown is not None and not shown.live
+    assert shown.workers == {"w0": "unknown (the TPU is PREEMPTED; last recorded running)", "w1": "exited 0"}
+    gone = run_status(ctx, state, None, None)
+    assert gone is not None and gone.workers["w0"] == "unknown (the TPU is gone; last recorded running)"
+
+
+def test_the_watchdogs_ok_is_not_shown_for_a_run_that_no_longer_runs() -> None:
+    view = WatchdogView("r1", 231, NOW - 82, 600.0, "ok", NOW - 80)
+    running = RunStatus("r1", "x", "t", 0, {"w0": "running"}, live=True)
+    finished = RunStatus("r1", "x", "t", 0, {"w0": "exited 0"}, live=True)
+    assert watchdog_now(view, "READY", running) == view
+    assert watchdog_now(view, "READY", finished).verdict == "not watching: the run is over"  # type: ignore[union-attr]
+    assert watchdog_now(view, None, running).verdict == "not watching: the TPU is gone"  # type: ignore[union-attr]
