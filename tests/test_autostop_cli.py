@@ -195,10 +195,12 @@ def test_a_refused_delete_shows_in_status_with_the_role_to_grant(
                                              message="Permission 'tpu.nodes.delete' denied")
     metadata = MetadataFake().start()
     name = f"gs-{uuid.uuid4().hex[:6]}"
+    bucket = f"tpuops-b-{uuid.uuid4().hex[:8]}"  # the agent writes its record there before it asks to delete
     spec = write_spec(tmp_path, f"""
         name: {name}
         zone: us-central2-b
         tpu: {{type: v4-8, runtime: tpu-ubuntu2204-base}}
+        bucket: {{name: {bucket}}}
         ssh: {{user: root, port: {sshd1.port}}}
         autostop: {{idle: 1s}}
         """)
@@ -222,6 +224,16 @@ def test_a_refused_delete_shows_in_status_with_the_role_to_grant(
         text = str(wait_for("the refused delete in status", refused))
         assert "403" in text and "roles/tpu.admin" in text, text
         assert fake_gcp.tpu.get_node("us-central2-b", name, "vm") is not None
+        # The record the agent wrote before asking does not make the billing TPU "gone" (it said so, exit 1).
+        assert fake_gcp.storage().bucket(bucket).blob(f".tpuops/{name}/autostop.json").exists()
+        status = run_cli("status", name, "--json", env=env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        shown = json.loads(status.stdout)
+        assert shown["tpu_state"] == "READY" and shown["guard"]["deleted_by_autostop"] is None, shown
+        assert "403" in shown["guard"]["autostop"]["last_failure"], shown
+        assert "is gone" not in status.stderr
+        exec_ = run_cli("exec", name, "echo still-here", env=env)
+        assert exec_.returncode == 0 and "still-here" in exec_.stdout, exec_.stdout + exec_.stderr
         assert all(r.headers.get("metadata-flavor") == "Google" for r in metadata.token_requests())
         assert metadata.token_requests()
     finally:

@@ -167,7 +167,7 @@ def test_the_local_providers_agent_deletes_the_simulated_tpu_and_leaves_its_reco
         assert not (tmp_path / "cloud" / "workers" / node).exists()
         store = LocalProvider({}, tmp_path / "cloud").blob_store(record_prefix("quick-data", cluster))
         record = wait_for("the record", lambda: read_record(store))
-        assert record.reason == "idle" and record.node == node and "deleted by autostop" in record.line()
+        assert record.reason == "idle" and record.node == node and "deleted by autostop" in record.line(confirmed=True)
         assert provider.get_bucket("quick-data") is not None
     finally:
         stop_agent(runner, cluster, keep_alive=False)

@@ -155,6 +155,7 @@ def test_the_guard_recovers_a_preemption_with_no_cli_attached(quickstart: str, t
     line = next(text for text in status.stdout.splitlines() if text.strip().startswith("guard:"))
     assert "alive (heartbeat" in line and "1 recovery" in line and "goodput so far" in line, line
     assert f"{facts['steps_lost']} step(s) lost" in line or facts["steps_lost"] == 0
+    assert "restarts: 1 (by the guard)" in status.stdout, status.stdout  # not "by `tpuops watch`"
     report = json.loads(cli("guard", "status", "quickstart", "--json").stdout)
     assert report["alive"] and report["recoveries"] == 1 and report["heartbeat"]["goodput"]["paid_s"] > 0
     assert "recovered: training resumed" in cli("guard", "logs", "quickstart").stdout
@@ -204,9 +205,12 @@ def test_a_laptop_watch_views_and_a_killed_guard_keeps_lease_and_ledger(quicksta
     assert read_lease(store)[0].holder == holder
     assert kinds(ledger)[:len(events_before)] == events_before  # the ledger goes on
 
-    down = cli("down", "quickstart", "--yes")
-    assert down.returncode == 0 and "guard quickstart: stopped" in down.stdout + down.stderr
+    assert cli("guard", "down", "quickstart").returncode == 0
     assert not is_guard_process(new_pid, "quickstart")
+    stopped = cli("guard", "status", "quickstart")  # at once: its last heartbeat is still fresh
+    assert stopped.returncode == 1 and "stopped by `tpuops guard down`" in stopped.stdout, stopped.stdout
+    assert "alive" not in stopped.stdout and "guard: stopped" in cli("status", "quickstart").stdout
+    assert cli("down", "quickstart", "--yes").returncode == 0
 
 
 def test_two_guards_race_and_exactly_one_recovers(tmp_path: Path, tpuops_home: Path) -> None:

@@ -203,7 +203,7 @@ def test_run_watch_recreates_a_preempted_tpu_waits_out_capacity_and_resumes(
 
     shown = run_cli("status", name, env=gcp.env)
     assert shown.returncode == 0, shown.stderr
-    assert "restarts: 1" in shown.stdout and "TPU PREEMPTED" in shown.stdout
+    assert "restarts: 1 (by `tpuops watch`)" in shown.stdout and "TPU PREEMPTED" in shown.stdout
     as_json = json.loads(run_cli("status", name, "--json", env=gcp.env).stdout)
     assert [r["message"] for r in as_json["restarts"]] == [restarts[0]["message"]]
 

@@ -153,6 +153,7 @@ class EventRecord(StateModel):
     at: str = Field(default_factory=now_iso)
     kind: str
     message: str
+    by: str | None = None  # who acted: "the guard", "`tpuops watch`" (None: a command, or an older state)
 
 
 class RunRecord(StateModel):
@@ -203,8 +204,8 @@ class ClusterState(StateModel):
             return self.current_run
         return next((r for r in self.runs if r.id == run_id), None)
 
-    def log(self, kind: str, message: str) -> None:
-        self.events.append(EventRecord(kind=kind, message=message))
+    def log(self, kind: str, message: str, by: str | None = None) -> None:
+        self.events.append(EventRecord(kind=kind, message=message, by=by))
 
 
 class StateStore:

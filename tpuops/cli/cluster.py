@@ -133,7 +133,7 @@ def status(
     if result.tpu_state:
         console.print(f"  TPU: {result.tpu_state}, health {result.tpu_health or '-'}")
     if result.restarts:
-        console.print(f"  restarts: {len(result.restarts)} (by `tpuops watch`)")
+        console.print(f"  restarts: {len(result.restarts)} ({restarters(result.restarts)})", markup=False)
         for restart in result.restarts:
             console.print(f"    {restart.at}  {restart.message}")
     for worker in result.workers:
@@ -148,6 +148,17 @@ def status(
     print_watchdog(result.watchdog)
 
 
+def restarters(restarts) -> str:  # noqa: ANN001  (a sequence of RestartEvent; import kept lazy)
+    """by the guard / by `tpuops watch` / 1 by the guard, 2 by `tpuops watch`."""
+    counts: dict[str, int] = {}
+    for restart in restarts:
+        who = restart.by or "`tpuops watch` or the guard"
+        counts[who] = counts.get(who, 0) + 1
+    if len(counts) == 1:
+        return f"by {next(iter(counts))}"
+    return ", ".join(f"{count} by {who}" for who, count in counts.items())
+
+
 def print_watchdog(view) -> None:  # noqa: ANN001  (WatchdogView | None; import kept lazy)
     """The last step, how long ago the watch saw it, and the hang watchdog's verdict."""
     if view is None:
@@ -159,7 +170,8 @@ def print_watchdog(view) -> None:  # noqa: ANN001  (WatchdogView | None; import 
     step = "no step yet" if view.last_step is None else f"last step {view.last_step}"
     if view.last_step_at is not None:
         step += f", {format_duration(max(0.0, time.time() - view.last_step_at))} ago"
-    console.print(f"  watchdog: {step}; {view.verdict}", markup=False)
+    written = format_duration(max(0.0, time.time() - view.updated_at))
+    console.print(f"  watchdog: {step}; {view.verdict} (as a watch saw it {written} ago)", markup=False)
 
 
 def print_guard(guard) -> None:  # noqa: ANN001  (GuardStatus | None; import kept lazy)
@@ -169,8 +181,8 @@ def print_guard(guard) -> None:  # noqa: ANN001  (GuardStatus | None; import kep
         console.print(f"  {guard.cost.line()}", markup=False)
     if guard.jax_cache_bytes is not None:
         console.print(f"  JAX compilation cache: {size_text(guard.jax_cache_bytes)} in the bucket", markup=False)
-    if guard.record is not None:
-        console.print(f"  TPU {guard.record.line()}", markup=False)
+    if guard.record_line is not None:
+        console.print(f"  TPU {guard.record_line}", markup=False)
     elif guard.autostop is not None:
         console.print(f"  {guard.autostop.line()}", markup=False)
     else:

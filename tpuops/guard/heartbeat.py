@@ -36,7 +36,8 @@ class HeartbeatWriter:
     tpu_state: str | None = None
     _last: float = 0.0
 
-    def tick(self, force: bool = False) -> None:
+    def tick(self, force: bool = False, stopped: str | None = None) -> None:
+        """`stopped`: this is the holder's last beat (it is on its way out), and why."""
         now = time.time()
         self.progress.tick(now)
         if not force and now - self._last < self.interval:
@@ -44,7 +45,7 @@ class HeartbeatWriter:
         self._last = now
         heartbeat = Heartbeat(now, self.lease.holder, self.lease.role, self.run_id, self.progress.step,
                               self.tpu_state, self.progress.recoveries, self.progress.steps_lost,
-                              self.progress.goodput, self.interval)
+                              self.progress.goodput, self.interval, stopped=stopped)
         try:
             self.ledger.write_heartbeat(heartbeat)
         except TpuopsError:
@@ -76,7 +77,7 @@ class IdleHeartbeat:
             last = self.ledger.heartbeat()
             base = last if last is not None else Heartbeat(now, self.holder, "guard")
             self.ledger.write_heartbeat(replace(base, ts=now, holder=self.holder, role="guard", tpu_state=None,
-                                                interval=self.interval, idle=waiting_for))
+                                                interval=self.interval, idle=waiting_for, stopped=None))
         except TpuopsError:
             return  # the bucket away for now: the next tick tries again (status would say dead meanwhile)
 

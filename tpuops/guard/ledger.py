@@ -79,12 +79,15 @@ class Heartbeat:
     goodput: Goodput = field(default_factory=Goodput)
     interval: float = 60.0  # how often the holder writes it: "alive" is judged against this
     idle: str | None = None  # a guard between runs: what it waits for (guard/heartbeat.py)
+    stopped: str | None = None  # the holder's last beat, written on its way out: why it stopped
 
     def age(self, now: float | None = None) -> float:
         return max(0.0, (time.time() if now is None else now) - self.ts)
 
     def alive(self, now: float | None = None) -> bool:
-        return self.age(now) <= 3 * self.interval
+        """A holder that said it stopped is not alive, however fresh its last beat; one that beats on time is.
+        One late beat is tolerated (the writer beats at its lease renewals, a poll apart), a second is not."""
+        return self.stopped is None and self.age(now) <= 2 * self.interval
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Heartbeat:

@@ -176,7 +176,8 @@ def _recover_holding(ctx: Context, cluster: str, options: watch_ops.WatchOptions
         if publisher is not None:
             publisher.publish()  # the run's last states
         if not stood_down:  # after losing the lease, the heartbeat and the lease are the new holder's
-            beat.tick(force=True)
+            # A guard goes on waiting for the next run (its idle beats follow); a laptop watch is gone.
+            beat.tick(force=True, stopped="the laptop's `tpuops watch` ended" if lease.role == ROLE_WATCH else None)
             lease.release()
         if notifier is not None:
             notifier.close()
@@ -225,6 +226,9 @@ class GuardedWatcher(watch_ops.Watcher):
         if self.publisher is not None:
             self.publisher.publish()
         return result
+
+    def actor(self) -> str:
+        return "the guard" if self.lease is not None and self.lease.role == ROLE_GUARD else super().actor()
 
     def observe_tpu(self) -> watch_ops.TpuView:
         view = super().observe_tpu()

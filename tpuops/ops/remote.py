@@ -91,14 +91,24 @@ def access_for(ctx: Context, state: ClusterState, spec: Spec | None) -> ClusterA
 
 def _refuse_if_autostopped(access: ClusterAccess) -> None:
     """Before connecting (a minute of SSH timeouts otherwise): the autostop agent's record that it deleted the TPU,
-    one read of the bucket when autostop is on."""
+    one read of the bucket when autostop is on. The record is written before the delete is asked for, so it is
+    trusted only when the TPU API agrees that the TPU is gone (a refused delete leaves a TPU that still bills)."""
     try:
         record = deletion_record(access.provider, access.state, access.spec)
+        if record is None or not _tpu_is_gone(access):
+            return
     except TpuopsError:
-        return  # the bucket unreadable: the connection will tell
-    if record is not None:
-        raise TpuopsError(f"the TPU of '{access.state.name}' is gone: {record.line()}",
-                          f"`tpuops up {access.state.spec_path}` brings it back (the bucket and its data stayed)")
+        return  # the bucket or the API unreadable: the connection will tell
+    raise TpuopsError(f"the TPU of '{access.state.name}' is gone: {record.line(confirmed=True)}",
+                      f"`tpuops up {access.state.spec_path}` brings it back (the bucket and its data stayed)")
+
+
+def _tpu_is_gone(access: ClusterAccess) -> bool:
+    tpu = access.state.tpu_record()
+    if tpu is None or not tpu.zone:
+        return False
+    node = access.provider.cloud().tpu_api(tpu.mode or "vm").get_node(tpu.zone, tpu.node_name)
+    return node is None
 
 
 def _load_spec(state: ClusterState, required: bool) -> Spec | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tpuops.cloud.base import TpuMode
@@ -35,7 +35,7 @@ class ClusterStatus:
     workers: tuple[WorkerRecord, ...]
     tpu_state: str | None
     tpu_health: str | None
-    restarts: tuple[RestartEvent, ...] = ()  # recoveries by `tpuops watch`, oldest first
+    restarts: tuple[RestartEvent, ...] = ()  # recoveries by `tpuops watch` or the guard, oldest first
     run: RunStatus | None = None  # the current run, each worker's state of it
     found_by_label: str | None = None  # no local state: where the search by label looked
     guard: GuardStatus | None = None  # uptime, cost so far, autostop
@@ -62,6 +62,7 @@ class RunStatus:
 class RestartEvent:
     at: str
     message: str
+    by: str | None = None  # "the guard", "`tpuops watch`" (None: recorded before tpuops said who)
 
 
 @dataclass(frozen=True)
@@ -113,12 +114,13 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
                 port = state.workers[0].ssh_port if state.workers else 22
                 slices = described.slice_nodes or (node,)
                 workers = tuple(number_hosts([n.workers if n else () for n in slices], port))
+    run = run_status(ctx, state, spec, tpu_state)
     return ClusterStatus(
         state.name, state.provider, state.project, state.zone, tuple(rows), workers, tpu_state, tpu_health,
-        tuple(RestartEvent(e.at, e.message) for e in state.events if e.kind == "restart"),
-        run_status(ctx, state, spec, reachable=tpu_state == "READY"),
-        guard=guard_status(ctx, state, spec, tpu_state == "READY", accelerator_type),
-        watchdog=watchdog_view(ctx, state, spec),
+        tuple(RestartEvent(e.at, e.message, e.by) for e in state.events if e.kind == "restart"),
+        run,
+        guard=guard_status(ctx, state, spec, tpu_state, accelerator_type),
+        watchdog=watchdog_now(watchdog_view(ctx, state, spec), tpu_state, run),
         recovery_guard=guard_report(ctx, state, spec, last=3),
     )
 
@@ -148,8 +150,9 @@ def status_by_label(ctx: Context, name: str, zones: Sequence[str] = ()) -> Clust
 RUN_STATUS_CONNECT_TIMEOUT = 10.0  # status must answer quickly even when a worker is gone
 
 
-def run_status(ctx: Context, state: ClusterState, spec: Spec | None, reachable: bool) -> RunStatus | None:
-    """The current run: asked live from the workers when the TPU is up, else as last recorded."""
+def run_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_state: str | None) -> RunStatus | None:
+    """The current run: asked live from the workers when the TPU is up; else what was last recorded can no
+    longer be true of a TPU that is not READY, and says so."""
     from tpuops.ops.remote import access_for
     from tpuops.ops.run_control import states_of_run
 
@@ -157,10 +160,28 @@ def run_status(ctx: Context, state: ClusterState, spec: Spec | None, reachable: 
     if run is None:
         return None
     workers, live = dict(run.worker_states), False
-    if reachable and state.workers:  # the state status holds (with its guard's changes): not read again
+    if tpu_state == "READY" and state.workers:  # the state status holds (with its guard's changes): not read again
         access = access_for(ctx, state, spec)
         workers, live = states_of_run(ctx, access, connect_timeout=RUN_STATUS_CONNECT_TIMEOUT), True
+    elif tpu_state != "READY":
+        tpu = f"the TPU is {tpu_state}" if tpu_state else "the TPU is gone"
+        workers = {worker: state_ if state_ not in LIVE_STATES else f"unknown ({tpu}; last recorded {state_})"
+                   for worker, state_ in workers.items()}
     return RunStatus(run.id, run.command, run.started_at, run.restart, workers, live)
+
+
+LIVE_STATES = {"running"}
+
+
+def watchdog_now(view: WatchdogView | None, tpu_state: str | None, run: RunStatus | None) -> WatchdogView | None:
+    """The last watch's view, with no verdict on a run that no longer runs (its "ok" was about then)."""
+    if view is None:
+        return None
+    if tpu_state != "READY":
+        return replace(view, verdict=f"not watching: the TPU is {tpu_state or 'gone'}")
+    if run is not None and run.live and not any(s in LIVE_STATES for s in run.workers.values()):
+        return replace(view, verdict="not watching: the run is over")
+    return view
 
 
 def spec_of(state: ClusterState) -> Spec | None:

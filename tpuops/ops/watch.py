@@ -245,7 +245,7 @@ class Watcher:
         self.blind = False
         verdict = judge_tpu(tpu)
         if verdict is not None and verdict.kind == "recover":
-            return self.unless_autostopped(verdict)
+            return self.unless_autostopped(verdict, gone=tpu.state == MISSING)
         if verdict is not None:
             return verdict
         states = launch_ops.run_states(self.ctx, self.cluster)
@@ -261,7 +261,7 @@ class Watcher:
                     Verdict("recover", hang.reason, recreate=hang.recreate, confirmed=True, lost_for=hang.quiet_for)
         return verdict
 
-    def unless_autostopped(self, verdict: Verdict) -> Verdict:
+    def unless_autostopped(self, verdict: Verdict, gone: bool) -> Verdict:
         """A TPU the cost guard deleted (its record in the bucket says so) is an end, not a preemption."""
         state = self.state()
         spec = spec_of(state)
@@ -272,7 +272,7 @@ class Watcher:
                 return FINE
             self.awaited_record = False
             return verdict
-        return Verdict("ended", f"the TPU was {record.line()}", exit_code=0)
+        return Verdict("ended", f"the TPU was {record.line(confirmed=gone)}", exit_code=0)
 
     def after_grace(self, why: str) -> Verdict:
         """Trouble that may pass by itself (maintenance, a network blip) gets `unhealthy_grace` seconds."""
@@ -385,9 +385,13 @@ class Watcher:
         """Printed with a time and kept in the cluster's state."""
         state = self.ctx.store.load(self.cluster)
         if state is not None:
-            state.log(kind, message)
+            state.log(kind, message, by=self.actor())
             self.ctx.store.save(state)
         self.say(kind, message)
+
+    def actor(self) -> str:
+        """Who this watch is, in the state's events (`status` says who restarted the run)."""
+        return "`tpuops watch`"
 
     def say(self, kind: str, message: str) -> None:
         """Printed only (progress of `up` and `launch`)."""

@@ -207,9 +207,13 @@ class AutostopRecord:
         mine, theirs = epoch_seconds(self.created_at), epoch_seconds(created_at)
         return mine is None or theirs is None or abs(mine - theirs) < 2.0
 
-    def line(self) -> str:
-        return (f"deleted by autostop at {self.time} ({self.reason}: {self.detail}) "
-                f"after {format_duration(self.uptime_seconds)} up")
+    def line(self, confirmed: bool) -> str:
+        """`confirmed`: the TPU API says the TPU is gone. The agent writes its record before it asks for the
+        delete, so without that the record says only what the agent set out to do."""
+        why = f"({self.reason}: {self.detail}) after {format_duration(self.uptime_seconds)} up"
+        if confirmed:
+            return f"deleted by autostop at {self.time} {why}"
+        return f"autostop asked to delete it at {self.time} {why}; the TPU API does not confirm it is gone"
 
 
 def setting_of(state: ClusterState, spec: Spec | None) -> AutostopSpec:

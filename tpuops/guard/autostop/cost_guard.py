@@ -137,18 +137,27 @@ class GuardStatus:
     cost: CostSoFar | None  # None: the TPU's creation time is unknown
     autostop: AutostopView | None  # None: the agent was not asked (TPU not READY, or autostop off)
     setting: str
-    record: AutostopRecord | None  # the agent deleted the TPU: why and when
+    record: AutostopRecord | None  # the agent set out to delete the TPU: why and when
     jax_cache_bytes: int | None = None  # the persistent compilation cache in the bucket (JAX trainers)
+    tpu_gone: bool = False  # the TPU API says the TPU no longer exists: only then did the agent's delete happen
+
+    @property
+    def record_line(self) -> str | None:
+        return self.record.line(confirmed=self.tpu_gone) if self.record is not None else None
 
     def as_dict(self) -> dict[str, Any]:
+        record = asdict(self.record) if self.record else None
         return {"cost": self.cost.as_dict() if self.cost else None,
                 "autostop": self.autostop.as_dict() if self.autostop else None, "setting": self.setting,
-                "deleted_by_autostop": asdict(self.record) if self.record else None,
+                "deleted_by_autostop": record if self.tpu_gone else None,
+                "autostop_delete_unconfirmed": None if self.tpu_gone else record,
                 "jax_cache_bytes": self.jax_cache_bytes}
 
 
-def guard_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_ready: bool,
+def guard_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_state: str | None,
                  accelerator_type: str | None) -> GuardStatus:
+    """`tpu_state`: what the TPU API said just now (None: the TPU does not exist)."""
+    tpu_ready = tpu_state == "READY"
     provider = ctx.provider_for(spec, state)
     tpu = state.tpu_record()
     setting = setting_of(state, spec)
@@ -176,7 +185,7 @@ def guard_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_ready
         if bucket and spec is not None and spec.trainer is not None and spec.trainer.framework == "jax":
             store = provider.blob_store(f"{record_prefix(bucket, state.name)}/{JAX_CACHE_DIR}")
             cache = sum(blob.size for blob in store.list())
-    return GuardStatus(cost, view, setting.describe(), record, cache)
+    return GuardStatus(cost, view, setting.describe(), record, cache, tpu_gone=tpu_state is None)
 
 
 def deleted_by_autostop(ctx: Context, state: ClusterState, spec: Spec | None) -> AutostopRecord | None:
