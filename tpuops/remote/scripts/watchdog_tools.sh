@@ -8,6 +8,9 @@ if python3 -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' 2>/dev/null;
     where="" && echo "installing py-spy into the venv of python3 ($(command -v python3))"
 else
     where="--user" && echo "installing py-spy for the user"
+    # One binary without dependencies in the user's site: PEP 668's "externally managed" guards the system's
+    # packages, which this leaves alone (a pip that predates the setting ignores it).
+    export PIP_BREAK_SYSTEM_PACKAGES=1
 fi
 # $where is one word or none: unquoted on purpose.
 nohup sh -c 'python3 -m pip install $1 --quiet py-spy; echo "tpuops: pip exited $?"' sh "$where" \
