@@ -124,12 +124,15 @@ def test_three_hangs_in_an_hour_restart_recreate_then_stop_and_keep_the_tpu(tmp_
 
 
 def py_spy_binary() -> Path:
-    """The real py-spy executable (not pyenv's shim script), which the dev extras install."""
+    """The real py-spy executable (not pyenv's shim script), which the dev extras install: beside the running
+    interpreter (a venv's, activated or not), else on PATH."""
+    beside_python = Path(sys.executable).parent / "py-spy"
+    if beside_python.exists():
+        return beside_python
     found = shutil.which("py-spy")
     if found is None:
         pytest.skip("py-spy is not installed (pip install -e '.[dev]')")
-    beside_python = Path(sys.executable).parent / "py-spy"
-    return beside_python if beside_python.exists() else Path(found).resolve()
+    return Path(found).resolve()
 
 
 @pytest.fixture(scope="module")
