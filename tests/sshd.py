@@ -17,6 +17,7 @@ import random
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,16 @@ def _can_unshare() -> bool:
 
 
 USE_NAMESPACES = _can_unshare()
+
+
+def worker_python() -> Path | None:
+    """An interpreter the workers can run, to make a worker's venv from: the one the suite runs on (its base), unless
+    it lives under /root, which a worker's namespace covers with the worker's home; else the system's python3."""
+    for candidate in (Path(sys.base_prefix) / "bin" / "python3", Path("/usr/bin/python3")):
+        found = candidate.resolve()
+        if found.is_file() and not (USE_NAMESPACES and found.is_relative_to("/root")):
+            return found
+    return None
 
 
 def sshd_available() -> bool:
@@ -80,6 +91,7 @@ class SshdCluster:
     count: int
     workers: list[SshdWorker] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # what every session's environment already has (SetEnv)
+    worker_env: dict[int, dict[str, str]] = field(default_factory=dict)  # the same for one worker (by index)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -163,7 +175,8 @@ class SshdCluster:
             "AllowTcpForwarding yes",
             "Subsystem sftp internal-sftp",
         ]
-        env = self.env if USE_NAMESPACES else {**self.env, "HOME": str(worker.home)}
+        env = {**self.env, **self.worker_env.get(worker.index, {})}
+        env = env if USE_NAMESPACES else {**env, "HOME": str(worker.home)}
         if env:
             lines.append("SetEnv " + " ".join(f"{name}={value}" for name, value in env.items()))
         path = worker.root / "sshd_config"

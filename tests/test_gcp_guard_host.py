@@ -19,7 +19,7 @@ from tests.sshd import SshdCluster, sshd_available
 from tpuops.cloud.blob_urls import open_blob_store
 from tpuops.cloud.gcp import make_cloud
 from tpuops.cloud.provider import Login
-from tpuops.errors import CloudError, PermissionDenied, RemoteError
+from tpuops.errors import CloudError, PermissionDenied, RemoteError, TpuopsError
 from tpuops.guard.gcp_host import GcpGuardHost, GuardVmLayout
 from tpuops.guard.host import GuardPlacement
 
@@ -78,6 +78,13 @@ def rig(gcs_emulator: GcsEmulator, tmp_path_factory: pytest.TempPathFactory) -> 
 def staged(rig: Rig, prefix: str, bucket_name: str | None = None) -> dict[str, bytes]:
     bucket = rig.gcp.storage().bucket(bucket_name or rig.bucket)
     return {blob.name[len(prefix):]: blob.download_as_bytes() for blob in bucket.list_blobs(prefix=prefix)}
+
+
+def writes(rig: Rig, bucket: str) -> tuple[int, int]:
+    """How many calls so far created or changed something: VM inserts, and object writes in `bucket`."""
+    inserts = len(rig.gcp.compute_api.server.calls("POST", r"/instances$"))
+    objects = sum(len(rig.gcp.gcs.calls(method, rf"/b/{bucket}/o")) for method in ("POST", "PUT", "PATCH", "DELETE"))
+    return inserts, objects
 
 
 def test_guard_up_creates_the_vm_stages_the_wheel_and_copies_the_key_over_ssh_only(rig: Rig) -> None:
@@ -140,6 +147,21 @@ def test_a_network_without_a_rule_for_the_guard_is_refused_before_anything_is_cr
     assert f"--allow=tcp:{rig.sshd.port} --source-tags=tpuops-guard" in caught.value.hint
     assert len(rig.gcp.compute_api.server.calls("POST", r"/instances$")) == inserts
     assert staged(rig, prefix) == {}
+
+
+def test_a_local_step_that_fails_is_refused_by_check_before_anything_is_created(rig: Rig) -> None:
+    placement = rig.placement()
+    blocked = rig.root / f"wheels-{placement.cluster}"
+    blocked.write_text("a file where the wheel cache's directory goes")
+    host = GcpGuardHost(lambda: make_cloud(rig.gcp.env, PROJECT), lambda url: open_blob_store(url, env=rig.gcp.env),
+                        blocked, GuardVmLayout(home=str(rig.root / "guard-home"), user="root"))
+    calls = len(rig.gcp.compute_api.server.calls("GET", r"/firewalls"))
+    with pytest.raises(TpuopsError, match="could not build the tpuops wheel for the guard: ") as caught:
+        host.check(placement)
+    assert str(blocked) in caught.value.message
+    assert len(rig.gcp.compute_api.server.calls("GET", r"/firewalls")) == calls  # no cloud call at all
+    rig.host().check(placement)  # the same with a cache it can write: the firewall is asked then
+    assert len(rig.gcp.compute_api.server.calls("GET", r"/firewalls")) > calls
 
 
 def test_a_rule_naming_the_guards_tag_is_enough(rig: Rig) -> None:
@@ -207,6 +229,18 @@ def test_guard_up_on_the_cli_creates_the_vm_that_status_lists_and_down_deletes(r
     # Refused or failed first: the firewall is judged before the bundle is staged, and a first guard up whose VM
     # cannot be created takes its staged copies away again.
     bundle = f".tpuops/{name}/guard/bundle/"
+    # Every local step comes before the first call that creates something: a wheel that cannot be built leaves
+    # neither a bundle nor a VM.
+    wheel_cache = tpuops_home / "cache" / "wheels"
+    wheel_cache.parent.mkdir(parents=True, exist_ok=True)
+    wheel_cache.write_text("not a directory")
+    writes_before = writes(rig, f"{name}-b")
+    unbuilt = run_cli("guard", "up", name, env=env)
+    assert unbuilt.returncode != 0 and "could not build the tpuops wheel for the guard" in unbuilt.stderr, \
+        unbuilt.stderr
+    assert len(unbuilt.stderr.strip().splitlines()) <= 2 and "Traceback" not in unbuilt.stderr
+    assert writes(rig, f"{name}-b") == writes_before  # not created then deleted: never created
+    wheel_cache.unlink()
     rig.gcp.compute_api.server.faults.http_error("POST", r"/instances$", 403,
                                                  message="Required 'compute.instances.create' permission")
     denied = run_cli("guard", "up", name, env=env)

@@ -1,6 +1,8 @@
 """The guard VM's startup script, run in parts in a temporary directory: shellcheck-clean, values quoted, the
 bundle mirrored from the bucket with the VM's token (GCS emulator, metadata fake), the wheel installed into a
-venv, the systemd unit written. And the wheel of the running tpuops, built once per version and code."""
+venv, the systemd unit written. And the wheel of the running tpuops, built once per version and code, by an
+interpreter that has nothing but the standard library and tpuops (no setuptools, wheel or pip: a fresh venv's
+editable install on Python 3.12, or 3.11's with its old setuptools), from a checkout and from a regular install."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +19,7 @@ import pytest
 import tpuops
 from tests.fakes.metadata import MetadataFake
 from tests.gcs_emulator import GcsEmulator, gcs_emulator  # noqa: F401  (pytest fixture)
+from tests.venvs import make_venv, run_bare
 from tpuops.guard import wheel as wheels
 from tpuops.guard.startup import GuardBoot, startup_script
 
@@ -29,9 +33,29 @@ def metadata() -> Iterator[MetadataFake]:
         yield fake
 
 
+BUILD = """
+import importlib.util
+from pathlib import Path
+seen = [name for name in ("setuptools", "wheel", "pip") if importlib.util.find_spec(name) is not None]
+assert not seen, f"not a bare interpreter: it has {seen}"
+from tpuops.guard.wheel import running_wheel
+print(running_wheel(Path(sys.argv[1])))
+"""
+
+
+def build_bare(path: Path, cache: Path) -> Path:
+    """The guard's wheel built as `guard up` builds it, by an interpreter that imports tpuops from `path` and
+    has no build tools."""
+    done = run_bare(BUILD, [path], str(cache))
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip())
+
+
 @pytest.fixture(scope="module")
 def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return wheels.running_wheel(tmp_path_factory.mktemp("wheels"))
+    root = wheels.source_root()
+    assert root is not None, "the suite runs from a checkout"
+    return build_bare(root, tmp_path_factory.mktemp("wheels"))
 
 
 def script_for(tmp_path: Path, bucket: str = "night-bucket", prefix: str = PREFIX) -> Path:
@@ -137,9 +161,9 @@ def test_the_wheel_is_installed_into_the_guards_venv_and_runs(tmp_path: Path, bu
     (home / "wheels").mkdir(parents=True)
     shutil.copy(built_wheel, home / "wheels" / WHEEL)
     (home / "wheels/CURRENT").write_text(WHEEL)
-    # The dependencies come from this machine's site-packages instead of PyPI: no test may reach the internet.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(home / "venv")], check=True,
-                   timeout=120)
+    # The dependencies come from the running interpreter's site-packages instead of PyPI: no test may reach the
+    # internet.
+    make_venv(home / "venv")
     env = {"PIP_NO_INDEX": "1"}
     done = run_part(script_for(tmp_path), home, "install_tpuops", env, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -174,31 +198,46 @@ def test_the_unit_runs_the_headless_watch_as_the_guard_user_and_restarts_always(
 def test_the_wheel_is_built_once_per_version_and_code(tmp_path: Path, built_wheel: Path) -> None:
     assert built_wheel.name == WHEEL
     assert wheels.running_wheel(built_wheel.parent.parent) == built_wheel  # cached: not built again
+    # Reproducible: the same code gives the same bytes, so `guard up` again uploads nothing.
+    assert wheels.running_wheel(tmp_path / "elsewhere").read_bytes() == built_wheel.read_bytes()
+    with zipfile.ZipFile(built_wheel) as archive:
+        names = set(archive.namelist())
+        metadata = archive.read(f"tpuops-{tpuops.__version__}.dist-info/METADATA").decode()
+        entry_points = archive.read(f"tpuops-{tpuops.__version__}.dist-info/entry_points.txt").decode()
+    assert {"tpuops/cli/main.py", "tpuops/data/catalog.yaml", "tpuops/remote/scripts/start.sh"} <= names
+    assert not any("__pycache__" in name or name.endswith(".pyc") for name in names)
+    assert "Requires-Dist: pydantic>=2.6" in metadata.splitlines()  # what pip on the VM fetches
+    assert "tpuops = tpuops.cli.main:main" in entry_points.splitlines()
     root = wheels.source_root()
     assert root is not None
     copy = tmp_path / "tree"
     shutil.copytree(root / "tpuops", copy / "tpuops", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(root / "pyproject.toml", copy)
-    before = wheels.source_digest(copy)
+    before = wheels.from_checkout(copy).digest()
     (copy / "tpuops" / "cli" / "main.py").write_text((copy / "tpuops/cli/main.py").read_text() + "\n# changed\n")
-    assert wheels.source_digest(copy) != before
+    changed = wheels.from_checkout(copy).digest()
+    assert changed != before
+    (copy / "pyproject.toml").write_text((copy / "pyproject.toml").read_text().replace('"rich>=13"', '"rich>=14"'))
+    assert wheels.from_checkout(copy).digest() != changed  # a new dependency is a new wheel
 
 
-def test_an_installed_tpuops_is_packed_into_a_wheel_again(tmp_path: Path, built_wheel: Path) -> None:
-    import importlib.metadata
-
-    first = tmp_path / "first"
+def test_a_regular_install_builds_the_same_wheel_without_build_tools(tmp_path: Path, built_wheel: Path) -> None:
+    installed = tmp_path / "site-packages"  # `pip install .` puts tpuops there, with its dist-info
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target"]
-    subprocess.run([*pip, str(first), str(built_wheel)], check=True, timeout=120)
-    dist = next(importlib.metadata.distributions(name="tpuops", path=[str(first)]))
-    out = tmp_path / "out"
-    out.mkdir()
-    repacked = wheels.repack_installed(dist, out)
-    assert repacked.name == WHEEL
-    second = tmp_path / "second"
-    subprocess.run([*pip, str(second), str(repacked)], check=True, timeout=120)
-    files = {p.relative_to(second) for p in second.rglob("*.py")}
-    assert files == {p.relative_to(first) for p in first.rglob("*.py")} and Path("tpuops/cli/main.py") in files
+    subprocess.run([*pip, str(installed), str(built_wheel)], check=True, timeout=120)
+    rebuilt = build_bare(installed, tmp_path / "cache")
+    assert rebuilt.name == WHEEL and rebuilt.read_bytes() == built_wheel.read_bytes()
+
+
+def test_a_wheel_that_cannot_be_written_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    from tpuops.errors import TpuopsError
+
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache's directory goes")
+    with pytest.raises(TpuopsError) as caught:
+        wheels.running_wheel(blocked)
+    assert caught.value.message.startswith("could not build the tpuops wheel for the guard: [Errno ")
+    assert str(blocked) in caught.value.message and "\n" not in caught.value.message
 
 
 def test_the_whole_script_runs_in_order_with_the_system_tools_stubbed(
@@ -215,8 +254,7 @@ def test_the_whole_script_runs_in_order_with_the_system_tools_stubbed(
         (stubs / tool).chmod(0o755)
     (stubs / "id").write_text("#!/bin/sh\nexit 1\n")  # the guard's user does not exist yet
     (stubs / "id").chmod(0o755)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(home / "venv")], check=True,
-                   timeout=120)
+    make_venv(home / "venv")
     (home / "units").mkdir()
     env = {"GCE_METADATA_HOST": metadata.host, "STORAGE_EMULATOR_HOST": gcs_emulator.host, "PIP_NO_INDEX": "1",
            "PATH": f"{stubs}:{os.environ['PATH']}"}

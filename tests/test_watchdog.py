@@ -24,9 +24,18 @@ import pytest
 from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli, write_spec
-from tests.sshd import SshdCluster, sshd_available
+from tests.sshd import SshdCluster, sshd_available, worker_python
+from tests.venvs import make_venv, script_wheel
 
 TRAINER = Path(__file__).parent / "watchdog_trainer" / "hang_trainer.py"
+# The trainer, once the py-spy install `launch` started on this worker has finished (at most 60 s): a capture then
+# meets the install's outcome, not a race with it.
+AFTER_PY_SPY = """log="$HOME/tpuops/$TPUOPS_CLUSTER/py-spy-install.log"
+i=0
+until grep -q '^tpuops: pip exited' "$log" 2>/dev/null || [ "$i" -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+exec python3 hang_trainer.py "$@"
+"""
+SSHD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # what sshd gives root's sessions
 WAIT_S = 120.0
 FAST = {"TPUOPS_WATCH_INTERVAL": "0.3", "TPUOPS_WATCH_BACKOFF": "0.1", "TPUOPS_WATCHDOG_MIN_HANG": "1",
         "TPUOPS_WATCHDOG_MAX_HANG": "2", "TPUOPS_WATCHDOG_CONFIRM_GAP": "0.5"}
@@ -37,6 +46,7 @@ def code_dir(tmp_path: Path) -> Path:
     code = tmp_path / "code"
     code.mkdir()
     shutil.copy(TRAINER, code / TRAINER.name)
+    (code / "after_py_spy.sh").write_text(AFTER_PY_SPY)
     return code
 
 
@@ -114,19 +124,35 @@ def test_three_hangs_in_an_hour_restart_recreate_then_stop_and_keep_the_tpu(tmp_
 
 
 def py_spy_binary() -> Path:
-    """The real py-spy executable (not pyenv's shim script), which the dev extras install."""
+    """The real py-spy executable (not pyenv's shim script), which the dev extras install: beside the running
+    interpreter (a venv's, activated or not), else on PATH."""
+    beside_python = Path(sys.executable).parent / "py-spy"
+    if beside_python.exists():
+        return beside_python
     found = shutil.which("py-spy")
     if found is None:
         pytest.skip("py-spy is not installed (pip install -e '.[dev]')")
-    beside_python = Path(sys.executable).parent / "py-spy"
-    return beside_python if beside_python.exists() else Path(found).resolve()
+    return Path(found).resolve()
 
 
 @pytest.fixture(scope="module")
 def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
+    """Two workers whose python3 is a venv's, as when the trainer runs from one: w1's venv has pip, which finds
+    py-spy (the real binary, in a wheel) in a local wheelhouse instead of PyPI; w0's venv has no pip, so the
+    install `launch` starts there fails."""
     if not sshd_available():
         pytest.skip("needs root and OpenSSH sshd")
-    with SshdCluster(tmp_path_factory.mktemp("sshd-watchdog"), 2) as cluster:
+    base = worker_python()
+    if base is None:
+        pytest.skip("no python3 the workers can run")
+    root = tmp_path_factory.mktemp("sshd-watchdog")
+    wheelhouse = root / "wheelhouse"
+    script_wheel(wheelhouse, "py-spy", "0.0.1", "py-spy", py_spy_binary().read_bytes())
+    pythons = [make_venv(root / "venv-w0", with_pip=False, running_packages=False, base=base),
+               make_venv(root / "venv-w1", running_packages=False, base=base)]
+    pip = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    paths = {index: {"PATH": f"{python.parent}:{SSHD_PATH}"} for index, python in enumerate(pythons)}
+    with SshdCluster(root / "sshd", 2, env=pip, worker_env=paths) as cluster:
         yield cluster
 
 
@@ -141,11 +167,7 @@ def gcp(fake_gcp: FakeGcp, sshd2: SshdCluster, tpu_paths_in_worker_homes: None) 
 
 def test_a_hang_on_ssh_workers_is_captured_and_the_run_resumes(gcp: FakeGcp, sshd2: SshdCluster,
                                                                tpuops_home: Path, tmp_path: Path) -> None:
-    py_spy = py_spy_binary()
-    for worker in sshd2.workers[1:]:  # where `pip install --user py-spy` puts it; w0 has none: the fallback
-        local_bin = worker.home / ".local" / "bin"
-        local_bin.mkdir(parents=True, exist_ok=True)
-        shutil.copy(py_spy, local_bin / "py-spy")  # a copy: /root inside the worker's namespace is its home
+    venvs = sshd2.root.parent
     name = f"wd-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "attempts"
     spec = write_spec(tmp_path, f"""
@@ -154,15 +176,16 @@ def test_a_hang_on_ssh_workers_is_captured_and_the_run_resumes(gcp: FakeGcp, ssh
         tpu: {{type: v4-16, runtime: tpu-ubuntu2204-base, preemptible: true}}
         ssh: {{user: root, port: {sshd2.port}}}
         code: {{path: {code_dir(tmp_path)}}}
-        trainer: {{framework: jax, command: "python3 {TRAINER.name} {log} 1 {COMPILE_S}"}}
+        trainer: {{framework: jax, command: "sh after_py_spy.sh {log} 1 {COMPILE_S}"}}
         """)
     cluster_dir = tpuops_home / "clusters" / name
     cluster_dir.mkdir(parents=True)
     shutil.copy(sshd2.client_key, cluster_dir / "id_ed25519")
     (cluster_dir / "id_ed25519").chmod(0o600)
+    # launch installs py-spy on the workers here (the suite turns that off elsewhere: it would ask PyPI).
     process = subprocess.Popen([sys.executable, "-m", "tpuops", "run", str(spec), "--watch"],
-                               env={**os.environ, **gcp.env, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               env={**os.environ, **gcp.env, **FAST, "TPUOPS_WATCHDOG_INSTALL": "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         code, stdout, stderr = finish(process)
     finally:
@@ -172,11 +195,18 @@ def test_a_hang_on_ssh_workers_is_captured_and_the_run_resumes(gcp: FakeGcp, ssh
     assert len(gcp.tpu_v2.server.calls("DELETE", rf"/nodes/{name}$")) == 0  # relaunched on the same TPU
     (folder, found), = incidents_in(cluster_dir / "watchdog")  # no bucket: beside the cluster's state
     assert (found["kind"], found["action"], found["last_step"]) == ("stall", "restart", 5)
+    # w1: py-spy went into the venv of the worker's python3 (pip refuses --user there) and dumped the trainer.
     assert "stuck_reading_data (hang_trainer.py" in (folder / "w1" / "stacks.txt").read_text()
+    assert (venvs / "venv-w1" / "bin" / "py-spy").is_file()
+    assert not (sshd2.workers[1].home / ".local" / "bin" / "py-spy").exists()
+    # w0: its install failed; the fallback, and the incident, say why there are no Python stacks.
     fallback = (folder / "w0" / "stacks.txt").read_text()
-    assert "py-spy is not installed here: fallback" in fallback and "wchan hrtimer_nanosleep" in fallback
+    why = "py-spy is not installed here (its install failed: "
+    assert why in fallback and "No module named pip" in fallback and "wchan hrtimer_nanosleep" in fallback
+    assert f"no Python stacks (w0: {why}" in found["reason"] and "No module named pip" in found["reason"]
     assert (folder / "w0" / "output.txt").read_text().splitlines()[-1] == "step 5"
     state = json.loads((cluster_dir / "state.json").read_text())
     hangs = [e["message"] for e in state["events"] if e["kind"] == "hang"]
     assert any("hang (stall) of run" in m and "restarting the run (the TPU is kept)" in m for m in hangs), hangs
+    assert any(f"no Python stacks (w0: {why}" in m for m in hangs), hangs
     assert [run["restart"] for run in state["runs"]] == [0, 1]

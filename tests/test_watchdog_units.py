@@ -5,6 +5,9 @@ section, the scalar source on real event files, and the host scripts that find p
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,11 +15,13 @@ import pytest
 
 from tests.helpers import write_spec
 from tests.logs_writers import TbWriter
+from tests.venvs import make_venv, script_wheel
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.errors import SpecError
 from tpuops.remote.local import LocalRunner
 from tpuops.remote.scripts import script_command
 from tpuops.spec import load_spec
+from tpuops.watchdog.capture import WorkerCapture, capture_all, without_python_stacks
 from tpuops.watchdog.confirm import classify, parse_probe
 from tpuops.watchdog.launch_hooks import ABORT_ON_HANGS, with_hang_abort
 from tpuops.watchdog.policy import decide
@@ -194,23 +199,66 @@ def test_multislice_hosts_get_megascale_abort_on_hangs_unless_the_trainer_env_se
     assert with_hang_abort(one, {}) == one
 
 
-def test_the_tools_script_finds_py_spy_or_installs_it_for_the_user_detached(tmp_path: Path) -> None:
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    (fake_bin / "python3").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/pip-args\n')
-    (fake_bin / "python3").chmod(0o755)
-    runner = LocalRunner("w0", tmp_path / "home", base_env={"PATH": f"{fake_bin}:/usr/bin:/bin"})
-    result = runner.run(script_command("watchdog_tools", "c"), capture=True, timeout=30)
-    assert result.stdout.decode().strip() == "installing py-spy"
-    for _ in range(100):
-        if (tmp_path / "pip-args").exists():
-            break
+def finished_install(log: Path) -> str:
+    """The log of the py-spy install the tools script started in the background, once pip has exited."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        text = log.read_text() if log.exists() else ""
+        if "tpuops: pip exited " in text:
+            return text
         time.sleep(0.05)
-    assert (tmp_path / "pip-args").read_text().split() == ["-m", "pip", "install", "--user", "--quiet", "py-spy"]
-    spy = tmp_path / "home" / ".local" / "bin" / "py-spy"
-    spy.parent.mkdir(parents=True)
-    spy.write_text("#!/bin/sh\n")
-    spy.chmod(0o755)
+    raise AssertionError(f"the py-spy install did not finish: {log}")
+
+
+def capture_of_a_python_process(runner: LocalRunner, run_dir: Path) -> WorkerCapture:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = runner.run(f"setsid python3 -c 'import time; time.sleep(60)' > /dev/null 2>&1 & echo $! > {run_dir}/pid")
+    assert started.ok, started.error
+    try:
+        (capture,) = capture_all([runner], "c", run_dir.name)
+    finally:
+        runner.run(f"kill -KILL -$(cat {run_dir}/pid)")
+    return capture
+
+
+def test_in_a_venv_py_spy_is_installed_into_it_and_a_capture_without_it_says_why(tmp_path: Path) -> None:
+    python = make_venv(tmp_path / "venv", with_pip=False, running_packages=False)  # a venv whose pip is missing
+    home = tmp_path / "home"
+    runner = LocalRunner("w0", home, base_env={"PATH": f"{python.parent}:/usr/bin:/bin"})
+    never = capture_of_a_python_process(runner, home / "tpuops/c/runs/r0")
+    assert "py-spy is not installed here (launch did not install it: " in never.stacks, never.stacks
+
+    said = runner.run(script_command("watchdog_tools", "c"), capture=True, timeout=30).stdout.decode().strip()
+    assert said == f"installing py-spy into the venv of python3 ({python.parent / 'python3'})"  # not --user
+    log = finished_install(home / "tpuops/c/py-spy-install.log")
+    assert f"{python.parent / 'python3'}: No module named pip" in log, log
+    capture = capture_of_a_python_process(runner, home / "tpuops/c/runs/r1")
+    assert "py-spy is not installed here (its install failed: " in capture.stacks, capture.stacks
+    assert without_python_stacks([capture]).startswith(
+        "w0: py-spy is not installed here (its install failed: ") and "No module named pip" in capture.stacks
+
+
+def test_outside_a_venv_py_spy_is_installed_for_the_user(tmp_path: Path) -> None:
+    base = Path(sys.base_prefix) / "bin" / "python3"  # the interpreter the suite's venv (if any) was made from
+    if subprocess.run([str(base), "-m", "pip", "--version"], capture_output=True, timeout=60).returncode != 0:
+        pytest.skip(f"{base} has no pip")
+    wheelhouse = tmp_path / "wheelhouse"  # pip finds "py-spy" here, not on PyPI
+    script_wheel(wheelhouse, "py-spy", "0.0.1", "py-spy", b"#!/bin/sh\necho stand-in py-spy\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(base)
+    home = tmp_path / "home"
+    runner = LocalRunner("w0", home, base_env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PIP_NO_INDEX": "1",
+                                               "PIP_FIND_LINKS": str(wheelhouse),
+                                               "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    said = runner.run(script_command("watchdog_tools", "c"), capture=True, timeout=30).stdout.decode().strip()
+    if said == "py-spy present":
+        pytest.skip(f"{base} has py-spy already")
+    assert said == "installing py-spy for the user"
+    log = finished_install(home / "tpuops/c/py-spy-install.log")
+    assert log.splitlines()[-1] == "tpuops: pip exited 0", log
+    spy = home / ".local" / "bin" / "py-spy"
+    assert os.access(spy, os.X_OK) and b"stand-in py-spy" in spy.read_bytes()
     assert runner.run(script_command("watchdog_tools", "c"), capture=True).stdout.decode().strip() == "py-spy present"
 
 

@@ -1,12 +1,14 @@
 """The guard on Google Cloud: one small VM per cluster (cloud/kinds/guard_vm.py) that runs the headless watch.
 
-`check` judges, before anything is written, that the network lets the guard reach the workers' SSH port and that
-the cluster's key exists. `ensure` then creates or adopts the VM with its startup script (guard/startup.py),
-stages the wheel of the running tpuops in the bundle (gs://BUCKET/.tpuops/NAME/guard/bundle/, mirrored into the
-VM's TPUOPS_HOME: `guard up` stages the cluster's state, spec and code snapshot there before, guard/bundle.py),
-then copies the cluster's SSH key and guard.notify's webhook to the guard's disk over SSH (0600, owned by the
-guard's user; on the wire only inside SSH, on stdin: never in the bucket, the metadata, an argument or a log). An
-adopted VM is asked to run its startup script again, which fetches what changed and restarts the service.
+`check` does every local step before anything is written: it judges that the cluster's key exists, builds the
+wheel of the running tpuops (guard/wheel.py: with the standard library alone, so any install can) and checks
+that the network lets the guard reach the workers' SSH port. `guard up` then stages the cluster's state, spec and
+code snapshot (guard/bundle.py) in the bundle (gs://BUCKET/.tpuops/NAME/guard/bundle/, mirrored into the VM's
+TPUOPS_HOME), and `ensure` creates or adopts the VM with its startup script (guard/startup.py), stages the wheel
+in the bundle, then copies the cluster's SSH key and guard.notify's webhook to the guard's disk over SSH (0600,
+owned by the guard's user; on the wire only inside SSH, on stdin: never in the bucket, the metadata, an argument
+or a log). An adopted VM is asked to run its startup script again, which fetches what changed and restarts the
+service.
 
 A 403 becomes one line naming the role to grant, and a VM created by a call that then failed is deleted again.
 """
@@ -95,6 +97,10 @@ class GcpGuardHost:
         if placement.login is None or not placement.login.key_path.is_file():  # a new key would be one no worker knows
             raise UsageError(f"no SSH key for cluster {placement.cluster}",
                              f"run `tpuops up` for {placement.cluster} first")
+        # Every local step before the first call that creates something: the public key the VM's metadata
+        # carries, and the wheel (built, or found in the cache, where stage_wheel finds it again).
+        keys.ensure_key_pair(placement.login.key_path.parent, placement.cluster)
+        running_wheel(self.wheel_cache)
         check_reach(self._cloud(), placement)
 
     def ensure(self, placement: GuardPlacement, bundle_prefix: str) -> GuardHostInfo:

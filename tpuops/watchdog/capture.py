@@ -75,5 +75,12 @@ def incident_files(captures: Sequence[WorkerCapture], first: Sequence[Probe],
 PY_SPY_MISSING = re.compile(r"py-spy is not installed here|py-spy could not attach")
 
 
-def used_fallback(captures: Sequence[WorkerCapture]) -> bool:
-    return any(PY_SPY_MISSING.search(c.stacks) for c in captures)
+def without_python_stacks(captures: Sequence[WorkerCapture]) -> str:
+    """Why workers have no Python stacks, as the capture said it ("w0: py-spy is not installed here (its install
+    failed: ...)"), one worker after the other; "" when py-spy dumped everywhere."""
+    reasons = []
+    for capture in captures:
+        line = next((line for line in capture.stacks.splitlines() if PY_SPY_MISSING.search(line)), None)
+        if line is not None:
+            reasons.append(f"{capture.worker}: {line.removesuffix(': fallback')}")
+    return "; ".join(reasons)

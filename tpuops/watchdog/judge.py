@@ -25,7 +25,7 @@ from tpuops.ops.remote import cluster_access, make_runners
 from tpuops.ops.status import spec_of
 from tpuops.remote.base import Runner
 from tpuops.state import RunRecord
-from tpuops.watchdog.capture import capture_all, incident_files, stack_signature, used_fallback
+from tpuops.watchdog.capture import capture_all, incident_files, stack_signature, without_python_stacks
 from tpuops.watchdog.confirm import Finding, classify, odd_by_stacks, probe_all
 from tpuops.watchdog.policy import decide
 from tpuops.watchdog.progress import OutputProgress, ScalarProgress, StepSeries
@@ -180,25 +180,27 @@ class Watchdog:
             captures = capture_all(runners, self.cluster, self.run.id)
         finally:
             close(runners)
-        fallback = used_fallback(captures)
+        fallback = without_python_stacks(captures)
         # Stacks are compared only when py-spy read them all: a fallback's wait channels would differ by themselves.
         odd = finding.odd_worker or (None if fallback else
                                      odd_by_stacks({c.worker: c.stacks for c in captures}, stack_signature))
         return self.act(finding, odd, quiet, threshold, incident_files(captures, first, second), fallback=fallback)
 
     def act(self, finding: Finding, odd: str | None, quiet: float, threshold: float, files: dict[str, str],
-            fallback: bool) -> HangVerdict:
+            fallback: str) -> HangVerdict:
         assert self.run is not None and self.store is not None
         now = self.clock()
         decision = decide(incidents(self.store), odd, now, restarts_per_window=self.settings.restarts_per_window,
                           window=self.settings.window)
         at = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")
         url = f"{self.store.url.rstrip('/')}/incidents/{folder_name(at)}/"
+        # Where py-spy did not dump, the incident says why (not installed, its install failed, could not attach).
+        stacks = f"no Python stacks ({fallback}), the fallback instead" if fallback else "py-spy stacks"
         incident = Incident(at, self.run.id, finding.kind, odd, self.series.last_step, round(quiet, 1),
-                            round(threshold, 1), decision.action, f"{finding.detail}; {decision.why}",
+                            round(threshold, 1), decision.action,
+                            f"{finding.detail}; {decision.why}" + (f"; {stacks}" if fallback else ""),
                             finding.workers, finding.metrics_note, url)
         write_incident(self.store, incident, files)
-        stacks = "py-spy could not dump every process (fallback used)" if fallback else "py-spy stacks"
         what = {"restart": "restarting the run (the TPU is kept)", "recreate": "re-creating the TPU",
                 "stop": f"stopped restarting: the TPU and the hung run are kept for you to look at "
                         f"(`tpuops logs {self.cluster} --incidents`; `tpuops stop {self.cluster}` ends the run)"}

@@ -18,8 +18,9 @@ HOST_DEFAULTS_ENV = "TPUOPS_HOST_DEFAULTS"  # start.sh: NAME=VALUE settings that
 
 def install_tools(runners: Sequence[Runner], cluster: str, spec: Spec, env: Mapping[str, str],
                   max_parallel: int) -> list[RunResult]:
-    """py-spy on every worker, when the watchdog is on: found on PATH or in ~/.local/bin, else
-    `pip install --user py-spy` started detached (launch does not wait; a failure only costs the stacks)."""
+    """py-spy on every worker, when the watchdog is on: found on PATH, in ~/.local/bin or python3's venv, else
+    installed by python3's pip, detached (launch does not wait): into its venv when python3 runs in one (pip
+    refuses --user there), else with --user. A failure costs only the stacks, and the capture says why."""
     if not spec.watch.watchdog or env.get(INSTALL_ENV) == "0":
         return []
     argv = script_command("watchdog_tools", cluster)

@@ -8,7 +8,8 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-PARTS = {"setup": ("run_scope",), "start": ("run_scope",), "stop": ("run_scope",)}
+PARTS = {"setup": ("run_scope",), "start": ("run_scope",), "stop": ("run_scope",),
+         "watchdog_tools": ("py_spy",), "watchdog_capture": ("py_spy",)}
 
 
 @cache
