@@ -364,12 +364,12 @@ class Watcher:
             down_ops.delete_one(self.ctx.provider_for(spec, state).cloud(), tpu_mode(state, spec), doomed,
                                 lambda kind, name, text: None)
         self.forget_workers()
-        self.event("recovery", f"creating the TPU again ({spec.tpu.type})")
+        self.event("recovery", f"creating the TPU again ({spec.tpu.type})", phase="provisioning")
         result = up_ops.up(self.ctx, state.spec_path, wait_for_capacity=self.options.wait_for_capacity,
                            progress=lambda kind, name, text: self.say("up", f"{kind} {name}: {text}"), guard=False)
         self.pending_recreate = False
         zone = self.state().zone
-        self.event("recovery", f"TPU ready again in {zone} with {len(result.workers)} worker(s)")
+        self.event("recovery", f"TPU ready again in {zone} with {len(result.workers)} worker(s)", phase="setup")
 
     def forget_workers(self) -> None:
         self.ctx.store.forget_workers(self.state())
@@ -381,8 +381,9 @@ class Watcher:
         self.say("down", "deleted " + (", ".join(f"{d.kind} {d.name}" for d in plan.doomed) or "nothing"))
 
     # -------------------------------------------------------------------------------------- events
-    def event(self, kind: str, message: str) -> None:
-        """Printed with a time and kept in the cluster's state."""
+    def event(self, kind: str, message: str, **data: object) -> None:
+        """Printed with a time and kept in the cluster's state (`data`: for a ledger, where a guard keeps one;
+        `phase`: where a recovery's time goes, see guard/goodput.py)."""
         state = self.ctx.store.load(self.cluster)
         if state is not None:
             state.log(kind, message)
