@@ -13,6 +13,7 @@ import json
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
@@ -76,13 +77,14 @@ class Heartbeat:
 class Ledger:
     """Writes and reads the ledger over the guard's blob store."""
 
-    def __init__(self, store: BlobStore, holder: str = "") -> None:
+    def __init__(self, store: BlobStore, holder: str = "", clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.holder = holder
+        self.clock = clock
         self._seq = 0
 
     def append(self, kind: str, message: str, **data: Any) -> LedgerEvent:
-        event = LedgerEvent(time.time(), kind, message, self.holder, data)
+        event = LedgerEvent(self.clock(), kind, message, self.holder, data)
         self._seq += 1
         # Time first (the listing's order), then the writer and a counter: two writers never pick one name.
         tag = f"{zlib.crc32(self.holder.encode()):08x}"
