@@ -106,6 +106,8 @@ def test_the_json_of_a_cluster_after_a_preemption_and_a_hang(cluster: tuple[str,
     assert overview["tpu_state"] == "READY" and overview["zone"] and overview["tpu_type"] == "v2-8"
     assert overview["goodput"]["paid_s"] == 100.0 and overview["goodput"]["runtime_goodput"] <= 1.0
     assert overview["last_event"]["kind"] == "recovered" and overview["errors"] == {}
+    status = json.loads(run_cli("status", name, "--json", env={"TPUOPS_HOME": str(cluster[1])}).stdout)
+    assert status["recovery_guard"]["goodput"] == overview["goodput"]  # the same numbers as `status --json`
 
     doc = board.cluster(name, wait=True)
     loss = doc["scalars"]["."]["loss"]

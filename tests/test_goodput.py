@@ -51,7 +51,8 @@ def random_history(rng: random.Random, length: int) -> list[Tick | Mark]:
         elif what == 6:
             history.append(Mark(now, rng.choice(("preemption", "failure")), {"step_before": step}))
         elif what == 7:
-            history.append(Mark(now, "hang", {"lost_for": rng.uniform(0, 2000)}))
+            history.append(Mark(now, "hang", rng.choice(({"step_before": step, "lost_for": rng.uniform(0, 2000)},
+                                                         {}))))  # the guard's note, or a watchdog's suspicion
         elif what == 8:
             history.append(Mark(now, "recovery", {"phase": rng.choice(("waiting", "provisioning", "setup"))}))
         elif what == 9:
@@ -74,7 +75,8 @@ def test_random_histories_add_up_to_the_wall_clock() -> None:
         assert Goodput.from_json(json.loads(json.dumps(tally.as_dict()))) == tally  # what a heartbeat carries
 
 
-RECOVERY = (Tick(0, "PREEMPTED"), Mark(0, "preemption", {"step_before": 500}), Mark(0, "hang", {"lost_for": 90.0}),
+RECOVERY = (Tick(0, "PREEMPTED"), Mark(0, "preemption", {"step_before": 500}),
+            Mark(0, "hang", {"step_before": 500, "lost_for": 90.0}),
             Mark(0, "recovery", {"phase": "provisioning"}), Mark(0, "recovery", {"phase": "setup"}),
             Mark(0, "restart"), Tick(0, "READY", (401, 402)))
 
@@ -122,6 +124,7 @@ def test_a_hang_moves_its_quiet_time_from_advancing_to_hang() -> None:
     progress.tick(0, "READY")
     progress.steps_seen([1, 2], 10)
     progress.tick(960, "READY")  # no new step: still counted as advancing until the watchdog says otherwise
+    progress.event("hang", {}, 950)  # the watchdog's suspicion: nothing changes yet
     progress.event("hang", {"step_before": 2, "lost_for": 900.0}, 960)
     progress.event("restart", {}, 1000)  # the same TPU: restarted only, still paid
     progress.steps_seen([2, 3], 1030)

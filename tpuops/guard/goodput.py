@@ -38,7 +38,9 @@ BUCKETS = ("waiting", "provisioning", "setup", "first_step", "advancing", "lost"
 RUN_PHASES = frozenset({"setup", "first_step", "advancing"})  # phases that need a READY TPU
 READY = "READY"
 OVER = "over"  # the run ended: nothing is counted after it
-DISRUPTIONS = frozenset({"preemption", "failure", "hang"})  # the guard's notes when a recovery begins
+# The guard's notes when a recovery begins carry `step_before` (the watchdog's own "hang" events, suspicions and
+# all-clears, carry none and change nothing here).
+DISRUPTIONS = frozenset({"preemption", "failure", "hang"})
 ENDS = frozenset({"ended", "gave-up"})
 HOUR = 3600.0
 
@@ -274,7 +276,7 @@ def _mark(tally: Goodput, seen: Mark, now: float, segments: list[Segment] | None
     kind = seen.kind
     if kind in ENDS:
         return replace(tally, phase=OVER)
-    if kind in DISRUPTIONS:
+    if kind in DISRUPTIONS and "step_before" in seen.data:
         if kind == "hang":  # the time it made no progress before it was confirmed was hung, not advancing
             quiet = float(seen.data.get("lost_for", 0.0) or 0.0)
             tally = _move(tally, "advancing", "hang", min(quiet, tally.attempt_advancing_s), segments)
