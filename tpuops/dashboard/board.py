@@ -28,7 +28,7 @@ MARKED = {"preemption": "preemption", "hang": "hang", "failure": "failure", "rec
 
 class Board:
     def __init__(self, ctx: Context, clock: Callable[[], float] = time.time, live_ttl: float = LIVE_TTL_S,
-                 feed_interval: float = 2.0) -> None:
+                 feed_interval: float = 5.0) -> None:
         self.ctx, self.clock, self.live_ttl, self.feed_interval = ctx, clock, live_ttl, feed_interval
         self._feeds: dict[str, ClusterFeed] = {}
         self._live: dict[str, tuple[float, ClusterStatus | None, str | None]] = {}
