@@ -93,7 +93,7 @@ def main() -> None:
             trainer: {framework: jax, command: "sleep 1"}
             """))
         subprocess.run([sys.executable, "-m", "tpuops", "up", str(spec)], env=env, check=True, timeout=120,
-                       stdout=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             samples: dict[str, list[float]] = {"dashboard page": [], "dashboard data": [], "dashboard live": [],
                                                "tpuops status": []}

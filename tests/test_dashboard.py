@@ -20,6 +20,7 @@ from tpuops.context import Context
 from tpuops.dashboard.board import Board
 from tpuops.dashboard.hours import BUCKETS
 from tpuops.dashboard.server import DashboardServer
+from tpuops.errors import TpuopsError
 from tpuops.guard.goodput import Goodput, Tick, observe
 from tpuops.guard.ledger import Heartbeat, Ledger
 from tpuops.watchdog.records import Incident, write_incident
@@ -147,7 +148,7 @@ def test_where_the_hours_went_adds_up_over_the_range(cluster: tuple[str, Path], 
 
 @pytest.fixture
 def server(board: Board) -> Iterator[DashboardServer]:
-    served = DashboardServer(("127.0.0.1", 0), board)
+    served = DashboardServer(("127.0.0.1", 0), lambda: board)
     thread = served.serve_in_thread(poll_interval=0.05)
     try:
         yield served
@@ -190,3 +191,19 @@ def test_a_busy_port_is_one_line_and_no_server(server: DashboardServer) -> None:
     result = run_cli("dashboard", "--port", str(server.server_address[1]), timeout=60)
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "--port" in result.stderr, result.stderr
+
+
+def test_the_page_comes_first_and_a_board_that_cannot_start_is_one_error() -> None:
+    def broken() -> Board:
+        raise TpuopsError("cannot read the state directory", "check TPUOPS_HOME")
+
+    served = DashboardServer(("127.0.0.1", 0), broken)
+    thread = served.serve_in_thread(poll_interval=0.05)
+    try:
+        assert request(served, "GET", "/")[0] == 200
+        status, _, body = request(served, "GET", "/api/clusters")
+        assert status == 503 and "cannot read the state directory" in json.loads(body)["error"]
+    finally:
+        served.shutdown()
+        served.server_close()
+        thread.join(timeout=10)

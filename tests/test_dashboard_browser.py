@@ -43,7 +43,7 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def dashboard() -> Iterator[DashboardServer]:
-    server = DashboardServer(("127.0.0.1", 0), Board(Context.from_env(), live_ttl=2.0))
+    server = DashboardServer(("127.0.0.1", 0), lambda: Board(Context.from_env(), live_ttl=2.0))
     thread = server.serve_in_thread(poll_interval=0.05)
     try:
         yield server

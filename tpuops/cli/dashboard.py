@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from tpuops.cli.app import PROJECT_OPTION, app
 from tpuops.cli.render import console, err_console
 from tpuops.errors import UsageError
+
+if TYPE_CHECKING:
+    from tpuops.dashboard.board import Board
 
 
 @app.command()
@@ -29,16 +34,20 @@ def dashboard(
       tpuops dashboard --open
       tpuops dashboard --port 9000
     """
-    from tpuops.context import Context
-    from tpuops.dashboard.board import Board
     from tpuops.dashboard.server import DashboardServer, is_loopback
+
+    def make_board() -> Board:  # built in the server's thread: the page is served meanwhile
+        from tpuops.context import Context
+        from tpuops.dashboard.board import Board
+
+        return Board(Context.from_env(project=project))
 
     if not is_loopback(host):
         err_console.print(f"warning: listening on {host}: anyone who can reach it reads your clusters' state, "
                           "costs and trainer output (there is no login); prefer an SSH tunnel to 127.0.0.1",
                           markup=False)
     try:
-        server = DashboardServer((host, port), Board(Context.from_env(project=project)))
+        server = DashboardServer((host, port), make_board)
     except OSError as err:
         raise UsageError(f"cannot listen on {host}:{port}: {err.strerror or err}",
                          "choose another port with --port N (0: any free one)") from err
