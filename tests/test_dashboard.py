@@ -158,10 +158,11 @@ def server(board: Board) -> Iterator[DashboardServer]:
         thread.join(timeout=10)
 
 
-def request(server: DashboardServer, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+def request(server: DashboardServer, method: str, path: str,
+            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     connection = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
     try:
-        connection.request(method, path)
+        connection.request(method, path, headers=headers or {})
         response = connection.getresponse()
         return response.status, dict(response.getheaders()), response.read()
     finally:
@@ -185,6 +186,11 @@ def test_the_server_serves_its_page_and_data_and_nothing_else(server: DashboardS
     assert request(server, "GET", "/api/hours?from=nan")[0] == 400
     for method in ("POST", "PUT", "DELETE"):
         assert request(server, method, "/api/clusters")[0] == 405
+    port = server.server_address[1]
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1:1"):  # a rebound DNS name, another port
+        assert request(server, "GET", "/api/clusters", {"Host": host})[0] == 421, host
+    for host in (f"localhost:{port}", f"[::1]:{port}", "127.0.0.1"):
+        assert request(server, "GET", "/", {"Host": host})[0] == 200, host
 
 
 def test_a_busy_port_is_one_line_and_no_server(server: DashboardServer) -> None:

@@ -6,7 +6,8 @@
     GET /api/hours?from=T&to=T     where the hours went (T: seconds since the epoch; default the last 24 h)
 
 Nothing else: no file is ever served from a path, so no path can reach outside the data; anything but GET and
-HEAD is refused. It binds loopback unless told otherwise.
+HEAD is refused. It binds loopback unless told otherwise, and on loopback answers only requests addressed to
+loopback (the Host header): a web page elsewhere cannot read it through a DNS name rebound to 127.0.0.1.
 
 The page is served as soon as the socket is bound; the Board (the workflows it reads through, ~0.7 s of imports)
 is built meanwhile in a thread, and the first JSON request waits for it.
@@ -56,6 +57,16 @@ class DashboardServer(ThreadingHTTPServer):
         finally:
             self._built.set()
 
+    def addressed_to_us(self, host_header: str) -> bool:
+        """On loopback, only a Host naming loopback (and our port); elsewhere the user chose who may ask."""
+        host, port = self.server_address[:2]
+        if not is_loopback(str(host)):
+            return True
+        name, given_port = host_header, ""
+        if host_header.count(":") == 1 or (host_header.startswith("[") and "]:" in host_header):
+            name, _, given_port = host_header.rpartition(":")
+        return name.strip("[]") in LOOPBACK and given_port in ("", str(port))
+
     def board(self) -> Board:
         if not self._built.wait(BOARD_WAIT_S) or self._board is None:
             raise RuntimeError(f"the dashboard could not read anything: {self._board_error or 'still starting'}")
@@ -90,6 +101,9 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = _refuse  # noqa: N815
 
     def _answer(self, head: bool) -> None:
+        if not self.server.addressed_to_us(self.headers.get("Host", "")):
+            self._json(HTTPStatus.MISDIRECTED_REQUEST, {"error": "not addressed to this dashboard"}, head)
+            return
         parts = urlsplit(self.path)
         query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
         if parts.path == "/":
