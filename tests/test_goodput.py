@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from dataclasses import asdict
 
 import pytest
 
@@ -72,7 +73,8 @@ def test_random_histories_add_up_to_the_wall_clock() -> None:
             if tally.started != before.started:  # a new run after an end: its own segments from here
                 segments.clear()
             check(tally, segments)
-        assert Goodput.from_json(json.loads(json.dumps(tally.as_dict()))) == tally  # what a heartbeat carries
+        assert Goodput.from_json(json.loads(json.dumps(asdict(tally)))) == tally  # what a heartbeat carries
+        assert Goodput.from_json(tally.as_dict()).wall_s == pytest.approx(tally.wall_s, abs=1.0)  # as shown
 
 
 RECOVERY = (Tick(0, "PREEMPTED"), Mark(0, "preemption", {"step_before": 500}),

@@ -130,9 +130,13 @@ class Goodput:
                 f"advancing{runtime}" + (f"; badput: {badput}" if badput else ""))
 
     def as_dict(self) -> dict[str, Any]:
-        """The tally and its shares (what `status --json`, `guard status --json` and the dashboard show)."""
-        return {**asdict(self), "wall_s": self.wall_s, "advancing_s": self.advancing_s,
-                "scheduling_goodput": self.scheduling, "runtime_goodput": self.runtime, "goodput": self.overall}
+        """The tally and its shares, rounded for reading (what `status --json`, `guard status --json` and the
+        dashboard show; a heartbeat keeps the exact tally)."""
+        shares = {"scheduling_goodput": self.scheduling, "runtime_goodput": self.runtime, "goodput": self.overall}
+        return {**asdict(self), "seconds": {b: round(v, 1) for b, v in self.seconds.items()},
+                "paid_s": round(self.paid_s, 1), "wall_s": round(self.wall_s, 1), "badput_s": round(self.badput_s, 1),
+                "advancing_s": round(self.advancing_s, 1), "attempt_advancing_s": round(self.attempt_advancing_s, 1),
+                **{k: None if v is None else round(v, 4) for k, v in shares.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Goodput:
