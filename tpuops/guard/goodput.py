@@ -3,8 +3,9 @@
 Every interval of a run's life, from the first observation to the last (or to the run's end), falls in exactly
 one bucket, so the buckets add up to the wall clock and no share exceeds 100%:
 
-    waiting       no TPU, waiting for capacity (a recovery's re-creation)
-    provisioning  the TPU being created
+    waiting       no TPU, waiting for capacity: a recovery's re-creation from the first zone found full (or its
+                  queued resource waiting) until the TPU is created (the create that finally works included)
+    provisioning  the TPU being deleted and created again
     setup         the TPU ready, the run being pushed and launched
     first_step    launched, no step seen yet (imports, data, compilation)
     advancing     steps advancing, and kept so far
