@@ -206,8 +206,8 @@ def until(tally: Goodput, now: float, segments: list[Segment] | None = None) -> 
 
 
 def _start(tally: Goodput, seen: Observation) -> Goodput:
-    phase = "advancing" if tally.step is not None else "first_step"
     ready = seen.tpu_state == READY if isinstance(seen, Tick) and seen.tpu_state else True
+    phase = "recovery" if not ready else "advancing" if tally.step is not None else "first_step"
     return replace(tally, phase=phase, ready=ready, started=seen.ts, last=seen.ts)
 
 
@@ -223,7 +223,7 @@ def _accrue(tally: Goodput, now: float, bucket: str, segments: list[Segment] | N
     elapsed = max(0.0, now - start)
     if elapsed == 0:
         return replace(tally, last=now)
-    paid = tally.ready or bucket in RUN_PHASES  # a run phase is on a READY TPU by construction
+    paid = tally.ready  # and a run phase is only ever entered on a READY TPU (the tests hold it to that)
     seconds = {**tally.seconds, bucket: tally.seconds[bucket] + elapsed}
     if segments is not None:
         segments.append(Segment(start, now, bucket, paid))
@@ -248,17 +248,18 @@ def _tick(tally: Goodput, seen: Tick, now: float, segments: list[Segment] | None
 
 def _steps(tally: Goodput, steps: tuple[int, ...], now: float, segments: list[Segment] | None) -> Goodput:
     first, last = min(steps), max(steps)
+    highest = last if tally.step is None else max(tally.step, last)
+    if not tally.ready:  # written before the TPU went away, read only now: done before it, changing nothing
+        before = tally.step_before if tally.phase != "recovery" or tally.step_before is None \
+            else max(tally.step_before, highest)
+        return replace(tally, step=highest, step_before=before)
     if tally.phase in ("recovery", "waiting", "provisioning", "setup", "first_step") and tally.relaunched:
         return _resumed(tally, first, last, now, segments)
-    highest = last if tally.step is None else max(tally.step, last)
-    if tally.phase in ("first_step", "setup") or (tally.phase == "recovery" and tally.ready and
+    if tally.phase in ("first_step", "setup") or (tally.phase == "recovery" and
                                                    highest > (tally.step if tally.step is not None else -1)):
         # steps after a launch, or from a TPU that came back by itself (no relaunch): advancing from here
         return replace(tally, phase="advancing", step=highest, disrupted_at=None, step_before=None,
                        attempt_first_step=first if tally.attempt_first_step is None else tally.attempt_first_step)
-    if tally.phase == "recovery":  # written before the TPU went away, read only now: they count as done before
-        return replace(tally, step=highest, step_before=highest if tally.step_before is None
-                       else max(tally.step_before, highest))
     return replace(tally, step=highest)
 
 
@@ -286,6 +287,8 @@ def _mark(tally: Goodput, seen: Mark, now: float, segments: list[Segment] | None
             quiet = float(seen.data.get("lost_for", 0.0) or 0.0)
             tally = _move(tally, "advancing", "hang", min(quiet, tally.attempt_advancing_s), segments)
             tally = replace(tally, attempt_advancing_s=max(0.0, tally.attempt_advancing_s - quiet))
+        if kind == "preemption":  # the TPU is gone (a hang or a failure is restarted on the TPU it has)
+            tally = replace(tally, ready=False)
         return _disrupt(tally, now)
     phase = seen.data.get("phase")
     if kind == "recovery" and phase in ("waiting", "provisioning", "setup"):
