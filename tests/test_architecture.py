@@ -84,3 +84,15 @@ def test_the_shipped_agents_import_nothing_of_tpuops() -> None:
                "tpuops.guard.autostop.agent_host")
     for name in SHIPPED:
         assert not [i for i in imports(MODULES[name]) if i.startswith("tpuops") and not i.startswith(inlined)], name
+
+
+def test_nothing_but_the_cli_imports_the_dashboard() -> None:
+    """The dashboard sits above the workflows beside the CLI: it reads them, nothing reads it."""
+    offenders = [name for name, deps in GRAPH.items() if not name.startswith(("tpuops.cli", "tpuops.dashboard"))
+                 and any(d.startswith("tpuops.dashboard") for d in deps)]
+    assert offenders == []
+
+
+def test_the_goodput_fold_imports_nothing_of_the_guard() -> None:
+    """The accounting is pure: the ledger carries its tally, so it sits below the ledger (and the workflows)."""
+    assert not {d for d in GRAPH["tpuops.guard.goodput"] if d.startswith(("tpuops.guard", "tpuops.ops"))}

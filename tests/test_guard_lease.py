@@ -15,7 +15,7 @@ from tests.fakes.http import SHUTDOWN_POLL_S
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.cloud.gcp.gcs_blobs import GcsBlobStore
 from tpuops.guard.lease import Lease, LeaseLost, read_lease
-from tpuops.guard.ledger import Goodput, Ledger, Progress, role_for
+from tpuops.guard.ledger import Ledger, role_for
 from tpuops.guard.notify import Notifier
 from tpuops.retry import transient
 
@@ -84,42 +84,6 @@ def test_a_restarted_holder_finds_its_own_lease(store) -> None:
     again.release()
     assert read_lease(store)[0].holder is None
     assert Lease(store, "watch@laptop:1", "watch", 30.0, clock=clock).try_acquire() is None  # free again
-
-
-def test_steps_lost_and_goodput() -> None:
-    progress = Progress()
-    progress.tpu_ready = True
-    progress.tick(0)
-    progress.steps_seen([1, 2, 3], 10)
-    progress.tick(60)  # paid; the first steps ever seen do not count as advancing (a restart reads the history)
-    progress.steps_seen([4, 5], 100)
-    progress.preempted(110)
-    progress.tpu_ready = False
-    progress.tick(120)  # each interval is judged by what the poll ending it saw: advancing (5 > 3), lost, not paid
-    progress.tick(180)  # TPU gone, recovering: lost only
-    progress.relaunched = True
-    progress.tpu_ready = True
-    closed = progress.steps_seen([4, 5, 6], 200)  # resumed from the checkpoint at step 3
-    assert closed == {"step_before": 5, "first_step_after": 4, "steps_lost": 2, "seconds_to_recover": 90.0}
-    progress.tick(240)
-    assert (progress.recoveries, progress.steps_lost, progress.step) == (1, 2, 6)
-    assert progress.goodput == Goodput(paid_s=120.0, advancing_s=120.0, lost_s=120.0)
-    assert "2m paid" in progress.goodput.line()
-
-
-def test_a_hang_counts_its_time_without_steps_as_lost() -> None:
-    progress = Progress()
-    progress.tpu_ready = True
-    progress.tick(0)
-    progress.steps_seen([1, 2], 10)
-    progress.tick(60)
-    progress.tick(960)  # no new step: paid, not advancing (not yet known to be lost)
-    progress.preempted(960, already_lost=900)  # the watchdog confirmed a hang 900 s after the last step
-    progress.tick(1020)  # restarting
-    progress.relaunched = True
-    progress.steps_seen([2, 3], 1030)
-    assert progress.goodput == Goodput(paid_s=1020.0, advancing_s=0.0, lost_s=960.0)
-    assert "16m lost to preemption, hangs and recovery" in progress.goodput.line()
 
 
 def test_ledger_events_in_order_and_after(tmp_path: Path) -> None:

@@ -25,7 +25,8 @@ def report(beat: Heartbeat | None, *events: LedgerEvent, host: GuardHostInfo | N
 
 
 def beat(age: float, role: str = "guard", **fields: object) -> Heartbeat:
-    return Heartbeat(NOW - age, f"{role}@here", role, interval=60.0, **fields)  # type: ignore[arg-type]
+    # aged from now, not from the module's import: what state_line prints is read at once
+    return Heartbeat(time.time() - age, f"{role}@here", role, interval=60.0, **fields)  # type: ignore[arg-type]
 
 
 def test_a_running_guard_that_beats_on_time_is_alive() -> None:

@@ -196,6 +196,9 @@ def test_run_watch_recreates_a_preempted_tpu_waits_out_capacity_and_resumes(
     assert state["runs"][-1]["worker_states"] == {"w0": "exited 0", "w1": "exited 0"}
     restarts = [e for e in state["events"] if e["kind"] == "restart"]
     assert len(restarts) == 1 and "restart 1 after: TPU PREEMPTED" in restarts[0]["message"]
+    # The wait for capacity is said once (where a guard keeps a ledger, it is kept there: its own goodput bucket).
+    waits = [line for line in stderr.splitlines() if "recovery: waiting for capacity" in line]
+    assert len(waits) == 1 and f"no capacity in {ZONE}" in waits[0], stderr[-3000:]
     # Every event was printed with its time.
     assert "TPU PREEMPTED: recovering (restart 1 of at most 10)" in stderr
     assert any(line[:8].count(":") == 2 and "recovery:" in line for line in stderr.splitlines())

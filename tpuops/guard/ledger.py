@@ -4,29 +4,26 @@ and a laptop's `watch` without reaching the guard itself:
 - `events/<time>-<holder>.json`: one object per event (GCS has no append, and one object per event never has
   two writers): preemptions, recoveries with the time they took and the steps they lost, the end of the run;
 - `heartbeat.json`: rewritten every minute: who holds the lease, the run, its last step, and the goodput so
-  far (hours paid, hours in which steps advanced, hours lost to preemption, hangs and recovery).
-
-Goodput is counted by the guard between heartbeats: an interval is paid while the TPU is READY, advancing
-when the run's last step grew in it, lost while a recovery is under way (from the preemption seen to the first
-step after the relaunch). Time the guard itself was down is not counted at all.
+  far: the wall clock since the guard began counting, in buckets that add up to it (guard/goodput.py).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
 from tpuops.cloud.blob_types import BlobNotFound, BlobStore
-from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError
+from tpuops.guard.goodput import Goodput, Mark, Tick, observe
 
 HEARTBEAT_BLOB = "heartbeat.json"
 EVENTS_PREFIX = "events/"
-HOUR = 3600.0
 
 
 def iso(seconds: float) -> str:
@@ -50,23 +47,6 @@ class LedgerEvent:
 
 
 @dataclass
-class Goodput:
-    paid_s: float = 0.0
-    advancing_s: float = 0.0
-    lost_s: float = 0.0
-
-    def line(self) -> str:
-        share = f" ({100 * self.advancing_s / self.paid_s:.0f}%)" if self.paid_s > 0 else ""
-        return (f"goodput so far: {hours(self.paid_s)} paid, {hours(self.advancing_s)} with steps advancing{share}, "
-                f"{hours(self.lost_s)} lost to preemption, hangs and recovery")
-
-
-def hours(seconds: float) -> str:
-    """2.35h from an hour on (what a bill counts in), 12m or 40s below."""
-    return f"{seconds / HOUR:.2f}h" if seconds >= HOUR else format_duration(seconds)
-
-
-@dataclass
 class Heartbeat:
     ts: float
     holder: str
@@ -76,7 +56,7 @@ class Heartbeat:
     tpu_state: str | None = None
     recoveries: int = 0
     steps_lost: int = 0
-    goodput: Goodput = field(default_factory=Goodput)
+    goodput: Goodput = field(default_factory=Goodput)  # guard/goodput.py: where the run's time went
     interval: float = 60.0  # how often the holder writes it: "alive" is judged against this
     idle: str | None = None  # a guard between runs: what it waits for (guard/heartbeat.py)
     stopped: str | None = None  # the holder's last beat, written on its way out: why it stopped
@@ -93,20 +73,21 @@ class Heartbeat:
     def from_json(cls, data: dict[str, Any]) -> Heartbeat:
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in data.items() if key in known}
-        values["goodput"] = Goodput(**data.get("goodput", {}))
+        values["goodput"] = Goodput.from_json(data.get("goodput"))
         return cls(**values)
 
 
 class Ledger:
     """Writes and reads the ledger over the guard's blob store."""
 
-    def __init__(self, store: BlobStore, holder: str = "") -> None:
+    def __init__(self, store: BlobStore, holder: str = "", clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.holder = holder
+        self.clock = clock
         self._seq = 0
 
     def append(self, kind: str, message: str, **data: Any) -> LedgerEvent:
-        event = LedgerEvent(time.time(), kind, message, self.holder, data)
+        event = LedgerEvent(self.clock(), kind, message, self.holder, data)
         self._seq += 1
         # Time first (the listing's order), then the writer and a counter: two writers never pick one name.
         tag = f"{zlib.crc32(self.holder.encode()):08x}"
@@ -136,63 +117,55 @@ class Ledger:
             return None
 
 
-@dataclass
 class Progress:
-    """What the guard counts between heartbeats: the run's last step, recoveries, and the goodput clock."""
+    """What the guard counts between heartbeats: the goodput tally (guard/goodput.py), fed the watch's polls and
+    the ledger's events as they happen, from the watch's thread and the lease keeper's."""
 
-    goodput: Goodput = field(default_factory=Goodput)
-    step: int | None = None  # the highest step seen in the run's scalars
-    tpu_ready: bool = False
-    recoveries: int = 0
-    steps_lost: int = 0
-    recovering_since: float | None = None  # a preemption was seen; no step since the relaunch yet
-    step_before: int | None = None  # the last step before that preemption
-    relaunched: bool = False
-    _last_tick: float | None = None
-    _step_at_last_tick: int | None = None
+    def __init__(self, goodput: Goodput | None = None) -> None:
+        self.goodput = goodput or Goodput()
+        self._lock = threading.Lock()
 
     @classmethod
     def resumed(cls, heartbeat: Heartbeat | None) -> Progress:
-        """Counting goes on from the last heartbeat (a guard killed and started again keeps its numbers)."""
-        if heartbeat is None:
-            return cls()
-        return cls(goodput=heartbeat.goodput, step=heartbeat.step, recoveries=heartbeat.recoveries,
-                   steps_lost=heartbeat.steps_lost)
+        """Counting goes on from the last heartbeat (a guard killed and started again keeps its numbers; the
+        interval it was away goes to the bucket it was in)."""
+        return cls(heartbeat.goodput if heartbeat is not None else None)
 
-    def tick(self, now: float) -> None:
-        if self._last_tick is not None:
-            elapsed = max(0.0, now - self._last_tick)
-            if self.tpu_ready:
-                self.goodput.paid_s += elapsed
-            if self.step is not None and self._step_at_last_tick is not None and self.step > self._step_at_last_tick:
-                self.goodput.advancing_s += elapsed
-            if self.recovering_since is not None:
-                self.goodput.lost_s += elapsed
-        self._last_tick, self._step_at_last_tick = now, self.step
+    @property
+    def step(self) -> int | None:
+        return self.goodput.step
 
-    def preempted(self, now: float, already_lost: float = 0.0) -> None:
-        """A recovery begins; `already_lost`: the time a hang made no progress before it was confirmed, which the
-        ticks counted as paid but not advancing, and which is lost as surely as the recovery that follows."""
-        if self.recovering_since is None:
-            self.recovering_since, self.step_before, self.relaunched = now, self.step, False
-            self.goodput.lost_s += already_lost
+    @property
+    def recoveries(self) -> int:
+        return self.goodput.recoveries
+
+    @property
+    def steps_lost(self) -> int:
+        return self.goodput.steps_lost
+
+    def tick(self, now: float, tpu_state: str | None = None) -> None:
+        self._observe(Tick(now, tpu_state))
+
+    def event(self, kind: str, data: dict[str, Any], now: float) -> None:
+        self._observe(Mark(now, kind, data))
 
     def steps_seen(self, steps: list[int], now: float) -> dict[str, Any] | None:
         """New steps from the scalars; after a relaunch the first of them closes the recovery: what it cost."""
         if not steps:
             return None
-        closed = None
-        if self.recovering_since is not None and self.relaunched:
-            first = min(steps)
-            lost = max(0, self.step_before - first + 1) if self.step_before is not None else 0
-            closed = {"step_before": self.step_before, "first_step_after": first, "steps_lost": lost,
-                      "seconds_to_recover": round(now - self.recovering_since, 1)}
-            self.recoveries += 1
-            self.steps_lost += lost
-            self.recovering_since, self.step_before, self.step = None, None, max(steps)
-            return closed
-        self.step = max([*steps, *([self.step] if self.step is not None else [])])
-        return closed
+        with self._lock:
+            before = self.goodput
+            self.goodput = observe(before, Tick(now, None, tuple(steps)))
+            after = self.goodput
+        if after.recoveries == before.recoveries:
+            return None
+        waited = now - before.disrupted_at if before.disrupted_at is not None else 0.0
+        return {"step_before": before.step_before, "first_step_after": min(steps),
+                "steps_lost": after.steps_lost - before.steps_lost, "seconds_to_recover": round(waited, 1)}
+
+    def _observe(self, seen: Tick | Mark) -> None:
+        with self._lock:
+            self.goodput = observe(self.goodput, seen)
 
 
 def role_for(message: str) -> str | None:

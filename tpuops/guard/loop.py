@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuops.cloud.blob_types import BlobStore
-from tpuops.cloud.kinds.tpu import READY
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.handback import StatePublisher
@@ -232,7 +231,7 @@ class GuardedWatcher(watch_ops.Watcher):
 
     def observe_tpu(self) -> watch_ops.TpuView:
         view = super().observe_tpu()
-        self.progress.tpu_ready = view.state == READY
+        self.progress.tick(time.time(), view.state)
         if self.beat is not None:
             self.beat.tpu_state = view.state
         return view
@@ -251,20 +250,20 @@ class GuardedWatcher(watch_ops.Watcher):
 
     def recover(self, verdict: watch_ops.Verdict) -> None:
         self._check_lease()
-        self.progress.preempted(time.time(), already_lost=verdict.lost_for)
         kind = "hang" if verdict.confirmed else "preemption" if verdict.recreate else "failure"
-        self.note(kind, verdict.reason, step_before=self.progress.step)
+        self.note(kind, verdict.reason, step_before=self.progress.step,
+                  **({"lost_for": round(verdict.lost_for, 1)} if verdict.lost_for else {}))
         super().recover(verdict)
-        self.progress.relaunched = True
 
     def recover_once(self, reason: str) -> None:
         self._check_lease(renew=True)  # every attempt: a recovery may take hours of capacity waits
         super().recover_once(reason)
 
-    def event(self, kind: str, message: str) -> None:
-        super().event(kind, message)
+    def event(self, kind: str, message: str, **data: Any) -> None:
+        super().event(kind, message, **data)
         error = kind in ERROR_KINDS or message.startswith("attempt failed")
-        data: dict[str, Any] = {"error": True} if error else {}
+        if error:
+            data["error"] = True
         if kind in RUN_OVER:  # which run: a guard started again leaves that one alone
             state = self.ctx.store.load(self.cluster)
             run = state.current_run if state is not None else None
@@ -277,6 +276,7 @@ class GuardedWatcher(watch_ops.Watcher):
         self.record(kind, message, **data)
 
     def record(self, kind: str, message: str, **data: Any) -> None:
+        self.progress.event(kind, data, time.time())  # the tally reads what the ledger holds, as it is written
         if self.ledger is not None:
             _record(self.ledger, self.notifier, self.say, kind, message, **data)
 

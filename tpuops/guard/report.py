@@ -10,9 +10,10 @@ from tpuops.cloud.provider import Provider
 from tpuops.context import Context
 from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError, UsageError
+from tpuops.guard.goodput import Goodput
 from tpuops.guard.host import GuardHost, GuardHostInfo
 from tpuops.guard.lease import LeaseRecord, read_lease
-from tpuops.guard.ledger import Goodput, Heartbeat, Ledger, LedgerEvent, role_for
+from tpuops.guard.ledger import Heartbeat, Ledger, LedgerEvent, role_for
 from tpuops.guard.place import guard_store
 from tpuops.spec import Spec
 from tpuops.state import ClusterState
@@ -106,6 +107,7 @@ class GuardReport:
                 "host": asdict(self.host) if self.host else None,
                 "heartbeat": asdict(self.heartbeat) if self.heartbeat else None,
                 "heartbeat_age_s": round(self.heartbeat.age(), 1) if self.heartbeat else None,
+                "goodput": self.goodput.as_dict() if self.goodput is not None else None,
                 "lease": asdict(self.lease) if self.lease else None, "recoveries": self.recoveries,
                 "events": [asdict(e) for e in self.events],
                 "last_error": asdict(self.last_error) if self.last_error else None,

@@ -364,12 +364,23 @@ class Watcher:
             down_ops.delete_one(self.ctx.provider_for(spec, state).cloud(), tpu_mode(state, spec), doomed,
                                 lambda kind, name, text: None)
         self.forget_workers()
-        self.event("recovery", f"creating the TPU again ({spec.tpu.type})")
+        self.event("recovery", f"creating the TPU again ({spec.tpu.type})", phase="provisioning")
+        phase = ["provisioning"]
+
+        def progress(kind: str, name: str, text: str) -> None:
+            """`up`'s progress, printed; a wait for capacity, and its end, noted once per change."""
+            self.say("up", f"{kind} {name}: {text}")
+            now = up_phase(text)
+            if now is not None and now != phase[0]:
+                phase[0] = now
+                what = "waiting for capacity" if now == "waiting" else "capacity found, the TPU is being created"
+                self.note("recovery", f"{what} ({kind} {name}: {text})", phase=now)
+
         result = up_ops.up(self.ctx, state.spec_path, wait_for_capacity=self.options.wait_for_capacity,
-                           progress=lambda kind, name, text: self.say("up", f"{kind} {name}: {text}"), guard=False)
+                           progress=progress, guard=False)
         self.pending_recreate = False
         zone = self.state().zone
-        self.event("recovery", f"TPU ready again in {zone} with {len(result.workers)} worker(s)")
+        self.event("recovery", f"TPU ready again in {zone} with {len(result.workers)} worker(s)", phase="setup")
 
     def forget_workers(self) -> None:
         self.ctx.store.forget_workers(self.state())
@@ -381,8 +392,9 @@ class Watcher:
         self.say("down", "deleted " + (", ".join(f"{d.kind} {d.name}" for d in plan.doomed) or "nothing"))
 
     # -------------------------------------------------------------------------------------- events
-    def event(self, kind: str, message: str) -> None:
-        """Printed with a time and kept in the cluster's state."""
+    def event(self, kind: str, message: str, **data: object) -> None:
+        """Printed with a time and kept in the cluster's state (`data`: for a ledger, where a guard keeps one;
+        `phase`: where a recovery's time goes, see guard/goodput.py)."""
         state = self.ctx.store.load(self.cluster)
         if state is not None:
             state.log(kind, message, by=self.actor())
@@ -393,6 +405,11 @@ class Watcher:
         """Who this watch is, in the state's events (`status` says who restarted the run)."""
         return "`tpuops watch`"
 
+    def note(self, kind: str, message: str, **data: object) -> None:
+        """Printed, and kept where a guard keeps its ledger (not in the state: `up`, running meanwhile, saves its
+        own copy of it)."""
+        self.say(kind, message)
+
     def say(self, kind: str, message: str) -> None:
         """Printed only (progress of `up` and `launch`)."""
         if self.on_event is not None:
@@ -402,6 +419,16 @@ class Watcher:
         failures = step.failures()
         self.say("launch", f"{step.name}: " + (f"failed: {'; '.join(failures)}" if failures
                                                else f"ok on {len(step.results)} worker(s)"))
+
+
+def up_phase(text: str) -> str | None:
+    """Where a line of `up`'s progress (cloud/kinds/tpu.py) puts a recovery's time: waiting for capacity (a zone
+    full, a queued resource waiting), or provisioning (the TPU being created); None: no change."""
+    if text.startswith(("no capacity in ", "queued in ", "waiting for the queued resource")):
+        return "waiting"
+    if text.startswith(("CREATING", "PROVISIONING")):
+        return "provisioning"
+    return None
 
 
 def worth_retrying(err: BaseException) -> bool:

@@ -1,0 +1,185 @@
+"""The dashboard's JSON documents: every cluster at a glance, one cluster in full, where the hours went.
+
+`Board` holds one `ClusterFeed` per cluster (incremental reads) and the live status of each (the TPU API, the
+workers, the autostop agent: what `tpuops status` asks), cached for `live_ttl` seconds and refreshed in the
+background so a page never waits on a slow API. It reads; it never writes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from tpuops import catalog
+from tpuops.context import Context
+from tpuops.dashboard import hours
+from tpuops.dashboard.feeds import ClusterFeed
+from tpuops.errors import TpuopsError
+from tpuops.ops.status import ClusterStatus, cluster_status, spec_of
+from tpuops.state import ClusterState
+
+LIVE_TTL_S = 15.0
+MARKED = {"preemption": "preemption", "hang": "hang", "failure": "failure", "recovered": "recovery",
+          "restart": "restart"}  # ledger events drawn on the step axis
+
+
+class Board:
+    def __init__(self, ctx: Context, clock: Callable[[], float] = time.time, live_ttl: float = LIVE_TTL_S,
+                 feed_interval: float = 5.0) -> None:
+        self.ctx, self.clock, self.live_ttl, self.feed_interval = ctx, clock, live_ttl, feed_interval
+        self._feeds: dict[str, ClusterFeed] = {}
+        self._live: dict[str, tuple[float, ClusterStatus | None, str | None]] = {}
+        self._refreshing: set[str] = set()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------------- sources
+    def names(self) -> list[str]:
+        return sorted(self.ctx.store.names())
+
+    def state(self, name: str) -> ClusterState | None:
+        return self.ctx.store.load(name) if name in self.ctx.store.names() else None
+
+    def feed(self, name: str, state: ClusterState) -> ClusterFeed:
+        with self._lock:
+            feed = self._feeds.get(name)
+            if feed is None:
+                feed = self._feeds[name] = ClusterFeed(self.ctx, name, self.clock, self.feed_interval)
+        feed.refresh(state)
+        return feed
+
+    def live(self, name: str, wait: bool = False) -> tuple[ClusterStatus | None, str | None, float | None]:
+        """(status, error, its age in seconds): the cached one; a stale one is refreshed in the background (or
+        now, with `wait`)."""
+        with self._lock:
+            cached = self._live.get(name)
+            stale = cached is None or self.clock() - cached[0] > self.live_ttl
+            start = stale and name not in self._refreshing
+            if start:
+                self._refreshing.add(name)
+        if start and wait:
+            self._refresh_live(name)
+        elif start:
+            threading.Thread(target=self._refresh_live, args=(name,), daemon=True).start()
+        with self._lock:
+            cached = self._live.get(name)
+        if cached is None:
+            return None, None, None
+        return cached[1], cached[2], round(self.clock() - cached[0], 1)
+
+    def _refresh_live(self, name: str) -> None:
+        try:
+            status, error = cluster_status(self.ctx, name), None
+        except TpuopsError as err:
+            status, error = None, err.message
+        except Exception as err:  # noqa: BLE001  a page must go on showing the rest; the error is shown
+            status, error = None, f"{type(err).__name__}: {err}"
+        with self._lock:
+            self._live[name] = (self.clock(), status, error)
+            self._refreshing.discard(name)
+
+    # ------------------------------------------------------------------------------------------ documents
+    def clusters(self, wait: bool = False) -> dict[str, Any]:
+        rows = []
+        for name in self.names():
+            state = self.state(name)
+            if state is not None:
+                rows.append(self._overview(state, wait))
+        return {"now": self.clock(), "clusters": rows}
+
+    def _overview(self, state: ClusterState, wait: bool) -> dict[str, Any]:
+        feed = self.feed(state.name, state)
+        status, error, age = self.live(state.name, wait)
+        cost = status.guard.cost if status is not None and status.guard is not None else None
+        autostop = status.guard.autostop if status is not None and status.guard is not None else None
+        guard = status.recovery_guard if status is not None else None
+        beat = feed.heartbeat
+        last = feed.events[-1] if feed.events else None
+        recorded = state.events[-1] if state.events else None
+        return {
+            "name": state.name, "provider": state.provider, "zone": state.zone,
+            "tpu_type": _tpu_type(state), "tpu_state": status.tpu_state if status is not None else None,
+            "status_age_s": age, "status_error": error,
+            "cost": cost.as_dict() if cost is not None else None,
+            "autostop": autostop.as_dict() if autostop is not None else None,
+            "guard": guard.state_line() if guard is not None else None,
+            "guard_alive": guard.alive if guard is not None else False,
+            "heartbeat_age_s": round(beat.age(self.clock()), 1) if beat is not None else None,
+            "goodput": beat.goodput.as_dict() if beat is not None else None,
+            "last_event": ({"ts": last.ts, "kind": last.kind, "message": last.message} if last is not None else
+                           {"at": recorded.at, "kind": recorded.kind, "message": recorded.message}
+                           if recorded is not None else None),
+            "errors": dict(feed.errors),
+        }
+
+    def cluster(self, name: str, wait: bool = False) -> dict[str, Any] | None:
+        state = self.state(name)
+        if state is None:
+            return None
+        feed = self.feed(name, state)
+        status, error, age = self.live(name, wait)
+        return {
+            "now": self.clock(), "overview": self._overview(state, wait),
+            "runs": [{"id": run.id, "command": run.command, "started_at": run.started_at, "restart": run.restart,
+                      "workers": run.worker_states} for run in state.runs],
+            "scalars": feed.scalars(),
+            "markers": markers(feed.events, feed.incidents),
+            "ledger": [{"ts": e.ts, "at": e.at, "kind": e.kind, "message": e.message, "holder": e.holder,
+                        "data": e.data} for e in feed.events],
+            "incidents": feed.incidents,
+            "workers": ([w.model_dump() for w in status.workers] if status is not None
+                        else [w.model_dump() for w in state.workers]),
+            "run": asdict(status.run) if status is not None and status.run is not None else None,
+            "resources": [asdict(r) for r in status.resources] if status is not None else [],
+            "status_age_s": age, "status_error": error, "errors": dict(feed.errors),
+            "bytes_read": feed.bytes_read(),
+        }
+
+    def hours(self, start: float, end: float) -> dict[str, Any]:
+        per_cluster = {}
+        for name in self.names():
+            state = self.state(name)
+            if state is None:
+                continue
+            feed = self.feed(name, state)
+            if not feed.events:
+                continue  # no ledger: no guard nor watch counted this cluster's time
+            line = hours.timeline(feed.events, feed.steps(), min(end, self.clock()))
+            per_cluster[name] = hours.hours_of(line.segments, start, end, price_of(state))
+        return {"from": start, "to": end, "clusters": per_cluster, "total": hours.total(per_cluster.values()),
+                "buckets": list(hours.BUCKETS)}
+
+
+def markers(events: list[Any], incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Preemptions, recoveries and hangs on the step axis, from the ledger and the incidents."""
+    found = []
+    for event in events:
+        kind = MARKED.get(event.kind)
+        step = event.data.get("first_step_after") if kind == "recovery" else event.data.get("step_before")
+        if kind is not None and step is not None:
+            found.append({"kind": kind, "step": step, "ts": event.ts, "message": event.message})
+    for incident in incidents:
+        if incident.get("last_step") is not None:
+            found.append({"kind": "hang", "step": incident["last_step"], "at": incident["at"],
+                          "message": f"{incident['kind']} ({incident['action']}): {incident['reason']}"})
+    return found
+
+
+def _tpu_type(state: ClusterState) -> str | None:
+    spec = spec_of(state)
+    return spec.tpu.type if spec is not None else None
+
+
+def price_of(state: ClusterState) -> hours.Price:
+    """Chips and the list price per hour of the cluster's TPU (on demand or spot, as the spec asks)."""
+    spec = spec_of(state)
+    if spec is None:
+        return hours.Price(0, 0.0)
+    accelerator = catalog.load().accelerator(spec.tpu.type, listed_only=False)
+    if accelerator is None:
+        return hours.Price(0, 0.0)
+    slices = len(state.tpu_record().node_names) if state.tpu_record() is not None else 1  # type: ignore[union-attr]
+    spot = bool(spec.tpu.spot or spec.tpu.preemptible)
+    return hours.Price(accelerator.chips * slices, accelerator.price_per_hour(spot=spot) * slices)
