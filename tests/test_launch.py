@@ -157,7 +157,9 @@ def test_stale_tpu_holder_and_lock_file_are_cleared(sshd3: SshdCluster, tpuops_h
     # group must not reach the holder before `setsid` has moved it out (a race under load).
     planted = exec_command(Context.from_env(), name, f"trap '' HUP; setsid sh -c 'exec 3<~/dev/accel0; sleep 300 "
                            f"# {marker}' > /dev/null 2>&1 < /dev/null &", workers="1")
-    assert planted.ok and _wait_for(lambda: _processes_with(marker))
+    # Found, and moved out by setsid: the exec's session group gets KILL 3 s after it ended, and under load the
+    # holder could be found while still in that group, then die before the launch looks for it.
+    assert planted.ok and _wait_for(lambda: _session_leaders_with(marker))
 
     free_lines: list[str] = []
     report = launch_run(Context.from_env(), name, LaunchOptions(command="true"),
@@ -216,6 +218,20 @@ def test_worst_exit_code() -> None:
 def _processes_with(marker: str) -> list[str]:
     found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True, timeout=10)
     return found.stdout.split()
+
+
+def _session_leaders_with(marker: str) -> list[str]:
+    """The processes whose command line holds `marker` and that lead their own session (setsid has run)."""
+    leaders = []
+    for pid in _processes_with(marker):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        session = stat.rsplit(")", 1)[1].split()[3]  # the fields after the command: state ppid pgrp session
+        if session == pid:
+            leaders.append(pid)
+    return leaders
 
 
 def _wait_for(check, timeout: float = 10.0) -> bool:  # noqa: ANN001

@@ -11,6 +11,7 @@ from tpuops.cloud.gcp.clients import LazyClient
 from tpuops.cloud.gcp.errors import none_if_missing
 from tpuops.cloud.gcp.listing import list_everywhere, locations, zone_of
 from tpuops.cloud.gcp.waiting import Timing
+from tpuops.durations import format_duration
 from tpuops.errors import CapacityError, CloudError
 
 API = "tpu"
@@ -146,7 +147,13 @@ class TpuVmApi(LazyClient):
             API,
         )
         self.timing.wait_operation(operation, what, API)
-        return self.timing.poll_until(lambda: self._active_or_none(request.zone, name), what, wait_seconds)
+
+        def not_granted() -> CapacityError:  # the wait ran out with the request still waiting: no capacity then
+            return CapacityError(f"queued resource {name} was not granted within {format_duration(wait_seconds)}",
+                                 "rerun with a longer --wait-for-capacity, or add zones to tpu.zones")
+
+        return self.timing.poll_until(lambda: self._active_or_none(request.zone, name), what, wait_seconds,
+                                      timed_out=not_granted)
 
     def delete_queued(self, zone: str, name: str) -> None:
         what = f"delete queued resource {name}"

@@ -69,14 +69,16 @@ class Timing:
 
         self.retry_transient(attempt)
 
-    def poll_until(self, check: Callable[[], T | None], what: str, timeout: float | None = None) -> T:
-        """Call `check` every poll interval until it returns something; transient errors are polled through."""
+    def poll_until(self, check: Callable[[], T | None], what: str, timeout: float | None = None,
+                   timed_out: Callable[[], CloudError] | None = None) -> T:
+        """Call `check` every poll interval until it returns something; transient errors are polled through.
+        `timed_out`: the error when `timeout` passes (else: still not done)."""
         limit = self.operation_timeout if timeout is None else timeout
         return retry.poll(  # type: ignore[return-value]
             check, lambda value: value is not None, interval=self.poll_interval, timeout=limit,
             also_retry=(TransientError,), sleep=self.sleep,
-            on_timeout=lambda: CloudError(f"{what}: still not done after {limit:.0f}s",
-                                          "check the resource in the console and rerun"),
+            on_timeout=timed_out or (lambda: CloudError(f"{what}: still not done after {limit:.0f}s",
+                                                        "check the resource in the console and rerun")),
         )
 
     def wait_operation(self, future: Any, what: str, api: str) -> Any:
