@@ -253,12 +253,14 @@ def test_spec_watch_section(tmp_path: Path) -> None:
     base = "name: c\nprovider: local\ntpu: {type: v2-8}\n"
     spec = load_spec(write_spec(tmp_path, base + 'watch: {progress: "it (\\\\d+)/", hang_after: 20m}\n'))
     assert spec.watch.progress == r"it (\d+)/" and spec.watch.hang_after == 1200.0 and spec.watch.watchdog
+    assert load_spec(write_spec(tmp_path, base + "watch: {hang_after: 900}\n")).watch.hang_after == 900.0
     settings = WatchdogSettings.from_spec(spec.watch, {"TPUOPS_WATCHDOG_MIN_HANG": "2", "TPUOPS_WATCHDOG": "0"})
     assert (settings.progress, settings.hang_after, settings.min_hang, settings.enabled) == \
         (r"it (\d+)/", 1200.0, 2.0, False)
     for bad, message in (('watch: {progress: "step \\\\d+"}', "needs a group"),
                          ('watch: {progress: "step (("}', "bad regular expression"),
                          ("watch: {hang_after: soon}", "cannot read"),
+                         ("watch: {hang_after: 10}", "hang_after 10 has no unit .* write 10m for 10 minutes"),
                          ('watch: {watchdog: "yes"}', "watch.watchdog"),
                          ("watch: {hang: 5m}", "unknown key 'hang'")):
         with pytest.raises(SpecError, match=message):
