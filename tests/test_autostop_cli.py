@@ -164,6 +164,44 @@ def test_a_bad_duration_is_one_line_with_examples(tmp_path: Path) -> None:
     assert not run_cli("status").stdout.count(name)  # nothing created
 
 
+@pytest.mark.parametrize("command", [["up", "SPEC", "--autostop", "10"], ["autostop", "NAME", "10"],
+                                     ["up", "SPEC", "--autostop", "90"]])
+def test_a_bare_number_is_refused_with_the_unit_to_write(tmp_path: Path, tpuops_home: Path, command: list[str]) -> None:
+    """`sky launch -i 10` means ten minutes; tpuops used to read ten seconds and delete the TPU a minute after
+    the run ended. A number without its unit is refused, saying what to write."""
+    name, spec = local_spec(tmp_path)
+    result = cli(*[{"SPEC": str(spec), "NAME": name}.get(arg, arg) for arg in command])
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    number = command[-1]
+    assert f"autostop time {number} has no unit" in line and f"write {number}m for {number} minutes" in line, line
+    assert ("or 10s for seconds" if number == "10" else "or 1m30s for 90 seconds") in line, line
+    assert not tpu_exists(tpuops_home, name)
+
+
+def test_a_bare_number_in_the_spec_is_refused_on_its_line(tmp_path: Path) -> None:
+    _, spec = local_spec(tmp_path, "autostop: {idle: 10}")
+    result = cli("plan", str(spec))
+    assert result.returncode == 2
+    assert "autostop.idle: autostop time 10 has no unit" in result.stderr and "write 10m" in result.stderr
+
+
+def test_a_setting_from_the_command_line_kept_by_a_later_up_is_said(tmp_path: Path, tpuops_home: Path,
+                                                                  cleanup: list[str]) -> None:
+    name, spec = local_spec(tmp_path, "autostop: {idle: 30m}")
+    cleanup.append(name)
+    assert cli("up", str(spec), "--autostop", "2h").returncode == 0
+    again = cli("up", str(spec))
+    assert again.returncode == 0, again.stderr
+    kept = (f"  autostop {name}: idle 2h kept from an earlier --autostop or `tpuops autostop` (the spec says idle "
+            f"30m); `tpuops autostop {name} DURATION|off` changes it")
+    assert kept in again.stderr.splitlines(), again.stderr
+    assert json.loads(cli("up", str(spec), "--json").stdout)["autostop_kept"] == kept.split(": ", 1)[1]
+    assert cli("up", str(spec), "--autostop", "30m").returncode == 0  # back to what the spec says: nothing to say
+    plain = cli("up", str(spec))
+    assert "kept from an earlier" not in plain.stderr and plain.returncode == 0, plain.stderr
+
+
 def test_down_stops_the_agent_first(tmp_path: Path, tpuops_home: Path) -> None:
     name, spec = local_spec(tmp_path, "autostop: {idle: 30m}")
     assert cli("up", str(spec)).returncode == 0

@@ -61,9 +61,18 @@ def test_the_agent_is_python_3_8_syntax_and_standard_library_only() -> None:
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30m", 1800.0), ("2h", 7200.0), ("90s", 90.0), ("1h30m", 5400.0),
-                                               ("OFF", None), (" off ", None), ("45", 45.0)])
+                                               ("OFF", None), (" off ", None), ("45s", 45.0)])
 def test_autostop_durations(text: str, seconds: float | None) -> None:
     assert parse_autostop(text) == seconds
+
+
+@pytest.mark.parametrize(("text", "hint"), [("10", "write 10m for 10 minutes (what `sky launch -i 10` means), or "
+                                                    "10s for seconds"),
+                                            ("1800", "or 30m for 1800 seconds")])
+def test_a_bare_number_says_which_unit_to_write(text: str, hint: str) -> None:
+    with pytest.raises(UsageError, match=f"autostop time {text} has no unit") as caught:
+        parse_autostop(text)
+    assert hint in (caught.value.hint or "")
 
 
 @pytest.mark.parametrize("text", ["", "30x", "m30", "0", "0m", "-5m", "on", "2 h"])

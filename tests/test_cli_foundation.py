@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,60 @@ def test_init_then_plan(tmp_path: Path, template: str) -> None:
     planned = run_cli("plan", "spec.yaml", cwd=tmp_path)
     assert planned.returncode == 0, planned.stderr
     assert "+ create" in planned.stdout and "Estimated cost" in planned.stdout
+
+
+def test_the_local_template_runs_as_written_in_an_empty_directory(tmp_path: Path, tpuops_home: Path) -> None:
+    """`tpuops init --template local x.yaml && tpuops run x.yaml`: the trainer its command runs is written beside
+    it, and needs nothing beyond what tpuops installs (no JAX, whatever `framework:` says)."""
+    import ast
+    import sys
+
+    created = run_cli("init", "--template", "local", "x.yaml", cwd=tmp_path)
+    assert created.returncode == 0, created.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tpuops.schema.json", "train.py", "x.yaml"]
+    assert "train.py (the trainer its command runs)" in created.stdout
+    tree = ast.parse((tmp_path / "train.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 and node.module}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__", "numpy", "tensorboard"}, imported
+    planned = run_cli("plan", "x.yaml", cwd=tmp_path)
+    assert planned.returncode == 0 and "warning" not in planned.stdout + planned.stderr, planned.stdout
+    try:
+        ran = run_cli("run", "x.yaml", cwd=tmp_path, timeout=180)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        fitted = re.findall(r"^\[w(\d)\] done: y = ([\d.]+) x \+ ([\d.]+)$", ran.stdout, re.MULTILINE)
+        assert sorted(worker for worker, _, _ in fitted) == ["0", "1"], ran.stdout
+        assert all(abs(float(w) - 3) < 0.1 and abs(float(b) - 2) < 0.1 for _, w, b in fitted), fitted
+        assert "[scalars]" in ran.stdout and "learning_rate" in ran.stdout, ran.stdout
+    finally:
+        gone = run_cli("down", "my-local", "--yes", "--delete-bucket", "--force")
+    assert gone.returncode == 0, gone.stderr
+
+
+def test_init_keeps_a_trainer_that_is_there_and_plan_says_when_the_script_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('mine')\n")
+    created = run_cli("init", "--template", "local", "x.yaml", cwd=tmp_path)
+    assert created.returncode == 0 and "train.py was there already and is kept" in created.stdout, created.stdout
+    assert (tmp_path / "train.py").read_text() == "print('mine')\n"
+    (tmp_path / "train.py").unlink()
+    planned = run_cli("plan", "x.yaml", cwd=tmp_path)
+    warnings = [line for line in planned.stdout.splitlines() if line.startswith("warning:")]
+    assert planned.returncode == 0 and warnings == [
+        "warning: x.yaml:17: trainer.command: runs train.py, which is not in code.path (.) (write it there before "
+        "`tpuops run` or `push`, or fix the command: it runs in the pushed code directory on every worker)"], warnings
+
+
+@pytest.mark.parametrize(("command", "script"), [
+    ("python3 train.py --lr 1", "train.py"), ("python -u src/train.py", "src/train.py"),
+    ("cd x && /usr/bin/python3.11 main.py", "main.py"), ("bash run.sh", None), ("python3 -c 'print(1)'", None),
+    ("python3 $HOME/train.py", None), ("python3 /opt/train.py", None), ("echo 'unbalanced", None),
+])
+def test_the_script_a_command_runs(command: str, script: str | None) -> None:
+    from tpuops.rules import command_script
+
+    assert command_script(command) == script
 
 
 def test_init_refuses_to_overwrite(tmp_path: Path) -> None:

@@ -51,6 +51,56 @@ def test_table_of_latest_values(tmp_path: Path) -> None:
     assert all(row[-1] == "10" for row in rows[1:])  # points per series
 
 
+RUN_ID = "20261127-101218-c5ef"
+
+
+def write_a_run_with_long_tags(logdir: Path, runs: tuple[str, ...] = (RUN_ID,)) -> None:
+    """What a trainer run by tpuops leaves: a run-id directory, tags longer than a column's share of 80."""
+    for run in runs:
+        writer = TbWriter(logdir / run)
+        for step in range(0, 1001, 100):
+            writer.event(simple_event(step, {"learning_rate": 0.0003, "eval_loss_smoothed": 2.3131,
+                                             "tokens_per_sec": 23610.5}))
+        writer.close()
+
+
+def test_a_pipe_gets_every_name_and_value_whole_whatever_the_width(tmp_path: Path) -> None:
+    """`tpuops logs NAME | grep learning_rate`: nothing cut to 80 columns (nor to COLUMNS)."""
+    write_a_run_with_long_tags(tmp_path)
+    for columns in ("", "40"):
+        result = run_cli("logs", "--logdir", str(tmp_path), env={"COLUMNS": columns})
+        assert result.returncode == 0, result.stderr
+        assert "…" not in result.stdout, result.stdout
+        rows = [line.split() for line in result.stdout.splitlines()]
+        assert rows[0] == ["RUN", "TAG", "STEP", "VALUE", "TIME", "(UTC)", "POINTS"], result.stdout
+        assert [row[:4] for row in rows[1:]] == [[RUN_ID, "eval_loss_smoothed", "1000", "2.3131"],
+                                                 [RUN_ID, "learning_rate", "1000", "0.0003"],
+                                                 [RUN_ID, "tokens_per_sec", "1000", "23610.5"]], result.stdout
+
+
+@pytest.mark.parametrize(("columns", "env", "runs", "headers"), [
+    (80, {}, (RUN_ID,), ["RUN", "TAG", "STEP", "VALUE", "TIME", "(UTC)"]),
+    (45, {}, (RUN_ID,), ["TAG", "STEP", "VALUE"]),
+    (100, {"COLUMNS": "45"}, (RUN_ID,), ["TAG", "STEP", "VALUE"]),
+    (60, {}, (RUN_ID, "20261127-121218-d6f0"), ["RUN", "TAG", "STEP", "VALUE"]),  # two runs: the run stays
+], ids=["80-columns", "45-columns", "COLUMNS-45", "two-runs-in-60"])
+def test_a_narrow_terminal_loses_columns_before_a_name_or_value_is_cut(
+        tmp_path: Path, columns: int, env: dict[str, str], runs: tuple[str, ...], headers: list[str]) -> None:
+    from tests.test_logs_plot_screen import ANSI, run_in_pty
+
+    write_a_run_with_long_tags(tmp_path, runs)
+    code, out = run_in_pty(["logs", "--logdir", str(tmp_path)], columns=columns, env=env)
+    assert code == 0, out
+    lines = [line.rstrip() for line in ANSI.sub("", out).replace("\r", "").splitlines() if line.strip()]
+    assert "…" not in out and lines[0].split() == headers, out
+    rows = [line.split() for line in lines[1:]]
+    tag = headers.index("TAG")
+    expected = [["eval_loss_smoothed", "1000", "2.3131"], ["learning_rate", "1000", "0.0003"],
+                ["tokens_per_sec", "1000", "23610.5"]] * len(runs)
+    assert [row[tag:tag + 3] for row in rows] == expected, out
+    assert all(len(line) <= int(env.get("COLUMNS", columns)) for line in lines), out
+
+
 def test_json_points_equal_what_was_written_with_filters(tmp_path: Path) -> None:
     write_runs(tmp_path)
     result = run_cli("logs", "--logdir", str(tmp_path), "--json", "--tag", "^loss$", "--run", "train",

@@ -212,26 +212,52 @@ def test_a_host_exports_only_what_its_tpu_env_lacks(tmp_path: Path, tpu_env: str
                                                    exported: dict[str, str]) -> None:
     """start.sh on one host: the tpu-env metadata first, then tpuops's defaults (port 8081) for what it lacks."""
     from tests.sshd import free_port
-    from tpuops.ops.trainer_env import slice_env
-    from tpuops.state import WorkerRecord
 
     fake = MetadataFake().start()
     try:
         if tpu_env not in (None, "unreachable"):
             fake.attributes["tpu-env"] = tpu_env
         host = f"127.0.0.1:{free_port()}" if tpu_env == "unreachable" else fake.host
-        runner = LocalRunner("s1w0", tmp_path, {"PATH": os.environ["PATH"], "GCE_METADATA_HOST": host})
-        workers = [WorkerRecord(index=i, internal_ip=f"10.0.0.{2 + i}", ssh_host="h", slice=i // 2) for i in range(4)]
-        env = slice_env(workers[2], workers, {})
-        result = runner.run(script_command("start", "ms", "run1", "env | grep ^MEGASCALE_ | sort"), env=env,
-                            timeout=30)
-        assert result.ok, result
-        exit_code = tmp_path / "tpuops" / "ms" / "runs" / "run1" / "exit_code"
-        wait_until("the trainer's exit", exit_code.exists)
-        output = (tmp_path / "tpuops" / "ms" / "runs" / "run1" / "output.log").read_text()
-        assert dict(line.split("=", 1) for line in output.split()) == exported
+        assert megascale_exported(tmp_path, host) == exported
         if tpu_env != "unreachable":
             [request] = [r for r in fake.requests if r.path.endswith("/attributes/tpu-env")]
             assert request.headers["metadata-flavor"] == "Google"
     finally:
         fake.stop()
+
+
+@pytest.mark.parametrize(("tpu_env", "host_env", "user_env", "port"), [
+    ("MEGASCALE_COORDINATOR_ADDRESS: '10.9.9.9:8476'\nMEGASCALE_NUM_SLICES: '2'\nMEGASCALE_SLICE_ID: '1'\n", {}, {},
+     "8476"),
+    ("TPU_ACCELERATOR_TYPE: 'v4-16'\n", {"MEGASCALE_COORDINATOR_ADDRESS": "10.9.9.9:8476"}, {}, "8476"),
+    ("TPU_ACCELERATOR_TYPE: 'v4-16'\n", {}, {"MEGASCALE_COORDINATOR_ADDRESS": "10.9.9.9:8476"}, "8476"),
+    ("MEGASCALE_COORDINATOR_ADDRESS: '[fd00::9]:8476'\n", {}, {}, "8476"),
+    ("MEGASCALE_COORDINATOR_ADDRESS: 'fd00::9'\n", {}, {}, "8081"),  # no port: the default
+    ("MEGASCALE_COORDINATOR_ADDRESS: '10.9.9.9'\n", {}, {}, "8081"),
+], ids=["tpu-env", "host-environment", "trainer-env", "ipv6-with-port", "ipv6-bare", "no-port"])
+def test_a_coordinator_given_with_its_port_sets_the_port(tmp_path: Path, tpu_env: str, host_env: dict[str, str],
+                                                        user_env: dict[str, str], port: str) -> None:
+    """Google's tpu-env (or the host, or trainer.env) names the coordinator with its port and no MEGASCALE_PORT:
+    the slices meet on that port, not on 8081 beside it."""
+    with MetadataFake() as fake:
+        fake.attributes["tpu-env"] = tpu_env
+        exported = megascale_exported(tmp_path, fake.host, host_env, user_env)
+    assert exported["MEGASCALE_PORT"] == port, exported
+
+
+def megascale_exported(tmp_path: Path, metadata_host: str, host_env: dict[str, str] | None = None,
+                       user_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The MEGASCALE_* variables a trainer sees when start.sh starts it on slice 1's first host (of 2 x 2)."""
+    from tpuops.ops.trainer_env import slice_env
+    from tpuops.state import WorkerRecord
+
+    runner = LocalRunner("s1w0", tmp_path, {"PATH": os.environ["PATH"], "GCE_METADATA_HOST": metadata_host,
+                                            **(host_env or {})})
+    workers = [WorkerRecord(index=i, internal_ip=f"10.0.0.{2 + i}", ssh_host="h", slice=i // 2) for i in range(4)]
+    env = {**(user_env or {}), **slice_env(workers[2], workers, user_env or {})}  # as trainer_envs puts them
+    result = runner.run(script_command("start", "ms", "run1", "env | grep ^MEGASCALE_ | sort"), env=env, timeout=30)
+    assert result.ok, result
+    exit_code = tmp_path / "tpuops" / "ms" / "runs" / "run1" / "exit_code"
+    wait_until("the trainer's exit", exit_code.exists)
+    output = (tmp_path / "tpuops" / "ms" / "runs" / "run1" / "output.log").read_text()
+    return dict(line.split("=", 1) for line in output.split())

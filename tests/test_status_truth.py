@@ -15,7 +15,6 @@ from tpuops.ops.status import RunStatus, run_status, watchdog_now
 from tpuops.state import ClusterState, RunRecord
 from tpuops.watchdog.records import WatchdogView
 
-NOW = time.time()
 PROCESS = GuardHostInfo("process", "pid 42", None, "running")
 
 
@@ -35,7 +34,7 @@ def test_a_running_guard_that_beats_on_time_is_alive() -> None:
 
 
 def test_a_guard_stopped_by_guard_down_is_stopped_while_its_last_beat_is_fresh() -> None:
-    down = LedgerEvent(NOW - 5, "guard-down", "the guard was stopped (`guard down`)")
+    down = LedgerEvent(time.time() - 5, "guard-down", "the guard was stopped (`guard down`)")
     shown = report(beat(44, idle="the next `tpuops launch c` (run r1 is over)"), down, host=None)
     assert not shown.alive
     assert shown.state_line().startswith("stopped by `tpuops guard down` (no guard host; last heartbeat 44s ago)")
@@ -78,7 +77,7 @@ def test_a_run_recorded_running_is_unknown_on_a_preempted_tpu(tmp_path: Path) ->
 
 
 def test_the_watchdogs_ok_is_not_shown_for_a_run_that_no_longer_runs() -> None:
-    view = WatchdogView("r1", 231, NOW - 82, 600.0, "ok", NOW - 80)
+    view = WatchdogView("r1", 231, time.time() - 82, 600.0, "ok", time.time() - 80)
     running = RunStatus("r1", "x", "t", 0, {"w0": "running"}, live=True)
     finished = RunStatus("r1", "x", "t", 0, {"w0": "exited 0"}, live=True)
     assert watchdog_now(view, "READY", running) == view

@@ -21,8 +21,8 @@ from tpuops.errors import SpecError
 from tpuops.remote.local import LocalRunner
 from tpuops.remote.scripts import script_command
 from tpuops.spec import load_spec
-from tpuops.watchdog.capture import WorkerCapture, capture_all, without_python_stacks
-from tpuops.watchdog.confirm import classify, parse_probe
+from tpuops.watchdog.capture import WorkerCapture, capture_all, stack_signature, without_python_stacks
+from tpuops.watchdog.confirm import classify, odd_by_stacks, parse_probe
 from tpuops.watchdog.launch_hooks import ABORT_ON_HANGS, with_hang_abort
 from tpuops.watchdog.policy import decide
 from tpuops.watchdog.progress import OutputProgress, ScalarProgress, StepSeries
@@ -170,16 +170,101 @@ def test_classify_the_kinds_of_hang_and_the_odd_worker() -> None:
 # ----------------------------------------------------------------------------------------------- spec
 
 
+# `py-spy dump` of a trainer (0.4, Python 3.11) as watchdog_capture.sh frames it; recorded from real processes. A
+# process that never imported `threading` gets no thread name; one that did gets "MainThread" and its own threads.
+WAITING_NO_THREADING = """\
+--- pid 1588: /work/venv/bin/python train.py same plain
+Process 1588: /work/venv/bin/python train.py same plain
+Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)
+
+Thread 1588 (idle)
+    wait_for_peers (train.py:14)
+    train_step (train.py:18)
+    <module> (train.py:21)
+"""
+STUCK_NO_THREADING = """\
+--- pid 1652: /work/venv/bin/python train.py odd plain
+Process 1652: /work/venv/bin/python train.py odd plain
+Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)
+
+Thread 1652 (idle)
+    stuck_reading_data (train.py:10)
+    train_step (train.py:18)
+    <module> (train.py:21)
+"""
+WAITING_WITH_THREADS = """\
+--- pid 1700: /work/venv/bin/python train.py same threads
+Process 1700: /work/venv/bin/python train.py same threads
+Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)
+
+Thread 1700 (idle): "MainThread"
+    wait_for_peers (train.py:14)
+    train_step (train.py:18)
+    <module> (train.py:21)
+Thread 1719 (idle): "prefetch"
+    <lambda> (train.py:6)
+    Thread.run (threading.py:982)
+    Thread._bootstrap_inner (threading.py:1045)
+    Thread._bootstrap (threading.py:1002)
+"""
+STUCK_WITH_THREADS = """\
+--- pid 1732: /work/venv/bin/python train.py odd threads
+Process 1732: /work/venv/bin/python train.py odd threads
+Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)
+
+Thread 1732 (idle): "MainThread"
+    stuck_reading_data (train.py:10)
+    train_step (train.py:18)
+    <module> (train.py:21)
+Thread 1734 (idle): "prefetch"
+    <lambda> (train.py:6)
+    Thread.run (threading.py:982)
+    Thread._bootstrap_inner (threading.py:1045)
+    Thread._bootstrap (threading.py:1002)
+"""
+
+
+def another_worker(dump: str, pid: int, other: int) -> str:
+    """The same dump as a process of another worker would give it (another pid)."""
+    return dump.replace(str(pid), str(other))
+
+
+@pytest.mark.parametrize(("waiting", "stuck", "pid"), [(WAITING_NO_THREADING, STUCK_NO_THREADING, 1588),
+                                                      (WAITING_WITH_THREADS, STUCK_WITH_THREADS, 1700)])
+def test_the_odd_worker_is_found_by_its_main_thread_with_or_without_thread_names(waiting: str, stuck: str,
+                                                                                  pid: int) -> None:
+    assert stack_signature(waiting).splitlines() == [
+        "wait_for_peers (train.py:14)", "train_step (train.py:18)", "<module> (train.py:21)"]
+    stacks = {"w0": waiting, "w1": stuck, "w2": another_worker(waiting, pid, 2211)}
+    assert odd_by_stacks(stacks, stack_signature) == "w1"
+
+
+def test_the_main_thread_is_known_by_its_id_wherever_py_spy_lists_it() -> None:
+    main, prefetch = WAITING_WITH_THREADS.split('Thread 1719 (idle): "prefetch"\n')
+    head, main_thread = main.split("\n\n")
+    unnamed = main_thread.replace(': "MainThread"', "")
+    reordered = f"{head}\n\nThread 1719 (idle)\n{prefetch}{unnamed}"  # no names, the main thread listed last
+    assert stack_signature(reordered) == stack_signature(WAITING_WITH_THREADS) == stack_signature(WAITING_NO_THREADING)
+
+
+def test_workers_whose_stacks_say_nothing_name_no_odd_worker() -> None:
+    """py-spy failed on two workers: the third is not odd for having stacks."""
+    nothing = "--- pid 40: python3 train.py\nstate S (sleeping)\n"
+    assert odd_by_stacks({"w0": nothing, "w1": STUCK_NO_THREADING, "w2": nothing}, stack_signature) is None
+
+
 def test_spec_watch_section(tmp_path: Path) -> None:
     base = "name: c\nprovider: local\ntpu: {type: v2-8}\n"
     spec = load_spec(write_spec(tmp_path, base + 'watch: {progress: "it (\\\\d+)/", hang_after: 20m}\n'))
     assert spec.watch.progress == r"it (\d+)/" and spec.watch.hang_after == 1200.0 and spec.watch.watchdog
+    assert load_spec(write_spec(tmp_path, base + "watch: {hang_after: 900}\n")).watch.hang_after == 900.0
     settings = WatchdogSettings.from_spec(spec.watch, {"TPUOPS_WATCHDOG_MIN_HANG": "2", "TPUOPS_WATCHDOG": "0"})
     assert (settings.progress, settings.hang_after, settings.min_hang, settings.enabled) == \
         (r"it (\d+)/", 1200.0, 2.0, False)
     for bad, message in (('watch: {progress: "step \\\\d+"}', "needs a group"),
                          ('watch: {progress: "step (("}', "bad regular expression"),
                          ("watch: {hang_after: soon}", "cannot read"),
+                         ("watch: {hang_after: 10}", "hang_after 10 has no unit .* write 10m for 10 minutes"),
                          ('watch: {watchdog: "yes"}', "watch.watchdog"),
                          ("watch: {hang: 5m}", "unknown key 'hang'")):
         with pytest.raises(SpecError, match=message):

@@ -8,12 +8,14 @@ from tpuops.errors import UsageError
 
 DURATION_RE = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
 OFF = "off"
+BARE_NUMBER = re.compile(r"\d+(\.\d+)?")
+WRITTEN_BY_USER = "written_by_user"  # validation context of a spec file: numbers there are a user's text
 
 
 def parse_duration(text: str) -> float:
     """'90s', '30m', '2h', '1h30m', or a number of seconds."""
     text = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
+    if BARE_NUMBER.fullmatch(text):
         return float(text)
     match = DURATION_RE.match(text)
     if not text or not match:
@@ -22,9 +24,16 @@ def parse_duration(text: str) -> float:
 
 
 def parse_autostop(text: str) -> float | None:
-    """An autostop idle time: a positive duration, or 'off' (None)."""
+    """An autostop idle time as a user writes it: a positive duration with its unit, or 'off' (None).
+
+    A bare number is refused: SkyPilot reads `-i 10` as ten minutes, gcloud reads a bare duration as seconds,
+    so either reading would surprise half of those users (a TPU deleted ten seconds after its run ended)."""
     if text.strip().lower() == OFF:
         return None
+    bare = text.strip()
+    if BARE_NUMBER.fullmatch(bare) and float(bare) > 0:
+        raise UsageError(f"autostop time {bare} has no unit",
+                         unit_hint(bare, f" (what `sky launch -i {bare}` means)"))
     try:
         seconds = parse_duration(text)
     except UsageError:
@@ -34,6 +43,13 @@ def parse_autostop(text: str) -> float | None:
         raise UsageError(f"autostop time must be more than zero, got {text.strip()!r}",
                          "write it like 30m, 2h or 90s, or off to disable it")
     return seconds
+
+
+def unit_hint(bare: str, minutes_note: str = "") -> str:
+    """What to write instead of a bare number: minutes, or the same seconds with their unit."""
+    number = float(bare)
+    in_seconds = f"{format_duration(number)} for {bare} seconds" if number >= 60 else f"{bare}s for seconds"
+    return f"write {bare}m for {bare} minutes{minutes_note}, or {in_seconds}"
 
 
 def format_duration(seconds: float) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from tpuops.spec import LineIndex, Spec, region_of
 
 ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 PATHS_HINT = "paths are relative to the spec file's directory"
+PYTHON_RE = re.compile(r"python(\d+(\.\d+)?)?")  # python, python3, python3.11
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ def check(spec: Spec, source: str = "<spec>", lines: LineIndex | None = None) ->
 def check_files(spec: Spec, base_dir: Path, source: str = "<spec>", lines: LineIndex | None = None) -> tuple[str, ...]:
     """The local paths the spec pushes, as warnings: `plan` and `up` do not need them, `push` does; a code path
     that is `/` or the home directory is an error (nobody means to push all of it to every worker)."""
-    problems = [*_broad_code_path(spec, base_dir), *missing_local_paths(spec, base_dir, "warning")]
+    problems = [*_broad_code_path(spec, base_dir), *missing_local_paths(spec, base_dir, "warning"),
+                *_missing_script(spec, base_dir)]
     return _raise_first_error_or_warnings(problems, source, lines)
 
 
@@ -83,6 +86,33 @@ def missing_local_paths(spec: Spec, base_dir: Path, severity: Literal["error", "
             problems.append(Problem(("data", index, "from"), f"data source {item.from_} does not exist", hint,
                                     severity))
     return problems
+
+
+def _missing_script(spec: Spec, base_dir: Path) -> list[Problem]:
+    """The trainer's script (the first .py argument of python/python3) missing from code.path, where the command
+    runs on every worker. A warning: `setup` may make it there (a clone), and a path with $ or ~ is not ours to read."""
+    script = command_script(spec.trainer.command) if spec.trainer else None
+    code_dir = base_dir / Path(spec.code.path).expanduser()
+    if script is None or not code_dir.is_dir() or (code_dir / script).is_file():
+        return []
+    return [Problem(("trainer", "command"), f"runs {script}, which is not in code.path ({spec.code.path})",
+                    "write it there before `tpuops run` or `push`, or fix the command: it runs in the pushed code "
+                    "directory on every worker", "warning")]
+
+
+def command_script(command: str) -> str | None:
+    """`python3 -u train.py --lr 1` -> `train.py`; None when no python runs a relative .py file by name."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:  # unbalanced quotes: the shell will say so on the worker
+        return None
+    for index, word in enumerate(words):
+        if PYTHON_RE.fullmatch(word.rsplit("/", 1)[-1]):
+            script = next((w for w in words[index + 1:] if w.endswith(".py")), None)
+            if script is None or script.startswith(("/", "~")) or "$" in script:
+                return None
+            return script
+    return None
 
 
 def describe(problem: Problem, source: str, lines: LineIndex | None) -> str:

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tpuops import spec_yaml
+from tpuops.durations import WRITTEN_BY_USER
 from tpuops.errors import SpecError
 from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.guard.spec import GuardSpec
@@ -281,7 +282,7 @@ def parse_spec(text: str, source: str = "<spec>") -> tuple[Spec, LineIndex]:
             line=1,
         )
     try:
-        return Spec.model_validate(data), lines
+        return Spec.model_validate(data, context={WRITTEN_BY_USER: True}), lines
     except ValidationError as err:
         raise _spec_error(err, source, lines) from None
 

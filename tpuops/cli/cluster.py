@@ -30,7 +30,8 @@ def up(
     ),
     autostop: str = typer.Option(
         None, "--autostop", metavar="DURATION",
-        help="Delete the TPU after this long idle (no run, nothing holding the TPU), e.g. 30m; off to disable.",
+        help="Delete the TPU after this long idle (no run, nothing holding the TPU), e.g. 30m (with its unit: "
+             "10 alone is refused); off to disable. Kept for this cluster until changed.",
     ),
     guard: bool = typer.Option(None, "--guard/--no-guard", help="Also start the guard (recovery that outlives "
                                "your laptop; default: the spec's guard.enabled)."),

@@ -8,7 +8,7 @@ from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, SPEC_A
 from tpuops.cli.interrupts import ends_cleanly, up_interrupted
 from tpuops.cli.progress import ProgressView, PushView
 from tpuops.cli.remote import LinePrinter, print_results_table
-from tpuops.cli.render import console, err_console, plural, print_json, size_text
+from tpuops.cli.render import console, err_console, fitted_table, plural, print_json, size_text
 from tpuops.cli.watch import (
     MAX_RESTARTS_OPTION,
     RESTART_ON_FAILURE_OPTION,
@@ -247,8 +247,6 @@ def _print_points(points) -> None:  # noqa: ANN001  (list[ScalarPoint])
 
 
 def _print_summary(summary) -> None:  # noqa: ANN001  (RunSummary)
-    from rich.table import Table
-
     from tpuops.ops.run import still_up
 
     if summary.failed_step is not None:
@@ -268,11 +266,10 @@ def _print_summary(summary) -> None:  # noqa: ANN001  (RunSummary)
     console.print(f"\nRun {summary.run_id} on {summary.cluster}: {summary.duration:.1f} s")
     print_results_table(summary.workers)
     if summary.last_scalars:
-        table = Table(box=None, pad_edge=False, header_style="bold", title="last scalars", title_justify="left")
         named_runs = not all(_top_level(point.run) for point in summary.last_scalars.values())
-        for column in ("run", "tag", "step", "value")[0 if named_runs else 1:]:
-            table.add_column(column)
-        for point in summary.last_scalars.values():
-            cells = (point.run, point.tag, str(point.step), f"{point.value:.6g}")
-            table.add_row(*cells[0 if named_runs else 1:])
-        console.print(table)
+        rows = [(point.run, point.tag, str(point.step), f"{point.value:.6g}")[0 if named_runs else 1:]
+                for point in summary.last_scalars.values()]
+        one_run = len({point.run for point in summary.last_scalars.values()}) == 1  # its id is in the line above
+        console.print(fitted_table(console, ("run", "tag", "step", "value")[0 if named_runs else 1:], rows,
+                                   optional=("run",) if one_run else (), box=None, pad_edge=False,
+                                   header_style="bold", title="last scalars", title_justify="left"))

@@ -12,7 +12,7 @@ import typer
 
 from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, app, complete_cluster
 from tpuops.cli.interrupts import terminated_exit
-from tpuops.cli.render import console, print_json_line
+from tpuops.cli.render import console, fitted_table, print_json_line
 from tpuops.errors import TpuopsError, UsageError
 
 if TYPE_CHECKING:  # the readers import protobuf: loaded only when the command runs (fast CLI start)
@@ -227,22 +227,22 @@ class Screen:
 
 
 def _table(points: list[ScalarPoint]) -> None:
-    from rich.table import Table
-
     from tpuops.logs.tail import latest_values
 
     counts: dict[tuple[str, str], int] = {}
     for point in points:
         counts[(point.run, point.tag)] = counts.get((point.run, point.tag), 0) + 1
-    table = Table(box=None, pad_edge=False)
-    for column in ("RUN", "TAG", "STEP", "VALUE", "TIME (UTC)", "POINTS"):
-        # The run id and the time whole, on one line: in 80 columns a long tag is what gets folded.
-        table.add_column(column, justify="right" if column in ("STEP", "VALUE", "POINTS") else "left",
-                         no_wrap=column in ("RUN", "TIME (UTC)"))
+    rows = []
     for (run, tag), point in sorted(latest_values(points).items()):
         when = datetime.fromtimestamp(point.wall_time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(run, tag, str(point.step), f"{point.value:.6g}", when, str(counts[(run, tag)]))
-    console.print(table)
+        rows.append((run, tag, str(point.step), f"{point.value:.6g}", when, str(counts[(run, tag)])))
+    # The run id and the time whole, on one line: in 80 columns a long tag is what gets folded. A narrower
+    # terminal loses the counts, then the time, then the run when there is one: tags and values stay whole.
+    one_run = len({run for run, _ in counts}) == 1
+    console.print(fitted_table(console, ("RUN", "TAG", "STEP", "VALUE", "TIME (UTC)", "POINTS"), rows,
+                               optional=("POINTS", "TIME (UTC)", *(("RUN",) if one_run else ())),
+                               right=("STEP", "VALUE", "POINTS"), one_line=("RUN", "TIME (UTC)"),
+                               box=None, pad_edge=False))
 
 
 def _report_download(source: object, download: Path | None) -> None:

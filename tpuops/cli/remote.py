@@ -9,7 +9,7 @@ import typer
 from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, app, complete_cluster
 from tpuops.cli.interrupts import ends_cleanly
 from tpuops.cli.progress import PushView
-from tpuops.cli.render import console, err_console, plural, print_json, size_text
+from tpuops.cli.render import console, err_console, fit_table, plural, print_json, size_text
 from tpuops.remote.base import LineSink, OutputClosed
 
 CONNECT_TIMEOUT_OPTION = typer.Option(
@@ -128,7 +128,7 @@ def print_results_table(results) -> None:  # noqa: ANN001  (Sequence[RunResult];
         style = "" if result.ok else "red"
         table.add_row(result.worker, f"[{style}]{code}[/]" if style else code, f"{result.duration:.2f}s",
                       _escape(result.error or ""))
-    err_console.print(table)
+    err_console.print(fit_table(lambda left_out: table, err_console))
     failed = list(dict.fromkeys(r.worker for r in results if not r.ok))  # each worker once, however many rows
     if failed:
         total = len({r.worker for r in results})

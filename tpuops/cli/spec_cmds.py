@@ -100,5 +100,10 @@ def init(
             console.print(f"{name:<12} {about}")
         return
     written = init_spec(template, path, force=force)
-    console.print(f"Wrote {written} ({INIT_TEMPLATES[template]}) and {written.parent / SCHEMA_FILE} (its JSON "
-                  f"Schema, for editors). Next: tpuops plan {written}")
+    also = ""
+    if written.trainer is not None:
+        also = f", {written.trainer} (the trainer its command runs)"
+    elif written.trainer_kept is not None:
+        also = f" ({written.trainer_kept} was there already and is kept as the trainer its command runs)"
+    console.print(f"Wrote {written.spec} ({INIT_TEMPLATES[template]}){also} and {written.spec.parent / SCHEMA_FILE} "
+                  f"(its JSON Schema, for editors). Next: tpuops plan {written.spec}")

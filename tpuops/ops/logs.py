@@ -6,11 +6,14 @@ relative directory there is taken relative to the spec file, like every path in 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tpuops.cloud.blob_types import BlobInfo
 from tpuops.cloud.blob_urls import open_blob_store
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.context import Context
@@ -18,8 +21,8 @@ from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.handback import with_guard_state
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.mirror import Mirror, MirroredTail
-from tpuops.logs.runs import Launch, RunMap, choose
-from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow
+from tpuops.logs.runs import CLOCK_SLACK, Launch, RunMap, choose, created_at
+from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow, run_of
 from tpuops.ops.remote import resolve_name
 from tpuops.remote.base import LineHandler
 
@@ -35,7 +38,7 @@ class LogsRequest:
     since: int | None = None
     download: Path | None = None
     provider: Provider | None = None  # the cluster's, whose blob stores hold the logdir (None: a --logdir alone)
-    runs: RunMap | None = None  # the cluster's launches and those shown (None: runs are subdirectories, `run`)
+    runs: ClusterRuns | None = None  # the cluster's launches and those shown (None: runs are subdirectories, `run`)
 
 
 def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
@@ -63,18 +66,51 @@ def logs_provider(ctx: Context, name: str | None, logdir: str | None) -> Provide
     return ctx.provider_for(state=ctx.store.require(_cluster_name(ctx, name)))
 
 
-def run_map(ctx: Context, name: str | None, logdir: str | None, which: str | None) -> RunMap | None:
+def run_map(ctx: Context, name: str | None, logdir: str | None, which: str | None) -> ClusterRuns | None:
     """`--run ID|all` over the cluster's recorded launches (default: the current one); None with --logdir,
-    where `--run` is a regular expression over subdirectories, or before the cluster's first launch."""
+    where `--run` is a regular expression over subdirectories."""
     if logdir:
         return None
-    state = with_guard_state(ctx, ctx.store.require(_cluster_name(ctx, name)))  # a guard's relaunch is a run too
-    if not state.runs:
-        if which not in (None, "all"):
-            raise UsageError(f"cluster '{state.name}' has no recorded run", f"start one with `tpuops launch "
-                             f"{state.name}`, or read any logdir with --logdir DIR --run REGEX")
-        return None
-    return choose([Launch(run.id, run.restart) for run in state.runs], which, state.name)
+    return ClusterRuns(ctx, _cluster_name(ctx, name), which)
+
+
+class ClusterRuns:
+    """Which run each event file belongs to, by the cluster's launches, and whether it is shown.
+
+    A reader opened before a launch (`run`, whose reader skips what the logdir held before it launches; a
+    `logs -f` left running) must not put the new launch's files under the launch it knew of: a file created after
+    the launches were read may be a later launch's, so meeting one reads them again first. Files created before
+    that read belong to launches it already knows: a run is recorded before its trainer starts (ops/launch.py).
+    """
+
+    def __init__(self, ctx: Context, cluster: str, which: str | None) -> None:
+        self.ctx, self.cluster = ctx, cluster
+        self.map = self._read(which)
+        # An id named on the command line stays the one chosen; None and `all` follow the launches as they come.
+        self._which = which if which in (None, "all") or self.map is None else next(iter(self.map.chosen or ()))
+
+    @property
+    def chosen(self) -> frozenset[str] | None:
+        return self.map.chosen if self.map is not None else None
+
+    def label(self, info: BlobInfo) -> str | None:
+        created = created_at(info)
+        if created is not None and created > self._read_at - CLOCK_SLACK:  # a worker clock may run behind ours
+            with suppress(TpuopsError):  # the cluster's record unreadable now: the launches known so far
+                self.map = self._read(self._which) or self.map
+        if self.map is None:  # no launch recorded: runs are subdirectories (`--run all` or none)
+            return run_of(info.name)
+        return self.map.label(info)
+
+    def _read(self, which: str | None) -> RunMap | None:
+        self._read_at = time.time()
+        state = with_guard_state(self.ctx, self.ctx.store.require(self.cluster))  # a guard's relaunch is a run too
+        if not state.runs:
+            if which not in (None, "all"):
+                raise UsageError(f"cluster '{state.name}' has no recorded run", f"start one with `tpuops launch "
+                                 f"{state.name}`, or read any logdir with --logdir DIR --run REGEX")
+            return None
+        return choose([Launch(run.id, run.restart) for run in state.runs], which, state.name)
 
 
 def _cluster_name(ctx: Context, name: str | None) -> str:
@@ -102,7 +138,7 @@ def open_source(ctx: Context, request: LogsRequest, warn: Warn | None = None) ->
     return Tail(store, tag=request.tag, run=request.run, since=request.since, warn=warn, label=label)
 
 
-def read_once(source: Pollable, logdir: str, runs: RunMap | None = None) -> list[ScalarPoint]:
+def read_once(source: Pollable, logdir: str, runs: ClusterRuns | None = None) -> list[ScalarPoint]:
     """Everything there is now. No event file at all is an error: a wrong logdir looks exactly like that."""
     points = source.poll()
     if source.last.files == 0 and runs is not None and runs.chosen is not None:

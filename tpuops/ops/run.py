@@ -233,4 +233,4 @@ class ScalarFollower:
 
 def logs_request(ctx: Context, cluster: str) -> LogsRequest:
     return LogsRequest(logdir=resolve_logdir(ctx, cluster, None), provider=logs_provider(ctx, cluster, None),
-                       runs=run_map(ctx, cluster, None, None))  # the run just launched, not earlier ones
+                       runs=run_map(ctx, cluster, None, None))  # the current run: the launch's own once recorded

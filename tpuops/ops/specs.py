@@ -89,7 +89,19 @@ def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:
     return dataclasses.replace(plan, warnings=warnings + plan.warnings)
 
 
-def init_spec(template: str, destination: Path, force: bool = False) -> Path:
+# Templates that come with a trainer, written beside the spec as the file its command runs: a spec must run as
+# written (`tpuops init --template local x.yaml && tpuops run x.yaml` in an empty directory).
+INIT_TRAINERS = {"local": ("local-train.py", "train.py")}
+
+
+@dataclass(frozen=True)
+class InitResult:
+    spec: Path
+    trainer: Path | None = None  # the trainer written beside it
+    trainer_kept: Path | None = None  # a file of that name was there already: left as it was
+
+
+def init_spec(template: str, destination: Path, force: bool = False) -> InitResult:
     if template not in INIT_TEMPLATES:
         raise UsageError(f"unknown template '{template}'", f"choose one of: {', '.join(INIT_TEMPLATES)}")
     if destination.is_dir():
@@ -99,11 +111,18 @@ def init_spec(template: str, destination: Path, force: bool = False) -> Path:
     if not destination.parent.is_dir():
         raise UsageError(f"cannot write {destination}: the directory {destination.parent} does not exist",
                          f"create it first (mkdir -p {destination.parent}) or give another path")
-    text = resources.files("tpuops.data.init").joinpath(f"{template}.yaml").read_text()
-    destination.write_text(SCHEMA_MODELINE + text)
+    files = resources.files("tpuops.data.init")
+    destination.write_text(SCHEMA_MODELINE + files.joinpath(f"{template}.yaml").read_text())
     # Rewritten on every init: it is generated, so the newest tpuops' schema replaces an older one.
     (destination.parent / SCHEMA_FILE).write_text(json.dumps(spec_schema(), indent=2) + "\n")
-    return destination
+    if template not in INIT_TRAINERS:
+        return InitResult(destination)
+    shipped, name = INIT_TRAINERS[template]
+    trainer = destination.parent / name
+    if trainer.exists():  # the user's own trainer (--force is about the spec): never overwritten
+        return InitResult(destination, trainer_kept=trainer)
+    trainer.write_text(files.joinpath(shipped).read_text())
+    return InitResult(destination, trainer=trainer)
 
 
 def spec_schema() -> dict[str, object]:

@@ -17,8 +17,8 @@ from tpuops.watchdog.launch_hooks import with_hang_abort
 
 JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 # Multislice: the port the slices' runtimes meet on when neither the host's environment nor its tpu-env metadata
-# gives one (8081, as Ray's get_tpu_coordinator_env_vars and levanter use), and the variable start.sh reads
-# settings from that only fill gaps in what the host already has.
+# gives one, nor a coordinator address with its port (8081, as Ray's get_tpu_coordinator_env_vars and levanter
+# use), and the variable start.sh reads settings from that only fill gaps in what the host already has.
 MEGASCALE_PORT = 8081
 HOST_DEFAULTS_ENV = "TPUOPS_HOST_DEFAULTS"
 

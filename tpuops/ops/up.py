@@ -22,6 +22,7 @@ from tpuops.cloud.queued import QueuedLeftBehind, withdraw_queued
 from tpuops.context import Context
 from tpuops.guard import commands as guard_commands
 from tpuops.guard.autostop import cost_guard
+from tpuops.guard.autostop.client import kept_setting
 from tpuops.guard.autostop.remote import AgentInstall
 from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.guard.host import GuardHostInfo
@@ -46,6 +47,7 @@ class UpResult:
     offer_warnings: tuple[str, ...] = ()  # zones that could not be asked what they offer
     autostop: AgentInstall | None = None  # the cost guard on worker 0 (None: autostop is off)
     guard: GuardHostInfo | None = None  # `up --guard` / spec guard.enabled: the guard started or adopted
+    autostop_kept: str | None = None  # a setting of an earlier --autostop kept in place of the spec's
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -65,6 +67,7 @@ class UpResult:
             "warnings": list(self.warnings),
             "autostop": asdict(self.autostop) if self.autostop else None,
             "guard": asdict(self.guard) if self.guard else None,
+            "autostop_kept": self.autostop_kept,
         }
 
 
@@ -96,6 +99,9 @@ def up(
     if autostop is not None:
         given = cost_guard.with_idle(cost_guard.setting_of(job.ledger.state, spec), autostop)
         job.ledger.update(lambda state: setattr(state, "autostop", given))
+    kept = kept_setting(job.ledger.state, spec) if autostop is None else None
+    if kept is not None:
+        job.progress("autostop", spec.name, kept)
     offer_warnings = ask_the_zones(job, plan)
     for action in plan.actions:
         job.progress(action.kind, action.name, "planned: " + action.verb)
@@ -107,7 +113,8 @@ def up(
     # Handed on as held: the state just written and the spec parsed above, not read again by name.
     agent = cost_guard.install(ctx, access_for(ctx, job.ledger.state, spec))
     guard_info = guard_commands.start_guard(ctx, job.ledger.state, spec) if start_guard else None
-    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info)
+    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info,
+                    autostop_kept=kept)
 
 
 def ask_the_zones(job: Job, plan: Plan) -> tuple[str, ...]:

@@ -156,5 +156,7 @@ def minority(values: dict[str, Any]) -> str | None:
 
 
 def odd_by_stacks(stacks: dict[str, str], signature: Callable[[str], str]) -> str | None:
-    """The one worker whose trainer stands somewhere else than all the others (by its innermost frames)."""
-    return minority({worker: signature(text) for worker, text in stacks.items() if text.strip()})
+    """The one worker whose trainer stands somewhere else than all the others (by its innermost frames).
+    A worker whose stacks show no frame is left out: not knowing where it stands is no place to differ from."""
+    signatures = {worker: signature(text) for worker, text in stacks.items()}
+    return minority({worker: sign for worker, sign in signatures.items() if sign})

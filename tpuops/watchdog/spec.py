@@ -21,7 +21,7 @@ from pydantic import (
     field_validator,
 )
 
-from tpuops.durations import parse_duration
+from tpuops.durations import BARE_NUMBER, parse_duration, unit_hint
 from tpuops.errors import UsageError
 
 # Step numbers in worker 0's output when the spec gives no pattern: "step 120", "Step: 120", "step=120", "step #120".
@@ -40,6 +40,8 @@ def _seconds(value: Any) -> float | None:
         raise ValueError(f"cannot read {value!r} as a duration (write it like 20m, 1h or 900, or null)") from None
     if seconds <= 0:
         raise ValueError("hang_after must be more than zero (null: automatic)")
+    if seconds < 60 and BARE_NUMBER.fullmatch(str(value).strip()):  # `10` meant as minutes would restart runs
+        raise ValueError(f"hang_after {value} has no unit and would be {value} seconds: {unit_hint(str(value))}")
     return seconds
 
 

@@ -223,6 +223,15 @@ def setting_of(state: ClusterState, spec: Spec | None) -> AutostopSpec:
     return spec.autostop if spec is not None else AutostopSpec()
 
 
+def kept_setting(state: ClusterState, spec: Spec | None) -> str | None:
+    """What `up` says when it keeps a setting an earlier `up --autostop` or `tpuops autostop` recorded for this
+    cluster in place of the spec's (None when they agree): a one-off choice must not stay unseen."""
+    if state.autostop is None or spec is None or state.autostop == spec.autostop:
+        return None
+    return (f"{state.autostop.describe()} kept from an earlier --autostop or `tpuops autostop` (the spec says "
+            f"{spec.autostop.describe()}); `tpuops autostop {state.name} DURATION|off` changes it")
+
+
 def deletion_record(provider: Provider, state: ClusterState, spec: Spec | None) -> AutostopRecord | None:
     """The agent's record when it deleted this cluster's current TPU (a TPU `up` made since is another): one
     read of the bucket, none when autostop is off."""

@@ -95,8 +95,9 @@ class AutostopChange:
 def set_autostop(ctx: Context, name: str, text: str) -> AutostopChange:
     """`tpuops autostop NAME 30m|off`: (re)start the agent with the new setting, or stop it and leave the
     keep-alive file. The setting is recorded, so launch's refresh keeps it."""
+    given = parse_setting(text)  # bad input is told before the cluster is looked up or reached
     access = cluster_access(ctx, name)
-    setting = with_idle(setting_of(access.state, access.spec), parse_setting(text))
+    setting = with_idle(setting_of(access.state, access.spec), given)
     config = config_for(ctx, access, setting) if setting.enabled else None
     runner = worker0(access)
     try:

@@ -8,19 +8,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema
 
-from tpuops.durations import format_duration, parse_autostop
+from tpuops.durations import WRITTEN_BY_USER, format_duration, parse_autostop
 from tpuops.errors import UsageError
 
 
-def _idle_seconds(value: Any) -> float | None:
-    """YAML gives '30m', 'off', a number of seconds, or null; the model keeps seconds (None: off)."""
+def _idle_seconds(value: Any, info: ValidationInfo) -> float | None:
+    """YAML gives '30m', 'off', or null; the model keeps seconds (None: off). A number is seconds where tpuops
+    wrote it (the state's record); in a spec file it is a user's bare number, refused as on the command line."""
     if value is None or value is False:
         return None
     if isinstance(value, bool):
         raise ValueError("write a duration like 30m, 2h or 90s, or off")
     if isinstance(value, (int, float)):
+        if not (info.context or {}).get(WRITTEN_BY_USER):
+            return float(value)
         value = str(value)
     if not isinstance(value, str):
         raise ValueError(f"cannot read {value!r} as a duration (write it like 30m, 2h or 90s, or off)")
@@ -34,10 +37,9 @@ IdleSeconds = Annotated[
     float | None,
     BeforeValidator(_idle_seconds),
     WithJsonSchema({
-        "anyOf": [{"type": "string", "pattern": r"^(off|(\d+h)?(\d+m)?(\d+s)?|\d+(\.\d+)?)$"},
-                  {"type": "number", "exclusiveMinimum": 0}, {"type": "null"}],
+        "anyOf": [{"type": "string", "pattern": r"^(off|(\d+h)?(\d+m)?(\d+s)?)$"}, {"type": "null"}],
         "description": "Delete the TPU after this long with no run alive and no process holding the TPU: "
-                       "30m, 2h, 90s, or off (default).",
+                       "30m, 2h, 90s, or off (default). A number needs its unit: 10m, not 10.",
     }),
 ]
 

@@ -26,6 +26,17 @@ try: print(u.urlopen(u.Request(sys.argv[1], headers={"Metadata-Flavor": "Google"
 except Exception: pass' "$url" 2>/dev/null) || tpu_env=""
     fi
 fi
+# A coordinator address that carries its port (`10.0.0.2:8080`: in this host's environment, trainer.env or tpu-env)
+# says where the slices meet: a default MEGASCALE_PORT then takes that port, never tpuops's own beside it.
+coordinator=${MEGASCALE_COORDINATOR_ADDRESS:-$(printf '%s\n' "$tpu_env" | sed -n \
+    "s/^[[:space:]]*MEGASCALE_COORDINATOR_ADDRESS[[:space:]]*:[[:space:]]*'*\([^' ]*\)'*[[:space:]]*\$/\\1/p" | head -n 1)}
+case $coordinator in
+    \[*\]:*) coordinator_port=${coordinator##*]:} ;;  # [IPv6]:PORT
+    *:*:*) coordinator_port="" ;;  # a bare IPv6 address
+    *:*) coordinator_port=${coordinator##*:} ;;
+    *) coordinator_port="" ;;
+esac
+case $coordinator_port in *[!0-9]*) coordinator_port="" ;; esac
 set -f  # split on blanks, never expand a pattern
 for setting in ${TPUOPS_HOST_DEFAULTS:-}; do
     name=${setting%%=*}
@@ -34,6 +45,7 @@ for setting in ${TPUOPS_HOST_DEFAULTS:-}; do
     [ -z "$given" ] || continue
     # tpu-env's lines read `NAME: 'value'`
     printf '%s\n' "$tpu_env" | grep -q "^[[:space:]]*$name[[:space:]]*:" && continue
+    [ "$name" != MEGASCALE_PORT ] || [ -z "$coordinator_port" ] || setting="MEGASCALE_PORT=$coordinator_port"
     export "$setting"
 done
 set +f
