@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import run_cli, write_spec
 
 
@@ -226,6 +228,52 @@ def test_jax_recompilations_name_the_argument_path() -> None:
     assert storm.details[0] == "batch['image']: float32[64,28,28,1] -> float32[58,28,28,1]; " \
                                "batch['label']: int32[64] -> int32[58]"
     assert (storm.file, storm.line) == ("train.py", 14)
+
+
+# JAX 0.10.2's own lines (JAX_LOG_COMPILES=1 JAX_EXPLAIN_CACHE_MISSES=1) for a trainer that prints, then calls
+# its jitted step with a new shape that fails while tracing: the miss explanation is followed by the trainer's
+# line and its traceback, with no `Compiling` line after them. A callsite outside the user's frames (a thread
+# started by a library) is printed empty ("at :"), and "<unknown>" where JAX cannot name it.
+JAX_MISS_THEN_CRASH = """\
+TRACING CACHE MISS at /w/code/train.py:17 (<module>):
+  never seen function:
+    step id=140412053344384 defined at /w/code/train.py:13
+Finished tracing step for jit in 0.000588417 sec
+Compiling jit(step) with global shapes and types (ShapedArray(float32[6]),). Argument mapping: (UnspecifiedValue,).
+Finished jaxpr to MLIR module conversion jit(step) in 0.003660917 sec
+Finished XLA compilation of jit(step) in 0.005964518 sec
+trainer line after step
+TRACING CACHE MISS at {callsite}:
+  for step defined at /w/code/train.py:13
+  all previously seen cache keys differ. For the closest previous key:
+  different input types:
+  * at x, now f32[7] and before f32[6]
+Finished tracing step for jit in 0.000433445 sec
+Traceback (most recent call last):
+  File "/w/code/train.py", line 19, in <module>
+    step(jnp.ones(7))
+  File "/w/code/train.py", line 15, in step
+    return x.reshape((3, -1))
+           ^^^^^^^^^^^^^^^^^^
+TypeError: cannot reshape array of shape (7,) (size 7) into shape (3, -1) because the product of specified axis \
+sizes (3) does not evenly divide 7
+"""
+
+
+@pytest.mark.parametrize("callsite", ["/w/code/train.py:19 (<module>)", "", "<unknown>"])
+def test_a_jax_cache_miss_explanation_ends_where_its_format_ends(callsite: str) -> None:
+    from tpuops.check.compiles import CompileLog
+
+    log = CompileLog("jax", Path("/w/code"))
+    text = JAX_MISS_THEN_CRASH.format(callsite=callsite)
+    trainer = [line for line in text.splitlines() if not log.feed(line)]
+    assert trainer == ["trainer line after step", "Traceback (most recent call last):",
+                       '  File "/w/code/train.py", line 19, in <module>', "    step(jnp.ones(7))",
+                       '  File "/w/code/train.py", line 15, in step', "    return x.reshape((3, -1))",
+                       "           ^^^^^^^^^^^^^^^^^^",
+                       "TypeError: cannot reshape array of shape (7,) (size 7) into shape (3, -1) because the "
+                       "product of specified axis sizes (3) does not evenly divide 7"]
+    assert [c.signature for c in log.compilations] == ["float32[6]"]
 
 
 def metrics_report(step: int, transfers: int, reads: int, mark_steps: int) -> str:

@@ -34,8 +34,9 @@ RULES: tuple[Rule, ...] = (
          "in a step: a round trip to the host that stalls the TPU every step",
          "return the value from the step and read it every N steps outside it (PyTorch/XLA: xm.add_step_closure)"),
     Rule("XLA004", "pad-longest", "padding to the longest example (padding='longest'/True, a collator without "
-         "pad_to_multiple_of): a new shape, so a new compilation, for most batches",
-         "pad to max_length, or set pad_to_multiple_of=64 (a few buckets)"),
+         "pad_to_multiple_of, tf.data padded_batch without padded_shapes): a new shape, so a new compilation, "
+         "for most batches", "pad to max_length, or set pad_to_multiple_of=64 (a few buckets); tf.data: "
+         "padded_batch(..., padded_shapes=...)"),
     Rule("XLA005", "fp16", "float16 as the compute dtype (autocast dtype, .half(), a mixed_float16 policy, "
          "fp16=True): TPUs compute in bfloat16 and float16 needs loss scaling",
          "use bfloat16 (mixed_bfloat16, torch.bfloat16, bf16=True)"),
@@ -155,6 +156,9 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
             yield node, f"padding={shown} pads each batch to its longest example{source}"
         elif last_name(node.func) in COLLATORS and not fixed_blocks and _unset(_keyword(node, "pad_to_multiple_of")):
             yield node, f"{last_name(node.func)} without pad_to_multiple_of pads each batch to its longest example"
+        elif last_name(node.func) == "padded_batch" and len(node.args) < 2 and \
+                _unset(_keyword(node, "padded_shapes")):
+            yield node, "padded_batch without padded_shapes pads each batch to its longest element"
 
 
 def _fixed_blocks(module: Module, settings: Settings) -> bool:
