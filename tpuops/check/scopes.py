@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from tpuops.check.project import FunctionNode, Module, Project, dotted, last_name
+from tpuops.check.pyvalues import flag_params, is_partial_of, partial_traced, python_valued_functions
 from tpuops.check.tensors import TensorValues
 
 JAX_WRAPPERS = {"jit", "pjit", "pmap", "xmap", "shard_map", "filter_jit", "filter_pmap"}
@@ -71,6 +72,7 @@ class StepFinder:
     _ending_loops: dict[int, str] = field(default_factory=dict)  # loops whose every iteration ends one -> how
     _values: dict[tuple[int, frozenset[str]], TensorValues] = field(default_factory=dict)
     _regions: dict[tuple[int, str], list[ast.AST]] = field(default_factory=dict)
+    _python_calls: frozenset[str] | None = None  # the project's functions that return Python values
 
     def values(self, step: Step) -> TensorValues:
         """The tensor inference for a step (cached: a function with several step loops is read once)."""
@@ -80,8 +82,10 @@ class StepFinder:
             scope = step.module.scope_of(step.node)
         key = (id(scope), step.traced)
         if key not in self._values:
+            if self._python_calls is None:
+                self._python_calls = python_valued_functions(self.project)
             self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
-                                             step.traced)
+                                             step.traced, self._python_calls)
         return self._values[key]
 
     def region(self, step: Step) -> list[ast.AST]:
@@ -131,7 +135,8 @@ class StepFinder:
             kind = compiler(decorator, module)
             if kind:
                 how = _wrapper_name(decorator)
-                yield Step(node.name, kind, how, module, node, frozenset(_params(node) - _static(decorator, node)))
+                yield Step(node.name, kind, how, module, node,
+                           frozenset(_params(node) - _static(decorator, node) - flag_params(node)))
 
     def _wrapped(self, call: ast.Call, module: Module) -> Iterator[Step]:
         """jax.jit(f), pjit(f, ...), torch_xla.compile(f), strategy.run(f), keras compile(jit_compile=...)."""
@@ -154,7 +159,7 @@ class StepFinder:
             if isinstance(target, ast.Lambda):
                 name, traced = f"lambda at line {target.lineno}", _params(target)
             else:
-                name, traced = target.name, _params(target) - _static(wrapper, target)
+                name, traced = target.name, _params(target) - _static(wrapper, target) - flag_params(target)
             yield Step(name, kind, how, target_module, target, frozenset(traced - bound - {"self", "cls"}))
 
     def _targets(self, expr: ast.AST, module: Module, bound: frozenset[str] = frozenset()) -> Iterator[Target]:
@@ -222,6 +227,8 @@ class StepFinder:
             return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
             return "each iteration ends a step: a device loader"
+        if _uses_torch_xla(module) and _runs_model(loop):
+            return "each iteration runs the model on the XLA device (a loop with no step end, e.g. evaluation)"
         return ""
 
     def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module) -> bool:
@@ -263,9 +270,12 @@ class StepFinder:
                                frozenset(traced), root=False)
             elif step.kind != "lazy" and isinstance(node, ast.Name | ast.Attribute) and \
                     isinstance(getattr(node, "ctx", None), ast.Load) and not _is_called(node, module):
+                partial = is_partial_of(node, module.parent(node))
                 for callee_module, callee in self.project.functions(node, module):  # jax.grad(loss_fn), scan(body)
+                    traced = _params(callee) - {"self", "cls"} - flag_params(callee) if partial is None else \
+                        partial_traced(partial, callee, isinstance(node, ast.Attribute), values.is_tensor)
                     yield Step(callee.name, step.kind, f"used by {step.name}", callee_module, callee,
-                               frozenset(_params(callee) - {"self", "cls"}), root=False)
+                               frozenset(traced), root=False)
 
 
 
@@ -335,6 +345,25 @@ def _loop_batch(loop: ast.AST) -> frozenset[str]:
             isinstance(target, ast.Tuple) and target.elts:
         target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
     return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+
+
+def _uses_torch_xla(module: Module) -> bool:
+    return any(source.startswith("torch_xla") for source, _ in module.imported.values())
+
+
+def _runs_model(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """The loop's own body (not an inner loop's) calls the model: `model(x)`, `self.model(**batch)`."""
+    stack: list[ast.AST] = list(loop.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.FunctionDef | ast.AsyncFunctionDef |
+                      ast.Lambda | ast.ClassDef):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute) and \
+                "model" in last_name(node.func).lower():
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _is_xla(path: str) -> bool:
