@@ -128,6 +128,35 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+def test_the_specs_check_section_is_recorded_and_checked_strictly(tmp_path: Path) -> None:
+    code_dir(tmp_path, "print('ok')\n")
+    spec = spec_for(tmp_path, "python3 train.py --layers 48", extra="check: {command: python3 train.py --layers 2}")
+    result = run_cli("check", str(spec), "--steps", "2", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["run"]["command"] == "python3 train.py --layers 2"
+    bad = spec_for(tmp_path, "python3 train.py", extra="check: {command: python3 train.py, steps: 3}")
+    result = run_cli("check", str(bad), "--no-run")
+    assert result.returncode == 2
+    assert "check.steps" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_the_check_sections_command_and_env_reach_the_trainer(tmp_path: Path) -> None:
+    code_dir(tmp_path, """
+        import os, sys
+        print("seen", " ".join(sys.argv[1:]), os.environ.get("MODEL_SIZE"), os.environ.get("DATA_AT"), flush=True)
+        """)
+    spec = spec_for(tmp_path, "python3 train.py --layers 48", extra="""
+        check:
+          command: python3 train.py --layers 2
+          env: {MODEL_SIZE: toy, DATA_AT: gs://check-test-data/corpus}
+        """)
+    result = run_cli("check", str(spec), "--steps", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [seen] = [line for line in result.stderr.splitlines() if line.startswith("| seen")]
+    assert seen.startswith("| seen --layers 2 toy /") and seen.endswith("/bucket/check-test-data/corpus"), seen
+
+
 def test_run_preflight_stops_before_anything_is_created(tmp_path: Path, tpuops_home: Path) -> None:
     code_dir(tmp_path, "import torch\nx = torch.ones(2, dtype=torch.float16)\n")
     spec = spec_for(tmp_path, "python3 train.py")
