@@ -173,10 +173,15 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
     for node in module.calls:
         padding = _keyword(node, "padding")
         values = settings.values(padding, module) if padding is not None else frozenset()
-        if any(v is True or v == "longest" for v in values) and not _padded_again(node, module):
+        if any(v is True or v == "longest" for v in values) and not _padded_again(node, module) and \
+                not _runs_once(node, module):  # module-level code outside any loop pads one batch: one shape
             shown = ast.unparse(padding) if padding is not None else ""
             source = "" if isinstance(padding, ast.Constant) else " (its default)"
             yield node, f"padding={shown} pads each batch to its longest example{source}"
+        elif padding is None and _tokenizer_pad(node) and not fixed_blocks and \
+                _unset(_keyword(node, "pad_to_multiple_of")):
+            yield node, "tokenizer.pad() without padding= pads each batch to its longest example (padding=True " \
+                        "is its default)"
         elif last_name(node.func) in COLLATORS and not fixed_blocks and _unset(_keyword(node, "pad_to_multiple_of")):
             yield node, f"{last_name(node.func)} without pad_to_multiple_of pads each batch to its longest example"
         elif last_name(node.func) == "padded_batch" and len(node.args) < 2 and \
@@ -195,6 +200,17 @@ def _fixed_blocks(module: Module, settings: Settings) -> bool:
         if padding is not None and settings.values(padding, module) == frozenset(["max_length"]):
             return True
     return False
+
+
+def _runs_once(node: ast.Call, module: Module) -> bool:
+    owner, loop = module.context[id(node)]
+    return owner is module.tree and loop is None
+
+
+def _tokenizer_pad(node: ast.Call) -> bool:
+    """`tokenizer.pad(features)` / `self.processor.tokenizer.pad(...)`: a Hugging Face tokenizer's pad."""
+    return isinstance(node.func, ast.Attribute) and node.func.attr == "pad" and \
+        "tokenizer" in dotted(node.func.value).lower()
 
 
 def _shaped(call: ast.Call) -> bool:
