@@ -178,7 +178,7 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
             shown = ast.unparse(padding) if padding is not None else ""
             source = "" if isinstance(padding, ast.Constant) else " (its default)"
             yield node, f"padding={shown} pads each batch to its longest example{source}"
-        elif padding is None and _tokenizer_pad(node) and not fixed_blocks and \
+        elif padding is None and _tokenizer_pad(node) and not _fixed_data(module) and \
                 _unset(_keyword(node, "pad_to_multiple_of")):
             yield node, "tokenizer.pad() without padding= pads each batch to its longest example (padding=True " \
                         "is its default)"
@@ -191,10 +191,8 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
 
 def _fixed_blocks(module: Module, settings: Settings) -> bool:
     """The module cuts its data to fixed blocks (group_texts) or pads to max_length: its collators pad nothing."""
-    if any("group_texts" in name for name in module.defs):
+    if _fixed_data(module):
         return True
-    if any(last_name(c.func) == "FixedLenFeature" and _shaped(c) for c in module.calls):
-        return True  # tf.data parses fixed-length features: every example already has the length
     for node in module.calls:
         padding = _keyword(node, "padding")
         if padding is not None and settings.values(padding, module) == frozenset(["max_length"]):
@@ -211,6 +209,13 @@ def _tokenizer_pad(node: ast.Call) -> bool:
     """`tokenizer.pad(features)` / `self.processor.tokenizer.pad(...)`: a Hugging Face tokenizer's pad."""
     return isinstance(node.func, ast.Attribute) and node.func.attr == "pad" and \
         "tokenizer" in dotted(node.func.value).lower()
+
+
+def _fixed_data(module: Module) -> bool:
+    """The examples already have one length: cut into blocks (group_texts), or parsed from fixed-length
+    tf.data features (FixedLenFeature([max_length]))."""
+    return any("group_texts" in name for name in module.defs) or \
+        any(last_name(c.func) == "FixedLenFeature" and _shaped(c) for c in module.calls)
 
 
 def _shaped(call: ast.Call) -> bool:
