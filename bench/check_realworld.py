@@ -42,6 +42,7 @@ class Tally:
     found: set[Site] = field(default_factory=set)
     hazards: set[Site] = field(default_factory=set)
     cleared: set[Site] = field(default_factory=set)  # judged false alarms
+    notes: int = 0  # advice that does not fail check (a JAX loop reading its step's result every step)
 
     @property
     def precision(self) -> float:
@@ -54,7 +55,7 @@ class Tally:
     def line(self, name: str) -> str:
         right = len(self.found & self.hazards)
         return (f"{name:9} precision {self.precision:.2f} ({right} of {len(self.found)} findings right), "
-                f"recall {self.recall:.2f} ({right} of {len(self.hazards)} hazards found)")
+                f"recall {self.recall:.2f} ({right} of {len(self.hazards)} hazards found), {self.notes} note(s)")
 
 
 def git_dir(mirror: Path, repo: str) -> Path:
@@ -70,13 +71,16 @@ def extract(git: Path, commit: str, path: str, into: Path) -> bool:
     return (into / path).exists()
 
 
-def lint(into: Path, path: str) -> list[tuple[str, int, str, str]]:
-    """(file relative to the repository, line, rule, message) of every finding."""
+def lint(into: Path, path: str) -> tuple[list[tuple[str, int, str, str]], int]:
+    """(file relative to the repository, line, rule, message) of every finding; how many notes (advice that
+    does not fail `check`, not scored here)."""
     from tpuops.check.lint import lint_tree
 
     root = into / path
     base = Path(path) if root.is_dir() else Path(path).parent
-    return [(str(base / (f.file or "")), f.line or 0, f.rule, f.message) for f in lint_tree(root).findings]
+    result = lint_tree(root)
+    found = [(str(base / (f.file or "")), f.line or 0, f.rule, f.message) for f in result.findings]
+    return found, len(getattr(result, "advice", ()))
 
 
 def score(mirror: Path, doc: dict, show: bool) -> dict[str, Tally]:
@@ -91,7 +95,9 @@ def score(mirror: Path, doc: dict, show: bool) -> dict[str, Tally]:
                 print(f"SKIPPED {trainer['id']}: {trainer['repo']} has no commit {trainer['commit'][:12]} with "
                       f"{trainer['path']} in {git} (fetch a snapshot that holds it)")
                 continue
-            findings = lint(Path(temp), trainer["path"])
+            findings, notes = lint(Path(temp), trainer["path"])
+            tallies[trainer["part"]].notes += notes
+            tallies["all"].notes += notes
             sources = {}
             if show:
                 sources = {f: (Path(temp) / f).read_text(errors="replace").splitlines() for f, *_ in findings}

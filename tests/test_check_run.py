@@ -157,6 +157,25 @@ def test_the_check_sections_command_and_env_reach_the_trainer(tmp_path: Path) ->
     assert seen.startswith("| seen --layers 2 toy /") and seen.endswith("/bucket/check-test-data/corpus"), seen
 
 
+def test_notes_are_shown_and_do_not_fail_the_check(tmp_path: Path) -> None:
+    code_dir(tmp_path, """
+        import jax
+
+        step = jax.jit(lambda x: x * 2)
+        x = 1.0
+        for i in range(10):
+            x = step(x)
+            print(float(x))
+        """)
+    spec = spec_for(tmp_path, "python3 train.py")
+    result = run_cli("check", str(spec), "--no-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("train.py:8: note XLA003 host-sync: `float()` of `x` (what `step` returned)")
+    assert "check: 1 note(s) to confirm (" in result.stdout
+    report = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
+    assert report["ok"] is True and [a["line"] for a in report["advice"]] == [8]
+
+
 def test_run_preflight_stops_before_anything_is_created(tmp_path: Path, tpuops_home: Path) -> None:
     code_dir(tmp_path, "import torch\nx = torch.ones(2, dtype=torch.float16)\n")
     spec = spec_for(tmp_path, "python3 train.py")

@@ -51,7 +51,7 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
         run_findings, record = _run(spec, spec_dir, options, lint.functions, on_output)
         findings += run_findings
     return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored,
-                       tuple(lint.steps_found))
+                       tuple(lint.steps_found), lint.advice)
 
 
 def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[str, tuple[str, int]],
