@@ -227,7 +227,7 @@ class StepFinder:
             return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
             return "each iteration ends a step: a device loader"
-        if _uses_torch_xla(module) and _runs_model(loop):
+        if _uses_torch_xla(module) and _runs_model(loop.body, module):
             return "each iteration runs the model on the XLA device (a loop with no step end, e.g. evaluation)"
         return ""
 
@@ -348,21 +348,34 @@ def _loop_batch(loop: ast.AST) -> frozenset[str]:
 
 
 def _uses_torch_xla(module: Module) -> bool:
-    return any(source.startswith("torch_xla") for source, _ in module.imported.values())
+    """PyTorch/XLA directly, or Accelerate (which runs on it on a TPU)."""
+    return any(source.split(".")[0] in {"torch_xla", "accelerate"} for source, _ in module.imported.values())
 
 
-def _runs_model(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
-    """The loop's own body (not an inner loop's) calls the model: `model(x)`, `self.model(**batch)`."""
-    stack: list[ast.AST] = list(loop.body)
+def _runs_model(body: list[ast.stmt], module: Module, depth: int = 0) -> bool:
+    """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `self(**data)`
+    (a Module's own method), or a method of the same module that does (`self.validate_one_step(batch)`)."""
+    stack: list[ast.AST] = list(body)
     while stack:
         node = stack.pop()
         if isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.FunctionDef | ast.AsyncFunctionDef |
                       ast.Lambda | ast.ClassDef):
             continue
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute) and \
-                "model" in last_name(node.func).lower():
+        if isinstance(node, ast.Call) and _model_call(node, module, depth):
             return True
         stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _model_call(call: ast.Call, module: Module, depth: int) -> bool:
+    func = call.func
+    if isinstance(func, ast.Name) and func.id == "self":
+        return True
+    if isinstance(func, ast.Name | ast.Attribute) and "model" in last_name(func).lower():
+        return True
+    if depth < 2 and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+            func.value.id == "self":
+        return any(_runs_model(d.body, module, depth + 1) for d in module.defs.get(func.attr, ()))
     return False
 
 
