@@ -32,7 +32,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 JUDGEMENTS = ROOT / "bench" / "check_realworld" / "judgements.yaml"
-PARTS = ("fit", "held_out", "held_out_2")
+PARTS = ("fit", "held_out", "held_out_2", "held_out_3")
 
 Site = tuple[str, str, str, int]  # trainer id, rule, file (relative to the repository), line
 
