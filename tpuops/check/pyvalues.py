@@ -45,14 +45,27 @@ def partial_traced(call: ast.Call, function: FunctionNode, method: bool,
     return open_params | {name for name, value in bound.items() if name in every and is_tensor(value)}
 
 
-def python_valued_functions(project: Project) -> frozenset[str]:
-    """Names of the project's functions whose every return is a Python value (and that return something)."""
-    names: set[str] = set()
-    for module in project.modules:
-        for name, defs in module.defs.items():
-            if all(_returns_python(d) for d in defs):
-                names.add(name)
-    return frozenset(names)
+class PythonValued:
+    """The project's functions whose every return is a Python value, asked by name (`name in values`) and
+    decided on first ask: most names are never asked."""
+
+    def __init__(self, project: Project) -> None:
+        self._defs: dict[str, list[FunctionNode]] = {}
+        for module in project.modules:
+            for name, defs in module.defs.items():
+                self._defs.setdefault(name, []).extend(defs)
+        self._known: dict[str, bool] = {}
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str) or name not in self._defs:
+            return False
+        if name not in self._known:
+            self._known[name] = all(_returns_python(d) for d in self._defs[name])
+        return self._known[name]
+
+
+def python_valued_functions(project: Project) -> PythonValued:
+    return PythonValued(project)
 
 
 def _returns_python(function: FunctionNode) -> bool:

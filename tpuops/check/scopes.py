@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from tpuops.check.project import FunctionNode, Module, Project, dotted, last_name
-from tpuops.check.pyvalues import flag_params, is_partial_of, partial_traced, python_valued_functions
+from tpuops.check.pyvalues import PythonValued, flag_params, is_partial_of, partial_traced, python_valued_functions
+from tpuops.check.regions import loop_batch, region_nodes, runs_model, uses_torch_xla
 from tpuops.check.tensors import TensorValues
 
 JAX_WRAPPERS = {"jit", "pjit", "pmap", "xmap", "shard_map", "filter_jit", "filter_pmap"}
@@ -72,7 +73,9 @@ class StepFinder:
     _ending_loops: dict[int, str] = field(default_factory=dict)  # loops whose every iteration ends one -> how
     _values: dict[tuple[int, frozenset[str]], TensorValues] = field(default_factory=dict)
     _regions: dict[tuple[int, str], list[ast.AST]] = field(default_factory=dict)
-    _python_calls: frozenset[str] | None = None  # the project's functions that return Python values
+    _python_calls: PythonValued | None = None  # the project's functions that return Python values
+    _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
+    _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
 
     def values(self, step: Step) -> TensorValues:
         """The tensor inference for a step (cached: a function with several step loops is read once)."""
@@ -96,6 +99,7 @@ class StepFinder:
 
     def find(self) -> list[Step]:
         self._find_step_ends()
+        self._drivers.clear()  # decided again on the final step loops
         queue = [s for m in self.project.modules for s in self._roots(m)]
         while queue:
             step = queue.pop()
@@ -115,7 +119,8 @@ class StepFinder:
         for defs in module.defs.values():
             for node in defs:
                 yield from self._decorated(node, module)
-                if self.ends_step(node, module) and not any(compiler(d, module) for d in node.decorator_list):
+                if self.ends_step(node, module) and not any(compiler(d, module) for d in node.decorator_list) \
+                        and not self._drives_steps(node, module):
                     yield Step(node.name, "lazy", "ends a PyTorch/XLA step", module, node)
         for call in module.calls:
             yield from self._wrapped(call, module)
@@ -128,7 +133,28 @@ class StepFinder:
         for loop in module.loops:
             how = self._step_loop(loop, module)
             if how:
-                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, _loop_batch(loop))
+                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, loop_batch(loop))
+
+    def _drives_steps(self, function: FunctionNode, module: Module, depth: int = 0) -> bool:
+        """The function runs step loops, its own or a callee's (a `main` that also ends a step once, after
+        loading): it drives the steps, it is not one; the loops are the steps."""
+        if id(function) in self._drivers:
+            return self._drivers[id(function)]
+        self._drivers[id(function)] = False  # a recursive call answers no while this one is decided
+        loops, calls = self._owned_by(function, module)
+        drives = any(id(loop) in self._ending_loops for loop in loops) or (depth < 3 and any(
+            self._drives_steps(c, m, depth + 1)
+            for call in calls for m, c in self.project.functions(call.func, module)))
+        self._drivers[id(function)] = drives
+        return drives
+
+    def _owned_by(self, function: FunctionNode, module: Module) -> tuple[list[ast.AST], list[ast.Call]]:
+        if not self._owned:
+            for each in self.project.modules:
+                for node in [*each.loops, *each.calls]:
+                    owned = self._owned.setdefault(id(each.context[id(node)][0]), ([], []))
+                    (owned[1] if isinstance(node, ast.Call) else owned[0]).append(node)
+        return self._owned.get(id(function), ([], []))
 
     def _decorated(self, node: FunctionNode, module: Module) -> Iterator[Step]:
         for decorator in node.decorator_list:
@@ -201,14 +227,15 @@ class StepFinder:
                         ender_names.add(function.name)
         for _ in range(4):  # a step ended three calls deep is found; deeper is rare
             before = len(self._enders)
+            self._drivers.clear()
             for module in self.project.modules:
                 for call in module.calls:
                     name = last_name(call.func)
                     if name in XLA_STEP_ENDS and _is_xla(dotted(call.func)):
                         self._ends_at(call, module, f"{dotted(call.func)}()", ender_names)
                     elif name in ender_names:
-                        callee = next((c for _, c in self.project.functions(call.func, module)
-                                       if id(c) in self._enders), None)
+                        callee = next((c for m, c in self.project.functions(call.func, module)
+                                       if id(c) in self._enders and not self._drives_steps(c, m)), None)
                         if callee is not None:
                             self._ends_at(call, module, f"{callee.name}()", ender_names)
             if len(self._enders) == before:
@@ -227,7 +254,7 @@ class StepFinder:
             return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
             return "each iteration ends a step: a device loader"
-        if _uses_torch_xla(module) and _runs_model(loop.body, module):
+        if uses_torch_xla(module) and runs_model(loop.body, module):
             return "each iteration runs the model on the XLA device (a loop with no step end, e.g. evaluation)"
         return ""
 
@@ -300,83 +327,6 @@ def compiler(expr: ast.AST, module: Module) -> str | None:
         if isinstance(backend, ast.Constant) and str(backend.value).startswith("openxla"):
             return "torch"
     return None
-
-
-# ------------------------------------------------------------------------------------------------ regions
-
-
-def region_nodes(step: Step) -> Iterator[ast.AST]:
-    """The nodes a step runs each time. A PyTorch/XLA lazy step leaves out nested functions (closures, e.g.
-    for `xm.add_step_closure`) and what runs only every N steps (`if step % N == 0:`)."""
-    if step.node is None or isinstance(step.node, ast.Call):
-        return
-    if step.kind != "lazy":
-        yield from ast.walk(step.node)
-        return
-    body = step.node.body if isinstance(step.node, ast.For | ast.AsyncFor | ast.While) else step.node.body
-    stack: list[ast.AST] = list(reversed(body))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            continue
-        yield node
-        if isinstance(node, ast.If) and _every_n_steps(node.test):
-            stack.extend(reversed(node.orelse))
-            stack.append(node.test)
-            continue
-        if isinstance(node, ast.Call) and last_name(node.func) == "add_step_closure":
-            continue
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
-def _every_n_steps(test: ast.AST) -> bool:
-    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.Constant)
-               for n in ast.walk(test))
-
-
-def _loop_batch(loop: ast.AST) -> frozenset[str]:
-    """A step loop's targets are the batch (tensors), but for an enumerate index or a range counter."""
-    if not isinstance(loop, ast.For | ast.AsyncFor):
-        return frozenset()
-    target, iterable = loop.target, loop.iter
-    if isinstance(iterable, ast.Call) and last_name(iterable.func) == "range":
-        return frozenset()
-    if isinstance(iterable, ast.Call) and last_name(iterable.func) == "enumerate" and \
-            isinstance(target, ast.Tuple) and target.elts:
-        target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
-    return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-
-
-def _uses_torch_xla(module: Module) -> bool:
-    """PyTorch/XLA directly, or Accelerate (which runs on it on a TPU)."""
-    return any(source.split(".")[0] in {"torch_xla", "accelerate"} for source, _ in module.imported.values())
-
-
-def _runs_model(body: list[ast.stmt], module: Module, depth: int = 0) -> bool:
-    """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `self(**data)`
-    (a Module's own method), or a method of the same module that does (`self.validate_one_step(batch)`)."""
-    stack: list[ast.AST] = list(body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.FunctionDef | ast.AsyncFunctionDef |
-                      ast.Lambda | ast.ClassDef):
-            continue
-        if isinstance(node, ast.Call) and _model_call(node, module, depth):
-            return True
-        stack.extend(ast.iter_child_nodes(node))
-    return False
-
-
-def _model_call(call: ast.Call, module: Module, depth: int) -> bool:
-    func = call.func
-    if isinstance(func, ast.Name) and func.id == "self":
-        return True
-    if isinstance(func, ast.Name | ast.Attribute) and "model" in last_name(func).lower():
-        return True
-    if depth < 2 and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
-            func.value.id == "self":
-        return any(_runs_model(d.body, module, depth + 1) for d in module.defs.get(func.attr, ()))
-    return False
 
 
 def _is_xla(path: str) -> bool:

@@ -9,7 +9,7 @@ tensor). Python values are everything else: counters, configs, rank and world-si
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from tpuops.check.project import dotted, last_name
 
@@ -45,7 +45,7 @@ class TensorValues:
     """
 
     def __init__(self, bindings: list[tuple[list[ast.AST], ast.AST]], aliases: set[str],
-                 traced: Iterable[str] = (), python_calls: frozenset[str] = frozenset()) -> None:
+                 traced: Iterable[str] = (), python_calls: Container[str] = frozenset()) -> None:
         self.aliases = aliases
         self.python_calls = python_calls  # the project's functions that return Python values (pyvalues.py)
         # Names bound to a plain attribute (`dynamic_scale = state.dynamic_scale`): a field of a structure, which
