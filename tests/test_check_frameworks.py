@@ -150,3 +150,57 @@ def test_a_ragged_pytorch_xla_trainer_fails_naming_its_step(tmp_path: Path) -> N
     storms = [f for f in report["findings"] if f["rule"] == "XLA101"]
     assert [f["file"] for f in storms] == ["train.py"]
     assert storms[0]["message"].startswith("`train_step` was compiled")
+
+
+@pytest.mark.heavy
+def test_keras_fit_over_padded_batch_is_a_storm_by_tensorflows_own_count(tmp_path: Path) -> None:
+    require_module("tensorflow")
+    code, report = check_corpus_trainer(tmp_path, "tensorflow", CHECK_CORPUS / "keras_fit_padded_batch", 20)
+    assert code == 1
+    by_rule = {f["rule"]: f for f in report["findings"]}
+    assert (by_rule["XLA004"]["file"], by_rule["XLA004"]["line"]) == ("train.py", 38)  # the lint: no padded_shapes
+    storm = by_rule["XLA101"]  # the run: Keras's own train function, compiled per batch length
+    compiled = report["run"]["counters"]["xla_compilations"]
+    assert compiled > 3 and f"TensorFlow compiled {compiled} XLA programs in 20 steps" in storm["message"]
+    assert "`one_step_on_data`" in storm["message"]
+    assert storm["details"][0].startswith("arg 0: int32[8,")
+
+
+JAX_CRASHING = '''
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def step(x):
+    return x.reshape((3, -1)).sum()
+
+
+print("trainer: first step", step(jnp.ones(6)), flush=True)
+print("trainer: second step, one more element", flush=True)
+step(jnp.ones(7))
+'''
+
+
+@pytest.mark.heavy
+def test_a_crashing_jax_trainer_shows_its_output_and_its_error(tmp_path: Path) -> None:
+    """JAX_EXPLAIN_CACHE_MISSES explains the second call's new shape; the trainer's lines and traceback after
+    that explanation are the trainer's, shown as it runs and in the failure."""
+    require_module("jax")
+    code = tmp_path / "trainer"
+    code.mkdir()
+    (code / "train.py").write_text(JAX_CRASHING)
+    spec = write_spec(tmp_path, f"""
+        name: check-crash
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        code: {{path: {code}}}
+        trainer: {{framework: jax, command: python3 train.py}}
+        """)
+    result = run_cli("check", str(spec), "--steps", "2", "--timeout", "2m", timeout=180)
+    assert result.returncode == 1, result.stderr
+    shown = [line[2:] for line in result.stderr.splitlines() if line.startswith("| ")]
+    assert "trainer: second step, one more element" in shown
+    assert "Traceback (most recent call last):" in shown
+    failed = next(line for line in result.stdout.splitlines() if "XLA104 trainer-failed" in line)
+    assert "TypeError: cannot reshape array of shape (7,)" in result.stdout, failed

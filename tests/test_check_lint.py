@@ -321,3 +321,26 @@ def test_a_step_jitted_in_another_module_is_linted_where_it_is_defined(tmp_path:
     assert [(f.file, f.line, f.rule) for f in result.findings] == [("pkg/steps.py", 2, "XLA001"),
                                                                     ("pkg/steps.py", 8, "XLA003")]
     assert [s["name"] for s in result.steps_found] == ["f", "other"]
+
+
+def test_a_jax_loop_reading_its_steps_result_every_step_is_a_note_not_a_finding(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import jax
+        import numpy as np
+
+        p_step = jax.pmap(step_fn, axis_name="batch")
+
+        def train(state, batches):
+            losses = []
+            for i, batch in enumerate(batches):
+                state, loss = p_step(state, batch)
+                losses.append(float(loss[0]))
+                if i % 100 == 0:
+                    print("loss", np.asarray(loss).mean())
+            return state
+        """))
+    result = lint_tree(tmp_path)
+    assert result.findings == ()
+    [note] = result.advice
+    assert (note.rule, note.file, note.line) == ("XLA003", "train.py", 11)
+    assert "`float()` of `loss` (what `p_step` returned) every iteration" in note.message

@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import run_cli, write_spec
 
 
@@ -126,6 +128,54 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+def test_the_specs_check_section_is_recorded_and_checked_strictly(tmp_path: Path) -> None:
+    code_dir(tmp_path, "print('ok')\n")
+    spec = spec_for(tmp_path, "python3 train.py --layers 48", extra="check: {command: python3 train.py --layers 2}")
+    result = run_cli("check", str(spec), "--steps", "2", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["run"]["command"] == "python3 train.py --layers 2"
+    bad = spec_for(tmp_path, "python3 train.py", extra="check: {command: python3 train.py, steps: 3}")
+    result = run_cli("check", str(bad), "--no-run")
+    assert result.returncode == 2
+    assert "check.steps" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_the_check_sections_command_and_env_reach_the_trainer(tmp_path: Path) -> None:
+    code_dir(tmp_path, """
+        import os, sys
+        print("seen", " ".join(sys.argv[1:]), os.environ.get("MODEL_SIZE"), os.environ.get("DATA_AT"), flush=True)
+        """)
+    spec = spec_for(tmp_path, "python3 train.py --layers 48", extra="""
+        check:
+          command: python3 train.py --layers 2
+          env: {MODEL_SIZE: toy, DATA_AT: gs://check-test-data/corpus}
+        """)
+    result = run_cli("check", str(spec), "--steps", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [seen] = [line for line in result.stderr.splitlines() if line.startswith("| seen")]
+    assert seen.startswith("| seen --layers 2 toy /") and seen.endswith("/bucket/check-test-data/corpus"), seen
+
+
+def test_notes_are_shown_and_do_not_fail_the_check(tmp_path: Path) -> None:
+    code_dir(tmp_path, """
+        import jax
+
+        step = jax.jit(lambda x: x * 2)
+        x = 1.0
+        for i in range(10):
+            x = step(x)
+            print(float(x))
+        """)
+    spec = spec_for(tmp_path, "python3 train.py")
+    result = run_cli("check", str(spec), "--no-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("train.py:8: note XLA003 host-sync: `float()` of `x` (what `step` returned)")
+    assert "check: 1 note(s) to confirm (" in result.stdout
+    report = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
+    assert report["ok"] is True and [a["line"] for a in report["advice"]] == [8]
+
+
 def test_run_preflight_stops_before_anything_is_created(tmp_path: Path, tpuops_home: Path) -> None:
     code_dir(tmp_path, "import torch\nx = torch.ones(2, dtype=torch.float16)\n")
     spec = spec_for(tmp_path, "python3 train.py")
@@ -226,6 +276,52 @@ def test_jax_recompilations_name_the_argument_path() -> None:
     assert storm.details[0] == "batch['image']: float32[64,28,28,1] -> float32[58,28,28,1]; " \
                                "batch['label']: int32[64] -> int32[58]"
     assert (storm.file, storm.line) == ("train.py", 14)
+
+
+# JAX 0.10.2's own lines (JAX_LOG_COMPILES=1 JAX_EXPLAIN_CACHE_MISSES=1) for a trainer that prints, then calls
+# its jitted step with a new shape that fails while tracing: the miss explanation is followed by the trainer's
+# line and its traceback, with no `Compiling` line after them. A callsite outside the user's frames (a thread
+# started by a library) is printed empty ("at :"), and "<unknown>" where JAX cannot name it.
+JAX_MISS_THEN_CRASH = """\
+TRACING CACHE MISS at /w/code/train.py:17 (<module>):
+  never seen function:
+    step id=140412053344384 defined at /w/code/train.py:13
+Finished tracing step for jit in 0.000588417 sec
+Compiling jit(step) with global shapes and types (ShapedArray(float32[6]),). Argument mapping: (UnspecifiedValue,).
+Finished jaxpr to MLIR module conversion jit(step) in 0.003660917 sec
+Finished XLA compilation of jit(step) in 0.005964518 sec
+trainer line after step
+TRACING CACHE MISS at {callsite}:
+  for step defined at /w/code/train.py:13
+  all previously seen cache keys differ. For the closest previous key:
+  different input types:
+  * at x, now f32[7] and before f32[6]
+Finished tracing step for jit in 0.000433445 sec
+Traceback (most recent call last):
+  File "/w/code/train.py", line 19, in <module>
+    step(jnp.ones(7))
+  File "/w/code/train.py", line 15, in step
+    return x.reshape((3, -1))
+           ^^^^^^^^^^^^^^^^^^
+TypeError: cannot reshape array of shape (7,) (size 7) into shape (3, -1) because the product of specified axis \
+sizes (3) does not evenly divide 7
+"""
+
+
+@pytest.mark.parametrize("callsite", ["/w/code/train.py:19 (<module>)", "", "<unknown>"])
+def test_a_jax_cache_miss_explanation_ends_where_its_format_ends(callsite: str) -> None:
+    from tpuops.check.compiles import CompileLog
+
+    log = CompileLog("jax", Path("/w/code"))
+    text = JAX_MISS_THEN_CRASH.format(callsite=callsite)
+    trainer = [line for line in text.splitlines() if not log.feed(line)]
+    assert trainer == ["trainer line after step", "Traceback (most recent call last):",
+                       '  File "/w/code/train.py", line 19, in <module>', "    step(jnp.ones(7))",
+                       '  File "/w/code/train.py", line 15, in step', "    return x.reshape((3, -1))",
+                       "           ^^^^^^^^^^^^^^^^^^",
+                       "TypeError: cannot reshape array of shape (7,) (size 7) into shape (3, -1) because the "
+                       "product of specified axis sizes (3) does not evenly divide 7"]
+    assert [c.signature for c in log.compilations] == ["float32[6]"]
 
 
 def metrics_report(step: int, transfers: int, reads: int, mark_steps: int) -> str:

@@ -180,6 +180,8 @@ def test_region_of() -> None:
 
 def warnings_for(tmp_path: Path, text: str) -> tuple[str, ...]:
     (tmp_path / "shards").mkdir(exist_ok=True)
+    for script in ("train.py", "run_pretraining.py"):  # what the commands run, in code.path (else a warning too)
+        (tmp_path / script).touch()
     return check_spec_file(write_spec(tmp_path, text)).warnings
 
 

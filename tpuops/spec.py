@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tpuops import spec_yaml
+from tpuops.check.spec import CheckSpec
 from tpuops.durations import WRITTEN_BY_USER
 from tpuops.errors import SpecError
 from tpuops.guard.autostop.spec import AutostopSpec
@@ -173,6 +174,7 @@ class Spec(Model):
     )
     watch: WatchSpec = Field(default_factory=WatchSpec, description="The hang watchdog of `tpuops watch`.")
     guard: GuardSpec = Field(default_factory=GuardSpec, description="Recovery that outlives the laptop.")
+    check: CheckSpec = Field(default_factory=CheckSpec, description="How `tpuops check` runs the trainer here.")
 
     @field_validator("name")
     @classmethod

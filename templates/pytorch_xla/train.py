@@ -69,7 +69,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if os.environ.get("TPUOPS_MAX_STEPS"):  # `tpuops check` runs a few steps (its preflight sets this)
         args.steps = min(args.steps, int(os.environ["TPUOPS_MAX_STEPS"]))
+    if os.environ.get("TPUOPS_PREFLIGHT") == "1":
+        shrink_for_preflight(args)
     return args
+
+
+# `tpuops check` runs this same code on the CPU of a laptop (TPUOPS_PREFLIGHT=1): sizes capped to a toy
+# configuration of the same structure, so that a pod-sized configuration still fits there.
+PREFLIGHT_SIZES = {"dim": 64, "layers": 2, "heads": 2, "block_size": 64, "batch_size": 8}
+
+
+def shrink_for_preflight(args: argparse.Namespace) -> None:
+    """Cap the model and batch sizes for the preflight; TPUOPS_PREFLIGHT_FULL_SIZE=1 (a spec's `check: {env:
+    ...}`) keeps them as given."""
+    if os.environ.get("TPUOPS_PREFLIGHT_FULL_SIZE") == "1":
+        return
+    capped = {name: min(getattr(args, name), most) for name, most in PREFLIGHT_SIZES.items()}
+    if capped["dim"] % capped["heads"]:
+        capped["heads"] = 1
+    changed = {name: value for name, value in capped.items() if value != getattr(args, name)}
+    for name, value in capped.items():
+        setattr(args, name, value)
+    if changed:
+        print(f"preflight (TPUOPS_PREFLIGHT=1): toy sizes {changed}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- files

@@ -29,7 +29,11 @@ MAX_SHAPE_LINES = 6
 JAX_COMPILE = re.compile(r"Compiling (?:jit|pmap)\(([^)]*)\) with global shapes and types \((.*)\)\. Argument")
 JAX_SHAPE = re.compile(r"ShapedArray\((\w+\[[^\]]*\])")
 JAX_DEFINED = re.compile(r"(\w+) (?:id=\d+ )?defined at (\S+):(\d+)")
-# JAX_EXPLAIN_CACHE_MISSES: "  * at batch['image'], now f32[58,28,28,1] and before f32[64,28,28,1]"
+# JAX_EXPLAIN_CACHE_MISSES: one warning of several lines, "TRACING CACHE MISS at CALLSITE:" (CALLSITE is
+# "<unknown>" when no frame is the user's) and then only lines indented by two spaces or more, such as
+# "  * at batch['image'], now f32[58,28,28,1] and before f32[64,28,28,1]"
+JAX_MISS_START = "TRACING CACHE MISS at "
+JAX_MISS_INDENT = "  "
 JAX_MISS_ARGUMENT = re.compile(r"^\s*\* at (.+?), now (\S+?)(?: with .*)? and before (\S+?)(?: with .*)?$")
 JAX_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8",
               "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
@@ -95,13 +99,17 @@ class CompileLog:
                                                  changes=tuple(self._miss_changes)))
             self._miss_changes = []
             return True
-        if line.startswith("TRACING CACHE MISS"):
+        if JAX_MISS_START in line:
             self._in_miss = True
             self._miss_changes = []
-        elif self._in_miss and (match := JAX_MISS_ARGUMENT.match(line)):
-            path, now, before = match.groups()
-            self._miss_changes.append(f"{path}: {_long_dtype(before)} -> {_long_dtype(now)}")
-        return self._in_miss or line.startswith(("Finished XLA compilation", "Finished tracing", "Finished jaxpr"))
+            return True
+        if self._in_miss and line.startswith(JAX_MISS_INDENT):
+            if match := JAX_MISS_ARGUMENT.match(line):
+                path, now, before = match.groups()
+                self._miss_changes.append(f"{path}: {_long_dtype(before)} -> {_long_dtype(now)}")
+            return True
+        self._in_miss = False  # the explanation ends at its first unindented line: what follows is not JAX's
+        return line.startswith(("Finished XLA compilation", "Finished tracing", "Finished jaxpr"))
 
     def _tensorflow(self, line: str) -> bool:
         if match := TF_COMPILE.search(line):
@@ -186,7 +194,30 @@ def compile_findings(log: CompileLog, trainer_functions: Mapping[str, tuple[str,
             findings.append(Finding("XLA101", "recompile", f"tf.function `{function}` retraced: {warning}",
                                     "give it fixed input shapes (padded_batch to a fixed length, drop_remainder="
                                     "True) or an input_signature", file, line))
+    findings += _library_storms(log, trainer_functions, steps)
     findings += _host_reads(log)
+    return findings
+
+
+def _library_storms(log: CompileLog, trainer_functions: Mapping[str, object], steps: int) -> list[Finding]:
+    """TensorFlow names every function it compiles, also a library's: Keras `fit` runs its own
+    `one_step_on_data`, compiled again for each new batch shape (padded_batch without padded_shapes)."""
+    if log.framework != "tensorflow":
+        return []
+    library = [c for c in log.compilations if c.function not in trainer_functions]
+    findings = []
+    for name, compilations in _by_function(library, {c.function: None for c in library}).items():
+        distinct = list({c.signature: c for c in compilations}.values())
+        if len(distinct) <= RECOMPILE_LIMIT:
+            continue
+        total = f"TensorFlow compiled {log.tf_compiled} XLA programs in {steps} steps, {len(distinct)} of them" \
+            if log.tf_compiled else f"TensorFlow compiled {len(distinct)} XLA programs in {steps} steps, all"
+        findings.append(Finding(
+            "XLA101", "recompile",
+            f"{total} for `{name}`, a function of a library your trainer calls (Keras `fit`/`evaluate` run "
+            "`one_step_on_data`): the shapes of the batches it gets change between steps",
+            "give the dataset fixed shapes: padded_batch(..., padded_shapes=...) to one length (or bucket_by_"
+            "sequence_length with a few lengths) and drop_remainder=True", details=tuple(_changes(distinct))))
     return findings
 
 

@@ -88,6 +88,7 @@ class CheckReport:
     run: RunRecord | None = None  # None with --no-run
     ignored: int = 0  # findings silenced by `# tpuops: ignore[...]`
     steps_found: tuple[Mapping[str, object], ...] = ()  # the compiled steps the lint recognised
+    advice: tuple[Finding, ...] = ()  # notes that do not fail the check: likely costs to confirm by measuring
 
     @property
     def exit_code(self) -> int:
@@ -102,5 +103,5 @@ class CheckReport:
     def as_dict(self) -> dict[str, object]:
         return {"spec": self.spec, "ok": not self.findings, "files_linted": self.files_linted,
                 "ignored": self.ignored, "steps_found": [dict(s) for s in self.steps_found], "notes": self.notes,
-                "findings": [f.as_dict() for f in self.findings],
+                "findings": [f.as_dict() for f in self.findings], "advice": [f.as_dict() for f in self.advice],
                 "run": None if self.run is None else self.run.as_dict()}

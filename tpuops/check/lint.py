@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops.check.findings import Finding
+from tpuops.check.host_loops import host_loop_notes
 from tpuops.check.lint_rules import FILE_RULES, RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project
 from tpuops.check.scopes import Step, StepFinder
@@ -30,6 +31,7 @@ class LintResult:
     ignored: int
     functions: Mapping[str, tuple[str, int]]  # every function the code defines -> (file, line) of its def
     steps: tuple[Step, ...] = ()  # the compiled steps recognised (XLA001-003 apply only inside them)
+    advice: tuple[Finding, ...] = ()  # notes: likely costs the source alone cannot confirm (they do not fail)
 
     @property
     def steps_found(self) -> list[dict[str, object]]:
@@ -83,7 +85,8 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool) -> LintRes
         for name, defs in module.defs.items():
             functions.setdefault(name, (module.rel, defs[0].lineno))
     ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
-    return LintResult(tuple(findings + linted), len(files), ignored, functions, tuple(ordered))
+    advice = [n for m in modules for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
+    return LintResult(tuple(findings + linted), len(files), ignored, functions, tuple(ordered), tuple(advice))
 
 
 def lint_module(tree: ast.Module, source: str, rel: str, legacy_node: bool = False) -> tuple[list[Finding], int]:

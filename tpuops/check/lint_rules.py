@@ -34,8 +34,9 @@ RULES: tuple[Rule, ...] = (
          "in a step: a round trip to the host that stalls the TPU every step",
          "return the value from the step and read it every N steps outside it (PyTorch/XLA: xm.add_step_closure)"),
     Rule("XLA004", "pad-longest", "padding to the longest example (padding='longest'/True, a collator without "
-         "pad_to_multiple_of): a new shape, so a new compilation, for most batches",
-         "pad to max_length, or set pad_to_multiple_of=64 (a few buckets)"),
+         "pad_to_multiple_of, tf.data padded_batch without padded_shapes): a new shape, so a new compilation, "
+         "for most batches", "pad to max_length, or set pad_to_multiple_of=64 (a few buckets); tf.data: "
+         "padded_batch(..., padded_shapes=...)"),
     Rule("XLA005", "fp16", "float16 as the compute dtype (autocast dtype, .half(), a mixed_float16 policy, "
          "fp16=True): TPUs compute in bfloat16 and float16 needs loss scaling",
          "use bfloat16 (mixed_bfloat16, torch.bfloat16, bf16=True)"),
@@ -64,6 +65,10 @@ DTYPE_SETTERS = {"to", "astype", "type", "autocast", "set_global_policy", "Polic
                  "set_default_dtype", "set_dtype_policy", "DTypePolicy"}
 FP16_FLAGS = {"fp16", "half_precision", "use_fp16"}
 NODE_HOST_CALLS = {"to_tf_dataset", "prepare_tf_dataset", "from_generator", "numpy_function", "py_function"}
+EXPORT_CALLS = {"save_pretrained", "save", "save_file", "push_to_hub", "save_model"}
+TRAINING_CALLS = {"backward", "apply_gradients", "value_and_grad", "grad", "optimizer_step", "fit", "minimize",
+                  "step", "train", "train_step", "GradientTape"}
+MATH_ROOTS = {"math", "np", "numpy", "jnp", "torch", "tf"}
 TF_DATA_READERS = {"TextLineDataset", "TFRecordDataset", "FixedLengthRecordDataset", "list_files"}
 
 
@@ -74,9 +79,18 @@ def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
     if step.kind == "tf":  # AutoGraph turns an `if` on a tensor in a tf.function into tf.cond, which XLA compiles
         return
     for node in nodes:
-        if isinstance(node, ast.If | ast.While | ast.IfExp) and values.is_tensor(node.test):
+        if isinstance(node, ast.If | ast.While | ast.IfExp) and values.is_tensor(node.test) and \
+                not _field_test(node.test, values):
             word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else"}[type(node)]
             yield node, f"Python `{word}` on a tensor value in {_where(step)}"
+
+
+def _field_test(test: ast.AST, values: TensorValues) -> bool:
+    """`if state.dynamic_scale:` / `if not dynamic_scale:`: whether an optional field of a structure is set (None
+    or an object), decided at trace time; a branch on a tensor's value compares or calls something."""
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    return isinstance(test, ast.Attribute) or (isinstance(test, ast.Name) and test.id in values.fields)
 
 
 def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:
@@ -114,15 +128,25 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
     elif isinstance(func, ast.Name) and func.id in {"float", "int", "bool"} and node.args and \
             values.is_tensor(node.args[0]):
         yield node, f"`{func.id}()` of a tensor in {_where(step)} waits for the device {every}"
+    elif isinstance(func, ast.Name) and func.id in {"format", "str", "repr"} and node.args and \
+            values.is_tensor(node.args[0]):
+        yield node, f"`{func.id}()` of a tensor in {_where(step)} reads its value {every}"
     elif isinstance(func, ast.Attribute) and func.attr == "format" and _is_text(func.value) and \
             any(values.is_tensor(a) for a in [*node.args, *(k.value for k in node.keywords)]):
         yield node, f"a tensor formatted with `.format()` in {_where(step)} reads its value {every}"
-    elif last_name(func) in REPORTING_CALLS and dotted(func).split(".")[0] not in {"tf", "jax"} and any(
+    elif last_name(func) in REPORTING_CALLS and not _math_log(func, values) and any(
             values.is_tensor(a) and not isinstance(a, ast.JoinedStr | ast.BinOp)
             for a in [*node.args, *(k.value for k in node.keywords)]):
         verb = "prints a trace-time placeholder" if step.kind in {"jax", "tf", "keras"} else \
             f"reads the tensor {every}"
         yield node, f"`{last_name(func)}` of a tensor in {_where(step)} {verb}"
+
+
+def _math_log(func: ast.AST, values: TensorValues) -> bool:
+    """`jnp.log(x)`, `np.log(x)`, `tf.print`/`jax.debug.print`: arithmetic or the framework's own in-graph
+    print, not a host read."""
+    root = dotted(func).split(".")[0]
+    return root in {"tf", "jax"} or (last_name(func) == "log" and (root in values.aliases or root in MATH_ROOTS))
 
 
 def _is_text(expr: ast.AST) -> bool:
@@ -149,17 +173,25 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
     for node in module.calls:
         padding = _keyword(node, "padding")
         values = settings.values(padding, module) if padding is not None else frozenset()
-        if any(v is True or v == "longest" for v in values):
+        if any(v is True or v == "longest" for v in values) and not _padded_again(node, module) and \
+                not _runs_once(node, module):  # module-level code outside any loop pads one batch: one shape
             shown = ast.unparse(padding) if padding is not None else ""
             source = "" if isinstance(padding, ast.Constant) else " (its default)"
             yield node, f"padding={shown} pads each batch to its longest example{source}"
+        elif padding is None and _tokenizer_pad(node) and not _fixed_data(module) and \
+                _unset(_keyword(node, "pad_to_multiple_of")):
+            yield node, "tokenizer.pad() without padding= pads each batch to its longest example (padding=True " \
+                        "is its default)"
         elif last_name(node.func) in COLLATORS and not fixed_blocks and _unset(_keyword(node, "pad_to_multiple_of")):
             yield node, f"{last_name(node.func)} without pad_to_multiple_of pads each batch to its longest example"
+        elif last_name(node.func) == "padded_batch" and len(node.args) < 2 and \
+                _unset(_keyword(node, "padded_shapes")):
+            yield node, "padded_batch without padded_shapes pads each batch to its longest element"
 
 
 def _fixed_blocks(module: Module, settings: Settings) -> bool:
     """The module cuts its data to fixed blocks (group_texts) or pads to max_length: its collators pad nothing."""
-    if any("group_texts" in name for name in module.defs):
+    if _fixed_data(module):
         return True
     for node in module.calls:
         padding = _keyword(node, "padding")
@@ -168,11 +200,55 @@ def _fixed_blocks(module: Module, settings: Settings) -> bool:
     return False
 
 
+def _runs_once(node: ast.Call, module: Module) -> bool:
+    owner, loop = module.context[id(node)]
+    return owner is module.tree and loop is None
+
+
+def _tokenizer_pad(node: ast.Call) -> bool:
+    """`tokenizer.pad(features)` / `self.processor.tokenizer.pad(...)`: a Hugging Face tokenizer's pad."""
+    return isinstance(node.func, ast.Attribute) and node.func.attr == "pad" and \
+        "tokenizer" in dotted(node.func.value).lower()
+
+
+def _fixed_data(module: Module) -> bool:
+    """The examples already have one length: cut into blocks (group_texts), or parsed from fixed-length
+    tf.data features (FixedLenFeature([max_length]))."""
+    return any("group_texts" in name for name in module.defs) or \
+        any(last_name(c.func) == "FixedLenFeature" and _shaped(c) for c in module.calls)
+
+
+def _shaped(call: ast.Call) -> bool:
+    shape = call.args[0] if call.args else _keyword(call, "shape")
+    return isinstance(shape, ast.List | ast.Tuple) and bool(shape.elts)
+
+
+def _padded_again(node: ast.Call, module: Module) -> bool:
+    """The function pads the result again by hand to a set length (it reads the length, `.shape[1]`, and
+    pads/concatenates up to a fixed one), so the longest-in-batch length does not reach a compiled function."""
+    function = module.enclosing_function(node)
+    if function is None:
+        return False
+    parts = list(ast.walk(function))
+    reads_length = any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and
+                       n.value.attr == "shape" for n in parts)
+    pads = any(isinstance(n, ast.Call) and last_name(n.func) in {"pad", "full", "concatenate"} for n in parts)
+    return reads_length and pads
+
+
 def fp16(module: Module, settings: Settings) -> Iterator[Hit]:
+    if _export_module(module):
+        return
     for node in module.calls:
         hit = _fp16_call(node, module, settings)
         if hit is not None and not _behind_fp16_switch(hit[0], module, settings):
             yield hit
+
+
+def _export_module(module: Module) -> bool:
+    """A conversion or export script: it saves a model and trains nothing, so float16 there is a storage dtype."""
+    names = {last_name(c.func) for c in module.calls}
+    return bool(names & EXPORT_CALLS) and not names & TRAINING_CALLS
 
 
 def _fp16_call(node: ast.Call, module: Module, settings: Settings) -> Hit | None:

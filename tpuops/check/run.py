@@ -105,6 +105,7 @@ def trainer_environment(spec: Spec, workspace: Workspace, steps: int,
     env = {k: v for k, v in (os.environ if base is None else base).items() if k not in CLEARED_ENV}
     framework = spec.trainer.framework if spec.trainer else ""
     env.update({key: workspace.localize(value) for key, value in (spec.trainer.env if spec.trainer else {}).items()})
+    env.update({key: workspace.localize(value) for key, value in spec.check.env.items()})  # the preflight's own
     env.update({
         "TPUOPS_PREFLIGHT": "1", "TPUOPS_MAX_STEPS": str(steps), "TPUOPS_NUM_WORKERS": "1", "TPUOPS_WORKER_ID": "0",
         "TPUOPS_CLUSTER": spec.name, "TPUOPS_RUN_ID": "preflight", "TPUOPS_LOGDIR": str(workspace.logdir),

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from tpuops.check.project import FunctionNode, Module, Project, dotted, last_name
+from tpuops.check.pyvalues import PythonValued, flag_params, is_partial_of, partial_traced, python_valued_functions
+from tpuops.check.regions import loop_batch, region_nodes, runs_model, uses_torch_xla
 from tpuops.check.tensors import TensorValues
 
 JAX_WRAPPERS = {"jit", "pjit", "pmap", "xmap", "shard_map", "filter_jit", "filter_pmap"}
@@ -71,6 +73,9 @@ class StepFinder:
     _ending_loops: dict[int, str] = field(default_factory=dict)  # loops whose every iteration ends one -> how
     _values: dict[tuple[int, frozenset[str]], TensorValues] = field(default_factory=dict)
     _regions: dict[tuple[int, str], list[ast.AST]] = field(default_factory=dict)
+    _python_calls: PythonValued | None = None  # the project's functions that return Python values
+    _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
+    _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
 
     def values(self, step: Step) -> TensorValues:
         """The tensor inference for a step (cached: a function with several step loops is read once)."""
@@ -80,8 +85,10 @@ class StepFinder:
             scope = step.module.scope_of(step.node)
         key = (id(scope), step.traced)
         if key not in self._values:
+            if self._python_calls is None:
+                self._python_calls = python_valued_functions(self.project)
             self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
-                                             step.traced)
+                                             step.traced, self._python_calls)
         return self._values[key]
 
     def region(self, step: Step) -> list[ast.AST]:
@@ -92,6 +99,7 @@ class StepFinder:
 
     def find(self) -> list[Step]:
         self._find_step_ends()
+        self._drivers.clear()  # decided again on the final step loops
         queue = [s for m in self.project.modules for s in self._roots(m)]
         while queue:
             step = queue.pop()
@@ -111,7 +119,8 @@ class StepFinder:
         for defs in module.defs.values():
             for node in defs:
                 yield from self._decorated(node, module)
-                if self.ends_step(node, module) and not any(compiler(d, module) for d in node.decorator_list):
+                if self.ends_step(node, module) and not any(compiler(d, module) for d in node.decorator_list) \
+                        and not self._drives_steps(node, module):
                     yield Step(node.name, "lazy", "ends a PyTorch/XLA step", module, node)
         for call in module.calls:
             yield from self._wrapped(call, module)
@@ -124,14 +133,36 @@ class StepFinder:
         for loop in module.loops:
             how = self._step_loop(loop, module)
             if how:
-                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, _loop_batch(loop))
+                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, loop_batch(loop))
+
+    def _drives_steps(self, function: FunctionNode, module: Module, depth: int = 0) -> bool:
+        """The function runs step loops, its own or a callee's (a `main` that also ends a step once, after
+        loading): it drives the steps, it is not one; the loops are the steps."""
+        if id(function) in self._drivers:
+            return self._drivers[id(function)]
+        self._drivers[id(function)] = False  # a recursive call answers no while this one is decided
+        loops, calls = self._owned_by(function, module)
+        drives = any(id(loop) in self._ending_loops for loop in loops) or (depth < 3 and any(
+            self._drives_steps(c, m, depth + 1)
+            for call in calls for m, c in self.project.functions(call.func, module)))
+        self._drivers[id(function)] = drives
+        return drives
+
+    def _owned_by(self, function: FunctionNode, module: Module) -> tuple[list[ast.AST], list[ast.Call]]:
+        if not self._owned:
+            for each in self.project.modules:
+                for node in [*each.loops, *each.calls]:
+                    owned = self._owned.setdefault(id(each.context[id(node)][0]), ([], []))
+                    (owned[1] if isinstance(node, ast.Call) else owned[0]).append(node)
+        return self._owned.get(id(function), ([], []))
 
     def _decorated(self, node: FunctionNode, module: Module) -> Iterator[Step]:
         for decorator in node.decorator_list:
             kind = compiler(decorator, module)
             if kind:
                 how = _wrapper_name(decorator)
-                yield Step(node.name, kind, how, module, node, frozenset(_params(node) - _static(decorator, node)))
+                yield Step(node.name, kind, how, module, node,
+                           frozenset(_params(node) - _static(decorator, node) - flag_params(node)))
 
     def _wrapped(self, call: ast.Call, module: Module) -> Iterator[Step]:
         """jax.jit(f), pjit(f, ...), torch_xla.compile(f), strategy.run(f), keras compile(jit_compile=...)."""
@@ -154,7 +185,7 @@ class StepFinder:
             if isinstance(target, ast.Lambda):
                 name, traced = f"lambda at line {target.lineno}", _params(target)
             else:
-                name, traced = target.name, _params(target) - _static(wrapper, target)
+                name, traced = target.name, _params(target) - _static(wrapper, target) - flag_params(target)
             yield Step(name, kind, how, target_module, target, frozenset(traced - bound - {"self", "cls"}))
 
     def _targets(self, expr: ast.AST, module: Module, bound: frozenset[str] = frozenset()) -> Iterator[Target]:
@@ -196,14 +227,15 @@ class StepFinder:
                         ender_names.add(function.name)
         for _ in range(4):  # a step ended three calls deep is found; deeper is rare
             before = len(self._enders)
+            self._drivers.clear()
             for module in self.project.modules:
                 for call in module.calls:
                     name = last_name(call.func)
                     if name in XLA_STEP_ENDS and _is_xla(dotted(call.func)):
                         self._ends_at(call, module, f"{dotted(call.func)}()", ender_names)
                     elif name in ender_names:
-                        callee = next((c for _, c in self.project.functions(call.func, module)
-                                       if id(c) in self._enders), None)
+                        callee = next((c for m, c in self.project.functions(call.func, module)
+                                       if id(c) in self._enders and not self._drives_steps(c, m)), None)
                         if callee is not None:
                             self._ends_at(call, module, f"{callee.name}()", ender_names)
             if len(self._enders) == before:
@@ -222,6 +254,8 @@ class StepFinder:
             return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
             return "each iteration ends a step: a device loader"
+        if uses_torch_xla(module) and runs_model(loop.body, module):
+            return "each iteration runs the model on the XLA device (a loop with no step end, e.g. evaluation)"
         return ""
 
     def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module) -> bool:
@@ -263,9 +297,12 @@ class StepFinder:
                                frozenset(traced), root=False)
             elif step.kind != "lazy" and isinstance(node, ast.Name | ast.Attribute) and \
                     isinstance(getattr(node, "ctx", None), ast.Load) and not _is_called(node, module):
+                partial = is_partial_of(node, module.parent(node))
                 for callee_module, callee in self.project.functions(node, module):  # jax.grad(loss_fn), scan(body)
+                    traced = _params(callee) - {"self", "cls"} - flag_params(callee) if partial is None else \
+                        partial_traced(partial, callee, isinstance(node, ast.Attribute), values.is_tensor)
                     yield Step(callee.name, step.kind, f"used by {step.name}", callee_module, callee,
-                               frozenset(_params(callee) - {"self", "cls"}), root=False)
+                               frozenset(traced), root=False)
 
 
 
@@ -290,51 +327,6 @@ def compiler(expr: ast.AST, module: Module) -> str | None:
         if isinstance(backend, ast.Constant) and str(backend.value).startswith("openxla"):
             return "torch"
     return None
-
-
-# ------------------------------------------------------------------------------------------------ regions
-
-
-def region_nodes(step: Step) -> Iterator[ast.AST]:
-    """The nodes a step runs each time. A PyTorch/XLA lazy step leaves out nested functions (closures, e.g.
-    for `xm.add_step_closure`) and what runs only every N steps (`if step % N == 0:`)."""
-    if step.node is None or isinstance(step.node, ast.Call):
-        return
-    if step.kind != "lazy":
-        yield from ast.walk(step.node)
-        return
-    body = step.node.body if isinstance(step.node, ast.For | ast.AsyncFor | ast.While) else step.node.body
-    stack: list[ast.AST] = list(reversed(body))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            continue
-        yield node
-        if isinstance(node, ast.If) and _every_n_steps(node.test):
-            stack.extend(reversed(node.orelse))
-            stack.append(node.test)
-            continue
-        if isinstance(node, ast.Call) and last_name(node.func) == "add_step_closure":
-            continue
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
-def _every_n_steps(test: ast.AST) -> bool:
-    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.Constant)
-               for n in ast.walk(test))
-
-
-def _loop_batch(loop: ast.AST) -> frozenset[str]:
-    """A step loop's targets are the batch (tensors), but for an enumerate index or a range counter."""
-    if not isinstance(loop, ast.For | ast.AsyncFor):
-        return frozenset()
-    target, iterable = loop.target, loop.iter
-    if isinstance(iterable, ast.Call) and last_name(iterable.func) == "range":
-        return frozenset()
-    if isinstance(iterable, ast.Call) and last_name(iterable.func) == "enumerate" and \
-            isinstance(target, ast.Tuple) and target.elts:
-        target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
-    return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
 
 
 def _is_xla(path: str) -> bool:

@@ -9,7 +9,7 @@ tensor). Python values are everything else: counters, configs, rank and world-si
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from tpuops.check.project import dotted, last_name
 
@@ -45,8 +45,13 @@ class TensorValues:
     """
 
     def __init__(self, bindings: list[tuple[list[ast.AST], ast.AST]], aliases: set[str],
-                 traced: Iterable[str] = ()) -> None:
+                 traced: Iterable[str] = (), python_calls: Container[str] = frozenset()) -> None:
         self.aliases = aliases
+        self.python_calls = python_calls  # the project's functions that return Python values (pyvalues.py)
+        # Names bound to a plain attribute (`dynamic_scale = state.dynamic_scale`): a field of a structure, which
+        # may be None or an object; `if field:` tests which, at trace time.
+        self.fields = {t[0].id for t, v in bindings if isinstance(v, ast.Attribute) and len(t) == 1
+                       and isinstance(t[0], ast.Name)}
         self.names: set[str] = set(traced)
         self.bool_names: set[str] = set()
         self.objects: set[str] = set()  # models, loss objects, optimizers: called they give tensors, but are none
@@ -97,6 +102,8 @@ class TensorValues:
     def _call(self, call: ast.Call) -> bool:
         func = call.func
         if isinstance(func, ast.Name) and func.id in PYTHON_BUILTINS:
+            return False
+        if isinstance(func, ast.Name | ast.Attribute) and last_name(func) in self.python_calls:
             return False
         path = dotted(func)
         if path and path.split(".")[0] in self.aliases:

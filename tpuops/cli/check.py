@@ -14,11 +14,14 @@ RULES_HELP = (
     "XLA001 tensor-branch: Python if/while on a tensor in a compiled step. "
     "XLA002 dynamic-shape: boolean masks, nonzero(), masked_select in a step. "
     "XLA003 host-sync: .numpy(), .item(), .cpu(), float(t), print(t), a tensor formatted into a string, in a step. "
-    "XLA004 pad-longest: padding to the longest example, collators without pad_to_multiple_of. "
+    "XLA004 pad-longest: padding to the longest example, collators without pad_to_multiple_of, tf.data "
+    "padded_batch without padded_shapes. "
     "XLA005 fp16: float16 as the compute dtype where TPUs use bfloat16. "
     "XLA006/XLA007 (legacy TPU Node): Python input pipelines and local paths in tf.data. "
     "Run findings: XLA101 recompile, XLA102 compile-failed, XLA103 host-read (also a read after every PyTorch/XLA "
-    "step, by its counters), XLA104 trainer-failed, XLA105 timeout; the summary says how many steps really ran."
+    "step, by its counters), XLA104 trainer-failed, XLA105 timeout; the summary says how many steps really ran. "
+    "Notes (`note XLA003`, they do not fail the check): a JAX loop that reads its jitted step's result every "
+    "step, a cost only a measurement confirms."
 )
 
 
@@ -57,6 +60,10 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
         for detail in finding.details:
             console.print(f"    {detail}", markup=False)
         console.print(f"    fix: {finding.hint}", markup=False)
+    for note in report.advice:  # advice: does not fail the check
+        where = f"{note.where}: " if note.where else ""
+        console.print(f"{where}note {note.rule} {note.name}: {note.message}", markup=False)
+        console.print(f"    to do or confirm: {note.hint}", markup=False)
     summary = f"{report.files_linted} file(s) linted"
     if report.steps_found:
         names = [f"{s['name']} ({s['how']})" for s in report.steps_found[:MAX_STEPS_SHOWN]]
@@ -73,4 +80,5 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
                     f"{run.duration:.1f} s, {run.compilations} compilation(s) of its functions{rate}")
     verdicts = [f"{len(report.findings)} finding(s)"] if report.findings else []
     verdicts += report.notes
+    verdicts += [f"{len(report.advice)} note(s) to confirm"] if report.advice else []
     console.print(f"check: {'; '.join(verdicts) or 'clean'} ({summary})", markup=False)

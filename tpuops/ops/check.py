@@ -51,7 +51,7 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
         run_findings, record = _run(spec, spec_dir, options, lint.functions, on_output)
         findings += run_findings
     return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored,
-                       tuple(lint.steps_found))
+                       tuple(lint.steps_found), lint.advice)
 
 
 def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[str, tuple[str, int]],
@@ -68,7 +68,7 @@ def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[s
                 on_output(line)
             return report
 
-        command = workspace.localize(spec.trainer.command)
+        command = workspace.localize(_preflight_command(spec))
         env = trainer_environment(spec, workspace, options.steps)
         outcome = run_trainer(command, workspace.code, env, options.timeout, on_line)
         counters = read_torch_counters(workspace.torch_metrics) if framework == "pytorch" else None
@@ -76,19 +76,28 @@ def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[s
     findings = compile_findings(log, functions, steps_ran or options.steps) + _outcome_findings(outcome, options)
     if counters is not None and not any(f.rule == "XLA103" for f in findings):
         findings += transfer_findings(counters)
-    record = RunRecord(spec.trainer.command, framework, options.steps, outcome.exit_code, outcome.duration,
+    record = RunRecord(_preflight_command(spec), framework, options.steps, outcome.exit_code, outcome.duration,
                        trainer_compilations(log, functions), outcome.timed_out, steps_ran, source,
                        counters.as_dict() if counters is not None else log.counters)
     return findings, record
+
+
+def _preflight_command(spec: Spec) -> str:
+    """check.command when the spec gives one (its preflight configuration), else trainer.command."""
+    assert spec.trainer is not None
+    return spec.check.command or spec.trainer.command
 
 
 def _steps_ran(counters: TorchCounters | None, logdir: Path, asked: int) -> tuple[int | None, str]:
     """PyTorch/XLA counts its step ends (MarkStep); for the others, the trainer's TensorBoard scalars in
     TPUOPS_LOGDIR tell, when they reach the last step asked for or beyond (a trainer that logs every 50 steps
     says nothing about a run of 20)."""
-    if counters is not None:
-        return counters.step_ends, "torch_xla's MarkStep counter"
     last = _last_scalar_step(logdir)
+    if counters is not None:
+        if counters.step_ends > asked and last == asked:  # an MpDeviceLoader ends a step per batch as well
+            return last, f"its TensorBoard scalars stop at step {last} (torch_xla counted {counters.step_ends} " \
+                         "step ends: its device loader ends one per batch too)"
+        return counters.step_ends, "torch_xla's MarkStep counter"
     if last is None:
         return None, "the trainer wrote no scalars to TPUOPS_LOGDIR"
     if last >= asked:
@@ -118,7 +127,7 @@ def _outcome_findings(outcome: Outcome, options: CheckOptions) -> list[Finding]:
     if outcome.exit_code != 0:
         last = outcome.tail[-1] if outcome.tail else "(no output)"
         return [Finding("XLA104", "trainer-failed", f"the trainer exited with code {outcome.exit_code}: {last}",
-                        "run trainer.command yourself in the code directory to see the whole error",
+                        "run the command yourself in the code directory to see the whole error",
                         details=outcome.tail)]
     return []
 

@@ -1,0 +1,144 @@
+"""`tpuops check`'s lint on public trainers nobody here wrote: precision and recall against judgements made by
+reading their code (bench/check_realworld/judgements.yaml).
+
+Each trainer is a code directory (or one file) of a public repository at a pinned commit. Its judgements name
+every line that is an XLA hazard (`hazard: true`, whether the lint finds it or not) and every line the lint
+flagged that is not one (`hazard: false`), each with the rule and why. This script takes the repositories'
+git directories from a mirror root (`fetch` puts them in /work/.mirror/OWNER+NAME/repo), extracts each trainer at
+its commit into a temporary directory, runs the lint on it and scores:
+
+- precision: the findings on lines judged hazards (for that rule) over all findings; a finding on a line no
+  judgement names is counted as a false alarm and listed as UNJUDGED (judge it, then run again);
+- recall: the hazards the lint found over all hazards judged.
+
+Reported for the whole set and for its two parts: `fit` (judged before the rule changes of issue 33, and used
+to make them) and `held_out` (judged only after them). A trainer whose repository or commit is not in the
+mirror is skipped with one line saying which. Nothing of the trainers' code is kept.
+
+Usage: python bench/check_realworld.py /work/.mirror [--show] [--tpuops DIR] [--judgements FILE]
+       (--tpuops: import tpuops from DIR, e.g. an extracted older tree, to score the lint as it was there)
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+JUDGEMENTS = ROOT / "bench" / "check_realworld" / "judgements.yaml"
+PARTS = ("fit", "held_out", "held_out_2", "held_out_3")
+
+Site = tuple[str, str, str, int]  # trainer id, rule, file (relative to the repository), line
+
+
+@dataclass
+class Tally:
+    found: set[Site] = field(default_factory=set)
+    hazards: set[Site] = field(default_factory=set)
+    cleared: set[Site] = field(default_factory=set)  # judged false alarms
+    notes: int = 0  # advice that does not fail check (a JAX loop reading its step's result every step)
+
+    @property
+    def precision(self) -> float:
+        return len(self.found & self.hazards) / len(self.found) if self.found else 1.0
+
+    @property
+    def recall(self) -> float:
+        return len(self.found & self.hazards) / len(self.hazards) if self.hazards else 1.0
+
+    def line(self, name: str) -> str:
+        right = len(self.found & self.hazards)
+        return (f"{name:9} precision {self.precision:.2f} ({right} of {len(self.found)} findings right), "
+                f"recall {self.recall:.2f} ({right} of {len(self.hazards)} hazards found), {self.notes} note(s)")
+
+
+def git_dir(mirror: Path, repo: str) -> Path:
+    return mirror / repo.replace("/", "+") / "repo"
+
+
+def extract(git: Path, commit: str, path: str, into: Path) -> bool:
+    """The trainer's files at `commit` under `into` (same relative paths as in the repository)."""
+    archive = subprocess.run(["git", "-C", str(git), "archive", commit, "--", path], capture_output=True)
+    if archive.returncode != 0:
+        return False
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return (into / path).exists()
+
+
+def lint(into: Path, path: str) -> tuple[list[tuple[str, int, str, str]], int]:
+    """(file relative to the repository, line, rule, message) of every finding; how many notes (advice that
+    does not fail `check`, not scored here)."""
+    from tpuops.check.lint import lint_tree
+
+    root = into / path
+    base = Path(path) if root.is_dir() else Path(path).parent
+    result = lint_tree(root)
+    found = [(str(base / (f.file or "")), f.line or 0, f.rule, f.message) for f in result.findings]
+    return found, len(getattr(result, "advice", ()))
+
+
+def score(mirror: Path, doc: dict, show: bool) -> dict[str, Tally]:
+    tallies = {part: Tally() for part in ("all", *PARTS)}
+    for trainer in doc["trainers"]:
+        git = git_dir(mirror, trainer["repo"])
+        if not git.is_dir():
+            print(f"SKIPPED {trainer['id']}: no snapshot of {trainer['repo']} at {git} (fetch it)")
+            continue
+        with tempfile.TemporaryDirectory(prefix="check-realworld-") as temp:
+            if not extract(git, trainer["commit"], trainer["path"], Path(temp)):
+                print(f"SKIPPED {trainer['id']}: {trainer['repo']} has no commit {trainer['commit'][:12]} with "
+                      f"{trainer['path']} in {git} (fetch a snapshot that holds it)")
+                continue
+            findings, notes = lint(Path(temp), trainer["path"])
+            tallies[trainer["part"]].notes += notes
+            tallies["all"].notes += notes
+            sources = {}
+            if show:
+                sources = {f: (Path(temp) / f).read_text(errors="replace").splitlines() for f, *_ in findings}
+        judged = {(j["rule"], j["file"], j["line"]): j for j in trainer.get("lines", [])}
+        found = {(trainer["id"], rule, file, line) for file, line, rule, _ in findings}
+        hazards = {(trainer["id"], r, f, n) for (r, f, n), j in judged.items() if j["hazard"]}
+        cleared = {(trainer["id"], r, f, n) for (r, f, n), j in judged.items() if not j["hazard"]}
+        for part in ("all", trainer["part"]):
+            tallies[part].found |= found
+            tallies[part].hazards |= hazards
+            tallies[part].cleared |= cleared
+        for file, line, rule, message in findings:
+            judgement = judged.get((rule, file, line))
+            if judgement is None:
+                print(f"UNJUDGED {trainer['id']} {file}:{line}: {rule} {message}")
+            elif show:
+                verdict = "right" if judgement["hazard"] else "FALSE"
+                text = sources[file][line - 1].strip() if line <= len(sources[file]) else ""
+                print(f"{verdict:5} {trainer['id']} {file}:{line}: {rule}: {text[:90]}")
+        for rule, file, line in sorted(k for k, j in judged.items() if j["hazard"]):
+            if (trainer["id"], rule, file, line) not in found:
+                print(f"MISSED {trainer['id']} {file}:{line}: {rule} ({judged[(rule, file, line)]['why']})")
+    return tallies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("mirror", type=Path, help="where the snapshots are: MIRROR/OWNER+NAME/repo")
+    parser.add_argument("--judgements", type=Path, default=JUDGEMENTS)
+    parser.add_argument("--show", action="store_true", help="list every finding with its verdict and line")
+    parser.add_argument("--tpuops", type=Path, default=ROOT, help="import tpuops from this tree")
+    args = parser.parse_args()
+    sys.path.insert(0, str(args.tpuops.resolve()))
+    doc = yaml.safe_load(args.judgements.read_text())
+    print(f"{len(doc['trainers'])} trainers from {len({t['repo'] for t in doc['trainers']})} repositories, "
+          f"judged {doc['judged']}; lint from {args.tpuops}")
+    tallies = score(args.mirror, doc, args.show)
+    for part in ("all", *PARTS):
+        print(tallies[part].line(part))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Python values a compiled step sees, told from the source (what `tensors.py` must not take for tensors).
+
+- Flags: a parameter whose default is a constant (`deterministic=True`, `_no_hooks=False`, `axis=0`) is a
+  Python setting of the function, not an array JAX traces (a traced argument cannot have a constant default that
+  means anything to the trace).
+- What `functools.partial(f, a, b)` binds: those parameters get the caller's values, traced only where the caller
+  passes a tensor.
+- Helpers of the project that return Python values: every `return` gives a constant, a string, a size, a set
+  or name comparison, `isinstance(...)` and the like (e.g. "are these axis names in the current mesh?"); a call
+  to one is a Python value, whatever its arguments.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable
+
+from tpuops.check.project import FunctionNode, Project, last_name
+
+PYTHON_RESULT_CALLS = {"len", "isinstance", "issubclass", "hasattr", "callable", "set", "frozenset", "str", "repr",
+                       "sorted", "tuple", "list", "dict", "range", "type", "id"}
+PYTHON_RESULT_ATTRIBUTES = {"shape", "ndim", "dtype", "size", "axis_names", "name", "rank"}
+
+
+def flag_params(function: FunctionNode | ast.Lambda) -> set[str]:
+    """Parameters with a constant default: Python settings, not traced arrays."""
+    arguments = function.args
+    positional = arguments.posonlyargs + arguments.args
+    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults, strict=False))
+    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None]
+    return {arg.arg for arg, default in pairs if isinstance(default, ast.Constant)}
+
+
+def partial_traced(call: ast.Call, function: FunctionNode, method: bool,
+                   is_tensor: Callable[[ast.AST], bool]) -> set[str]:
+    """The traced parameters of `function` handed over as `partial(function, *args, **keywords)`: those it
+    leaves open (but flags), and those it binds to a tensor."""
+    params = [a.arg for a in function.args.posonlyargs + function.args.args]
+    if method and params and params[0] in {"self", "cls"}:
+        params = params[1:]
+    bound_args = dict(zip(params, call.args[1:], strict=False))
+    bound = {**bound_args, **{k.arg: k.value for k in call.keywords if k.arg}}
+    every = set(params) | {a.arg for a in function.args.kwonlyargs}
+    open_params = every - set(bound) - flag_params(function) - {"self", "cls"}
+    return open_params | {name for name, value in bound.items() if name in every and is_tensor(value)}
+
+
+class PythonValued:
+    """The project's functions whose every return is a Python value, asked by name (`name in values`) and
+    decided on first ask: most names are never asked."""
+
+    def __init__(self, project: Project) -> None:
+        self._defs: dict[str, list[FunctionNode]] = {}
+        for module in project.modules:
+            for name, defs in module.defs.items():
+                self._defs.setdefault(name, []).extend(defs)
+        self._known: dict[str, bool] = {}
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str) or name not in self._defs:
+            return False
+        if name not in self._known:
+            self._known[name] = all(_returns_python(d) for d in self._defs[name])
+        return self._known[name]
+
+
+def python_valued_functions(project: Project) -> PythonValued:
+    return PythonValued(project)
+
+
+def _returns_python(function: FunctionNode) -> bool:
+    returns = [n for n in _own_nodes(function) if isinstance(n, ast.Return)]
+    if not returns or any(r.value is None for r in returns):
+        return False
+    local = _single_bindings(function)
+    return all(_python(r.value, local) for r in returns if r.value is not None)
+
+
+def _own_nodes(function: FunctionNode) -> Iterable[ast.AST]:
+    """The nodes of the function's body, not of the functions defined inside it."""
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _single_bindings(function: FunctionNode) -> dict[str, ast.AST]:
+    """Names assigned exactly once in the function, with their value."""
+    seen: dict[str, list[ast.AST]] = {}
+    for node in _own_nodes(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            seen.setdefault(node.targets[0].id, []).append(node.value)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.For) and isinstance(node.target, ast.Name):
+            seen.setdefault(node.target.id, []).extend([node, node])  # rebound: not a single binding
+    return {name: values[0] for name, values in seen.items() if len(values) == 1}
+
+
+def _python(expr: ast.AST, local: dict[str, ast.AST], depth: int = 0) -> bool:  # noqa: C901  one case per kind
+    if depth > 8:
+        return False
+    if isinstance(expr, ast.Constant | ast.JoinedStr):
+        return True
+    if isinstance(expr, ast.Name):
+        return expr.id in local and _python(local[expr.id], local, depth + 1)
+    if isinstance(expr, ast.Attribute):
+        return expr.attr in PYTHON_RESULT_ATTRIBUTES
+    if isinstance(expr, ast.Call):
+        return isinstance(expr.func, ast.Name) and expr.func.id in PYTHON_RESULT_CALLS
+    if isinstance(expr, ast.Compare):
+        if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
+            return True
+        return all(_python(e, local, depth + 1) for e in [expr.left, *expr.comparators])
+    if isinstance(expr, ast.BoolOp):
+        return all(_python(v, local, depth + 1) for v in expr.values)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        return _python(expr.operand, local, depth + 1)
+    if isinstance(expr, ast.Subscript):
+        return isinstance(expr.value, ast.Attribute) and expr.value.attr == "shape"
+    return False
+
+
+def is_partial_of(node: ast.AST, parent: ast.AST | None) -> ast.Call | None:
+    """The `partial(...)` call that `node` is the function of, if it is one."""
+    if isinstance(parent, ast.Call) and last_name(parent.func) == "partial" and parent.args and \
+            parent.args[0] is node:
+        return parent
+    return None

@@ -1,0 +1,86 @@
+"""What a step runs each time (its region), and which PyTorch/XLA loops run the model each iteration."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from tpuops.check.project import Module, last_name
+
+if TYPE_CHECKING:
+    from tpuops.check.scopes import Step
+
+
+def region_nodes(step: Step) -> Iterator[ast.AST]:
+    """The nodes a step runs each time. A PyTorch/XLA lazy step leaves out nested functions (closures, e.g.
+    for `xm.add_step_closure`) and what runs only every N steps (`if step % N == 0:`)."""
+    if step.node is None or isinstance(step.node, ast.Call):
+        return
+    if step.kind != "lazy":
+        yield from ast.walk(step.node)
+        return
+    body = step.node.body if isinstance(step.node, ast.For | ast.AsyncFor | ast.While) else step.node.body
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        yield node
+        if isinstance(node, ast.If) and _every_n_steps(node.test):
+            stack.extend(reversed(node.orelse))
+            stack.append(node.test)
+            continue
+        if isinstance(node, ast.Call) and last_name(node.func) == "add_step_closure":
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _every_n_steps(test: ast.AST) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.Constant)
+               for n in ast.walk(test))
+
+
+def loop_batch(loop: ast.AST) -> frozenset[str]:
+    """A step loop's targets are the batch (tensors), but for an enumerate index or a range counter."""
+    if not isinstance(loop, ast.For | ast.AsyncFor):
+        return frozenset()
+    target, iterable = loop.target, loop.iter
+    if isinstance(iterable, ast.Call) and last_name(iterable.func) == "range":
+        return frozenset()
+    if isinstance(iterable, ast.Call) and last_name(iterable.func) == "enumerate" and \
+            isinstance(target, ast.Tuple) and target.elts:
+        target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
+    return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+
+
+def uses_torch_xla(module: Module) -> bool:
+    """PyTorch/XLA directly, or Accelerate (which runs on it on a TPU)."""
+    return any(source.split(".")[0] in {"torch_xla", "accelerate"} for source, _ in module.imported.values())
+
+
+def runs_model(body: list[ast.stmt], module: Module, depth: int = 0) -> bool:
+    """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `self(**data)`
+    (a Module's own method), or a method of the same module that does (`self.validate_one_step(batch)`)."""
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.FunctionDef | ast.AsyncFunctionDef |
+                      ast.Lambda | ast.ClassDef):
+            continue
+        if isinstance(node, ast.Call) and _model_call(node, module, depth):
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _model_call(call: ast.Call, module: Module, depth: int) -> bool:
+    func = call.func
+    if isinstance(func, ast.Name) and func.id == "self":
+        return True
+    if isinstance(func, ast.Name | ast.Attribute) and "model" in last_name(func).lower():
+        return True
+    if depth < 2 and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+            func.value.id == "self":
+        return any(runs_model(d.body, module, depth + 1) for d in module.defs.get(func.attr, ()))
+    return False
