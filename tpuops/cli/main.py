@@ -22,6 +22,7 @@ from tpuops.cli import autostop  # noqa: F401,E402  isort: skip
 from tpuops.cli import catalog  # noqa: F401,E402  isort: skip
 from tpuops.cli import check  # noqa: F401,E402  isort: skip
 from tpuops.cli import guard  # noqa: F401,E402  isort: skip
+from tpuops.cli import files  # noqa: F401,E402  isort: skip
 
 
 def main(argv: list[str] | None = None) -> int:

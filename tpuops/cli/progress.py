@@ -68,6 +68,9 @@ class PushView:
     total, rate), refreshed a few times a second; elsewhere, once the push is over, one line per worker (stderr).
     gs:// uploads are rows too. `update` and `upload` may be called from any thread."""
 
+    waiting = "push: looking at the tree and the workers"
+    where = "to"
+
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.rows: dict[tuple[str, str], Any] = {}  # (worker, dest) -> its latest PushProgress
@@ -130,15 +133,15 @@ class PushView:
         from rich.table import Table
 
         table = Table(show_header=True, header_style="bold", box=None, title_justify="left",
-                      title=None if self.rows or self.uploads else "push: looking at the tree and the workers")
-        for column, justify in (("worker", "left"), ("to", "left"), ("state", "left"), ("bytes", "right"),
+                      title=None if self.rows or self.uploads else self.waiting)
+        for column, justify in (("worker", "left"), (self.where, "left"), ("state", "left"), ("bytes", "right"),
                                 ("rate", "right")):
             table.add_column(column, justify=justify)  # type: ignore[arg-type]
         with self.lock:
             rows = list(self.rows.values())
             uploads = list(self.uploads.items())
         for row in rows:
-            sending = row.status == "sending" or (row.status == "sent" and row.total)
+            sending = row.status in ("sending", "receiving") or (row.status in ("sent", "received") and row.total)
             table.add_row(row.worker, row.dest, row.status, _of(row.done, row.total) if sending else "",
                           _rate(row.done, row.seconds) if sending else "")
         for url, (done, total, began) in uploads:
@@ -166,6 +169,17 @@ class PushView:
                 text = "unchanged"
             lines.append(f"  push {worker}: {text}")
         return lines
+
+
+class PullView(PushView):
+    """A pull's progress: the same live table (bytes received of their total, rate per worker); in a pipe, the
+    summary the command prints afterwards says it all."""
+
+    waiting = "pull: listing the files on the workers"
+    where = "into"
+
+    def lines(self) -> list[str]:
+        return []
 
 
 def _of(done: int, total: int) -> str:
