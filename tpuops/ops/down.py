@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tpuops import keys
+from tpuops import keys, ssh_config
 from tpuops.cloud.base import Cloud, TpuMode
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Doomed, owned_by
@@ -180,6 +180,7 @@ def forget_cluster(ctx: Context, plan: DownPlan, state: ClusterState | None) -> 
     from tpuops.ops.push import forget_pushes
 
     forget_pushes(ctx, plan.cluster)
+    ssh_config.forget(ctx.store.home, plan.cluster)
     if state is None:
         return
     keys.forget_host_keys(ctx.store.cluster_dir(plan.cluster))
