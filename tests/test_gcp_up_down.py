@@ -102,6 +102,9 @@ def test_tpu_vm_up_creates_bucket_grant_tpu_and_records_workers(gcp: FakeGcp, tm
     gone = run_cli("down", name, "--yes", "--json", env=gcp.env)
     assert gone.returncode == 0, gone.stderr
     assert [d["kind"] for d in json.loads(gone.stdout)["deleted"]] == ["tpu"]
+    cost = json.loads(gone.stdout)["cost"]  # what it cost in all: hours held x the list price of its type
+    assert cost["per_hour"] > 0 and cost["dollars"] == pytest.approx(
+        cost["per_hour"] * cost["uptime_seconds"] / 3600, abs=0.01)
     assert (ZONE, name) not in gcp.tpu.nodes
     assert gcp.storage().lookup_bucket(bucket) is not None
     assert not (tpuops_home / "ssh" / f"{name}.conf").exists()
