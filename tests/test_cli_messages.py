@@ -152,8 +152,8 @@ def test_order_list_places_new_commands() -> None:
     assert COMMAND_ORDER.index("check") < COMMAND_ORDER.index("up")
 
 
-WORKFLOW = ["init", "plan", "up", "status", "push", "pull", "exec", "ssh", "ssh-config", "launch", "logs", "watch",
-            "stop", "down", "run", "schema"]
+WORKFLOW = ["init", "plan", "up", "status", "push", "pull", "exec", "ssh", "ssh-config", "launch", "logs",
+            "tensorboard", "watch", "stop", "down", "run", "schema"]
 
 
 @pytest.mark.parametrize("command", WORKFLOW)

@@ -11,7 +11,7 @@ from tpuops import __version__
 # (commands missing from the list follow, alphabetically).
 COMMAND_ORDER = (
     "init", "plan", "catalog", "check", "up", "status", "push", "pull", "exec", "ssh", "ssh-config", "launch", "logs",
-    "watch", "guard", "autostop", "stop", "down", "run", "simulate", "schema",
+    "tensorboard", "watch", "guard", "autostop", "stop", "down", "run", "simulate", "schema",
 )
 
 
