@@ -53,13 +53,17 @@ def logs(
                                  "it to the end of the run)."),
     incidents: bool = typer.Option(
         False, "--incidents", help="The hangs the watchdog captured (stacks, output tails, metrics) and where."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="With -f on a terminal: every point as a line (as in a pipe) instead of a "
+                                       "live progress line per run (step, steps/s, ETA, loss)."),
 ) -> None:
     """TensorBoard scalars of a cluster's run (or any logdir), read incrementally.
 
     Default: the latest value, step and time of each run/tag. -f prints the latest point of each series
     (or every point from --since STEP) and then new points as `run tag step value` until Ctrl-C or
-    --until-idle. --json prints one JSON object per point instead. --workers shows the current run's output
-    on every worker rather than scalars.
+    --until-idle; on a terminal, a live progress line per run instead (--verbose: the points). --json prints
+    one JSON object per point instead. --workers shows the current run's output on every worker rather than
+    scalars.
 
     \b
     Examples:
@@ -106,14 +110,25 @@ def logs(
         out.once(points)
         _report_download(source, download)
         return
+    from tpuops.cli.progress import TrainingView
+    from tpuops.ops.logs import run_totals
+
+    training = TrainingView(totals=run_totals(ctx, name, logdir)) \
+        if not (json_output or plot) and TrainingView.wanted(verbose) else None
     try:
         batches = follow_points(source, interval=interval, max_interval=max_interval, until_idle=until_idle,
                                 warn=_warn)
         for index, batch in enumerate(batches):
+            if training is not None:
+                training.points(batch)
+                continue
             first_view = batch if (index > 0 or since is not None) else list(latest_values(batch).values())
             out.stream(batch, first_view)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a follow normally ends; SIGTERM or SIGHUP end it with their own exit code
+    finally:
+        if training is not None:
+            training.stop()
     _report_download(source, download)
     if terminated_exit() is not None:
         raise typer.Exit(terminated_exit())

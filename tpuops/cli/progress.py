@@ -188,3 +188,95 @@ def _of(done: int, total: int) -> str:
 
 def _rate(done: int, seconds: float) -> str:
     return f"{size_text(int(done / seconds))}/s" if seconds > 0 else ""
+
+
+class TrainingView:
+    """Training progress on a terminal: one live line per run (step N of M, steps/s, ETA, last loss), from the
+    trainer's output (one worker's: they all print the same steps) and from its scalars, instead of every raw line
+    and point. The last lines of each worker are kept, so a failed run can still show what it said."""
+
+    TAIL_LINES = 30
+
+    def __init__(self, totals: dict[str, int | None] | None = None, key: str | None = None) -> None:
+        import collections
+
+        from tpuops.logs.progress import RunProgress
+
+        self.runs: dict[str, RunProgress] = {}
+        self.totals = totals or {}  # run -> the step count its command asks for
+        self.key = key  # everything under one name (`run` follows one run)
+        self.tails: dict[str, collections.deque[str]] = {}
+        self.speaker: str | None = None  # the worker whose output lines are read
+        self.lock = threading.RLock()  # start() holds it while the live view draws its first line
+        self.live: Any = None
+
+    @staticmethod
+    def wanted(verbose: bool) -> bool:
+        """Only on a terminal, and not with --verbose: a pipe keeps the raw lines exactly."""
+        import sys
+
+        return not verbose and sys.stdout.isatty()
+
+    def __call__(self, worker: str, stream: str, line: str) -> None:
+        """A LineHandler: the output of the workers."""
+        import collections
+        import time
+
+        from tpuops.logs.progress import RunProgress, read_line
+
+        with self.lock:
+            self.tails.setdefault(worker, collections.deque(maxlen=self.TAIL_LINES)).append(line)
+            if self.speaker is None and read_line(line).step is not None:
+                self.speaker = worker
+            if worker == self.speaker:
+                self.runs.setdefault(self.key or worker, RunProgress()).see_line(line, time.monotonic())
+        self.start()
+
+    def points(self, points: list[Any]) -> None:
+        """New scalar points (ScalarPoint)."""
+        import time
+
+        from tpuops.logs.progress import see_points
+
+        with self.lock:
+            see_points(self.runs, points, time.monotonic(), self.key)
+            for name, progress in self.runs.items():
+                progress.total = progress.total or self.totals.get(name)
+        self.start()
+
+    def text(self) -> Any:
+        from rich.text import Text
+
+        from tpuops.logs.progress import progress_line
+
+        with self.lock:
+            lines = [progress_line(name, progress) for name, progress in self.runs.items()]
+        return Text("\n".join(lines) or "waiting for the first step")
+
+    def start(self) -> None:
+        from tpuops.cli.render import console
+
+        with self.lock:
+            if self.live is not None:
+                return
+            from rich.live import Live
+
+            self.live = Live(get_renderable=self.text, console=console, refresh_per_second=4, transient=False)
+            self.live.start()
+
+    def stop(self) -> None:
+        with self.lock:
+            live, self.live = self.live, None
+        if live is not None:
+            live.stop()
+
+    def tail_of(self, worker: str) -> list[str]:
+        with self.lock:
+            return list(self.tails.get(worker, ()))
+
+    @contextmanager
+    def shown(self) -> Iterator[TrainingView]:
+        try:
+            yield self
+        finally:
+            self.stop()

@@ -77,6 +77,17 @@ def run_map(ctx: Context, name: str | None, logdir: str | None, which: str | Non
     return choose([Launch(run.id, run.restart) for run in state.runs], which, state.name)
 
 
+def run_totals(ctx: Context, name: str | None, logdir: str | None) -> dict[str, int | None]:
+    """Each recorded run's step count, as its command line asks for it (`--steps 1000`), for the progress line;
+    nothing with --logdir."""
+    from tpuops.logs.progress import total_from_command
+
+    if logdir:
+        return {}
+    state = ctx.store.require(_cluster_name(ctx, name))
+    return {run.id: total_from_command(run.command) for run in state.runs}
+
+
 def _cluster_name(ctx: Context, name: str | None) -> str:
     return resolve_name(ctx, name, otherwise="pass --logdir gs://BUCKET/PATH or a directory")
 
