@@ -50,7 +50,8 @@ def logs(
     project: str | None = PROJECT_OPTION,
     workers: bool = typer.Option(
         False, "--workers", help="The trainer's own output on every worker instead, prefixed [wN] (-f: follow "
-                                 "it to the end of the run)."),
+                                 "it to the end of the run; --run ID, or once the TPU is gone: as kept in the "
+                                 "bucket)."),
     incidents: bool = typer.Option(
         False, "--incidents", help="The hangs the watchdog captured (stacks, output tails, metrics) and where."),
     verbose: bool = typer.Option(
@@ -86,7 +87,7 @@ def logs(
     if until_idle is not None and not follow:
         raise UsageError("--until-idle only applies with --follow", "add -f")
     if workers:
-        _worker_output(name, follow)
+        _worker_output(name, follow, run)
         return
     if incidents:
         _incidents(name, json_output)
@@ -134,7 +135,7 @@ def logs(
         raise typer.Exit(terminated_exit())
 
 
-def _worker_output(name: str | None, follow: bool) -> None:
+def _worker_output(name: str | None, follow: bool, run: str | None) -> None:
     from tpuops.cli.interrupts import ends_cleanly
     from tpuops.cli.launch import follow_interrupted
     from tpuops.cli.remote import LinePrinter
@@ -142,7 +143,8 @@ def _worker_output(name: str | None, follow: bool) -> None:
     from tpuops.ops.logs import worker_output
 
     with ends_cleanly(follow_interrupted):
-        code = worker_output(Context.from_env(), name, follow=follow, on_line=LinePrinter(), on_error=_warn)
+        code = worker_output(Context.from_env(), name, follow=follow, on_line=LinePrinter(), on_error=_warn,
+                             run_id=run)
     if code:
         raise typer.Exit(code)
 

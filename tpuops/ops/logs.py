@@ -134,17 +134,25 @@ def follow_points(source: Pollable, *, interval: float, max_interval: float, unt
 
 
 def worker_output(ctx: Context, name: str | None, *, follow: bool, on_line: LineHandler,
-                  on_error: Callable[[str], None]) -> int:
+                  on_error: Callable[[str], None], run_id: str | None = None) -> int:
     """The trainer's own output of the current run on every worker, line by line with the worker's name.
 
     follow: stream until the run ends everywhere (the launch's `follow`); the exit code is the worst worker's.
-    Otherwise: what each worker has written so far; non-zero when a worker could not be read.
+    Otherwise: what each worker has written so far; non-zero when a worker could not be read. `run_id` (a run,
+    `all`), or a cluster whose workers are gone (preempted, deleted): the output kept in the bucket instead.
     """
     from tpuops.ops.launch import follow as follow_run
     from tpuops.ops.launch import worst_exit_code
     from tpuops.ops.remote import exec_command
+    from tpuops.ops.run_output import kept_output
 
     state = ctx.store.require(_cluster_name(ctx, name))
+    if run_id is not None and follow:
+        raise UsageError("--workers -f follows the current run on its workers; --run reads the output kept in the "
+                         "bucket", "drop -f, or --run")
+    if run_id is not None or (not follow and not state.workers and state.runs):
+        kept_output(ctx, state.name, run_id, on_line)
+        return 0
     run = state.current_run
     if run is None:
         raise UsageError(f"no run recorded for '{state.name}'", f"start one with `tpuops launch {state.name}`")
