@@ -158,6 +158,14 @@ def test_pull_on_the_local_simulator(tpuops_home: Path, tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         homes = [(tmp_path / "back" / f"w{i}" / "out" / "where").read_text().strip() for i in (0, 1)]
         assert homes[0] != homes[1] and homes[0].endswith("w0")
+        # A path that is itself a symlink (push makes ~/tpuops/NAME/code one) is followed; what is inside is not.
+        links = run_cli("exec", "sim", "--worker", "0", "--", "ln -s out linked && ln -s out/where where")
+        assert links.returncode == 0, links.stderr
+        linked = run_cli("pull", "sim", "linked", str(tmp_path / "via"))
+        assert linked.returncode == 0, linked.stderr
+        assert (tmp_path / "via" / "linked" / "where").read_text() == f"{homes[0]}\n"
+        one = run_cli("pull", "sim", "where", str(tmp_path / "via"))
+        assert one.returncode == 0 and (tmp_path / "via" / "where").read_text() == f"{homes[0]}\n"
     finally:
         assert run_cli("down", "sim", "--yes").returncode == 0
 

@@ -37,7 +37,7 @@ def describe(path, rel, info):
 
 def action_list(root):
     try:
-        info = os.lstat(root)
+        info = os.stat(root)  # ROOT itself is followed (push makes ~/tpuops/NAME/code a symlink); what is in it, not
     except FileNotFoundError:
         sys.stderr.write(f"tpuops-pull: {root} does not exist\n")
         return EXIT_MISSING
@@ -71,9 +71,9 @@ def inside(root, rel):
     return full
 
 
-def read_part(path, offset, length):
+def read_part(path, offset, length, follow):
     try:
-        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        handle = os.open(path, os.O_RDONLY | (0 if follow else getattr(os, "O_NOFOLLOW", 0)))
     except OSError:
         return None
     try:
@@ -97,7 +97,7 @@ def action_read(root):
     out = sys.stdout.buffer
     for rel, offset, length in wanted:
         path = inside(root, rel)
-        data = read_part(path, int(offset), int(length)) if path is not None else None
+        data = read_part(path, int(offset), int(length), follow=not rel) if path is not None else None
         if data is None:
             out.write(struct.pack(">q", -1))
         else:
