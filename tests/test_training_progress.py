@@ -71,12 +71,16 @@ def test_scalars_and_command_lines() -> None:
     assert (runs["r1"].step, runs["r1"].loss) == (20, 1.5) and (runs["r2"].step, runs["r2"].loss) == (5, None)
 
 
-def on_a_terminal(*args: str, timeout: float = 120) -> str:
-    """`tpuops ARGS` with stdout on a pseudo-terminal (100 columns): what the user would see, colours stripped."""
+def on_a_terminal(*args: str, timeout: float = 120, code: int = 0, stderr: Path | None = None) -> str:
+    """`tpuops ARGS` with stdout on a pseudo-terminal (100 columns): what the user would see, colours stripped;
+    stderr into the file `stderr` (else nowhere); the exit code must be `code`."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    process = subprocess.Popen([sys.executable, "-m", "tpuops", *args], stdout=slave, stderr=subprocess.DEVNULL,
+    errors = stderr.open("wb") if stderr is not None else subprocess.DEVNULL
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", *args], stdout=slave, stderr=errors,
                                stdin=subprocess.DEVNULL, env={**os.environ, "TERM": "xterm"})
+    if stderr is not None:
+        errors.close()  # type: ignore[union-attr]
     os.close(slave)
     chunks = []
     deadline = time.monotonic() + timeout
@@ -93,7 +97,7 @@ def on_a_terminal(*args: str, timeout: float = 120) -> str:
                 chunks.append(data)
             elif process.poll() is not None:
                 break
-        assert process.wait(timeout=max(1.0, deadline - time.monotonic())) == 0
+        assert process.wait(timeout=max(1.0, deadline - time.monotonic())) == code
     finally:
         if process.poll() is None:
             process.kill()
@@ -124,3 +128,27 @@ def test_pipes_keep_the_raw_lines_and_a_terminal_gets_the_live_line(tpuops_home:
     assert f"{run_id} loss 1000" in verbose
     json.loads(run_cli("status", "--json").stdout)  # the cluster is still there to be deleted
     assert run_cli("down", "quickstart", "--yes", "--delete-bucket", "--force").returncode == 0
+
+
+def test_a_failed_run_on_a_terminal_still_says_its_last_lines(tpuops_home: Path, tmp_path: Path) -> None:
+    from tests.helpers import write_spec
+
+    (tmp_path / "src").mkdir()
+    spec = write_spec(tmp_path, """
+        name: failing
+        provider: local
+        tpu: {type: v2-8, workers: 1}
+        code: {path: ./src}
+        trainer:
+          framework: jax
+          command: "echo step 1/10 loss 3.5; echo 'Traceback: boom' >&2; exit 3"
+    """)
+    errors = tmp_path / "stderr"
+    try:
+        shown = on_a_terminal("run", str(spec), code=3, stderr=errors)
+        assert "run step 1/10 (10%)  loss 3.5" in shown and "[w0]" not in shown  # the live line, not the raw one
+        assert "last lines of w0:\n  step 1/10 loss 3.5\n  Traceback: boom" in errors.read_text()
+        verbose = on_a_terminal("run", str(spec), "--verbose", code=3)
+        assert "[w0] step 1/10 loss 3.5" in verbose and "run step 1/10" not in verbose
+    finally:
+        assert run_cli("down", "failing", "--yes").returncode == 0

@@ -225,18 +225,19 @@ def run_(
     if json_:
         print_json(summary)
     else:
-        if training is not None:
-            _print_failed_tails(training, summary.workers)
+        if training is not None:  # a failed setup or trainer: what it said last (its lines were not shown)
+            failed_step = summary.failed_step.results if summary.failed_step is not None else ()
+            _print_failed_tails(training, [*failed_step, *(summary.workers or ())])
         _print_summary(summary)
     raise typer.Exit(summary.exit_code)
 
 
 def _print_failed_tails(training: TrainingView, results) -> None:  # noqa: ANN001  (Sequence[RunResult])
     """The raw lines were not shown (the live line was): a worker that failed says its last ones now."""
-    for result in results:
-        tail = training.tail_of(result.worker) if not result.ok else []
+    for worker in dict.fromkeys(result.worker for result in results if not result.ok):  # each worker once
+        tail = training.tail_of(worker)
         if tail:
-            err_console.print(f"last lines of {result.worker}:", markup=False)
+            err_console.print(f"last lines of {worker}:", markup=False)
             err_console.print("\n".join(f"  {line}" for line in tail), markup=False, highlight=False)
 
 
