@@ -22,6 +22,7 @@ from tpuops.logs.runs import Launch, RunMap, choose
 from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow
 from tpuops.ops.remote import resolve_name
 from tpuops.remote.base import LineHandler
+from tpuops.state import bucket_of
 
 if TYPE_CHECKING:
     from tpuops.cloud.provider import Provider
@@ -167,4 +168,7 @@ def worker_output(ctx: Context, name: str | None, *, follow: bool, on_line: Line
     for result in results:
         if result.error:
             on_error(result.error)
+    if any(result.error for result in results) and bucket_of(state, None) is not None:
+        on_error(f"workers out of reach (preempted? deleted?): the output kept in the bucket is shown by "
+                 f"`tpuops logs {state.name} --workers --run {run.id}`")
     return code

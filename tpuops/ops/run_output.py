@@ -24,7 +24,7 @@ from tpuops.guard.handback import with_guard_state
 from tpuops.logs.runs import Launch, choose
 from tpuops.ops.remote import ClusterAccess, resolve_name
 from tpuops.ops.status import spec_of
-from tpuops.remote.base import LineHandler, Runner, RunResult
+from tpuops.remote.base import LineHandler, Runner, RunResult, remote_path
 from tpuops.remote.fanout import run_each
 from tpuops.remote.scripts import script_text
 from tpuops.state import RunRecord, bucket_of
@@ -70,7 +70,7 @@ def keep_output(ctx: Context, access: ClusterAccess, runners: Sequence[Runner], 
                        "storage": base_url(ctx.env.get("STORAGE_EMULATOR_HOST")) or "https://storage.googleapis.com",
                        "metadata_host": ctx.env.get("GCE_METADATA_HOST") or "metadata.google.internal"}
         source = shlex.quote(script_text("output_shipper.py"))
-        line = (f"cd {run_dir.replace('~', '$HOME', 1)} && setsid nohup python3 -S -c {source} "
+        line = (f"cd {remote_path(run_dir)} && setsid nohup python3 -S -c {source} "
                 f"{shlex.quote(json.dumps(config))} > output.shipper.log 2>&1 < /dev/null &")
         return runner.run(line, timeout=60)
 
