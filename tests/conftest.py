@@ -21,6 +21,8 @@ for _name in ("GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CORE_PROJECT", "GOOGLE
 os.environ["CLOUDSDK_CONFIG"] = "/nonexistent-gcloud-config"
 os.environ["NO_GCE_CHECK"] = "true"  # google-auth must not probe the metadata server
 os.environ["TPUOPS_WATCHDOG_INSTALL"] = "0"  # launch must not `pip install py-spy` on loopback workers (PyPI)
+# Nor ship run output to storage.googleapis.com from loopback workers (tests that keep output turn it on).
+os.environ["TPUOPS_KEEP_OUTPUT"] = "0"
 os.environ["CUDA_VISIBLE_DEVICES"] = ""  # a CUDA build of torch/jax/tf stays on the CPU, GPU or not
 
 

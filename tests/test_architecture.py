@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "tpuops"
 SHIPPED = {"tpuops.guard.autostop.agent", "tpuops.guard.autostop.agent_host", "tpuops.remote.push_agent",
            "tpuops.remote.push_relay", "tpuops.remote.push_protocol", "tpuops.remote.push_receive",
-           "tpuops.guard.fetch_bundle"}  # sent to workers (and to the guard VM) as text
+           "tpuops.guard.fetch_bundle", "tpuops.remote.pull_agent",
+           "tpuops.remote.scripts.output_shipper"}  # sent to workers (and to the guard VM) as text
 
 
 def modules() -> dict[str, Path]:

@@ -139,8 +139,8 @@ def test_help_lists_commands_in_workflow_order() -> None:
     section = result.stdout.split("Commands:")[1]
     listed = [line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.strip()
               and not line.startswith("   ")]
-    workflow = ["init", "plan", "up", "status", "push", "exec", "ssh", "launch", "logs", "watch", "stop", "down",
-                "run", "schema"]
+    workflow = ["init", "plan", "up", "status", "push", "pull", "exec", "ssh", "launch", "logs", "watch", "stop",
+                "down", "run", "schema"]
     assert [name for name in listed if name in workflow] == workflow
     assert "--install-completion" in result.stdout and "--show-completion" in result.stdout
 
@@ -152,8 +152,8 @@ def test_order_list_places_new_commands() -> None:
     assert COMMAND_ORDER.index("check") < COMMAND_ORDER.index("up")
 
 
-WORKFLOW = ["init", "plan", "up", "status", "push", "exec", "ssh", "launch", "logs", "watch", "stop", "down", "run",
-            "schema"]
+WORKFLOW = ["init", "plan", "up", "status", "push", "pull", "exec", "ssh", "ssh-config", "launch", "logs",
+            "tensorboard", "watch", "stop", "down", "run", "schema"]
 
 
 @pytest.mark.parametrize("command", WORKFLOW)

@@ -28,7 +28,7 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 CODE_SPAN = re.compile(r"`([^`]*)`")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-TABLE_FIRST_CELL = re.compile(r"^\|\s*([^|]*?)\s*\|")
+TABLE_FIRST_CELL = re.compile(r"^\|\s*((?:[^|\\]|\\.)*?)\s*\|")  # a \| inside a cell is not its end
 
 
 # ------------------------------------------------------------------------------------------- Markdown

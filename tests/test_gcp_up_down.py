@@ -84,6 +84,9 @@ def test_tpu_vm_up_creates_bucket_grant_tpu_and_records_workers(gcp: FakeGcp, tm
     known_hosts = (tpuops_home / "clusters" / name / "known_hosts").read_text().splitlines()
     key_type, key = gcp.tpu.host_keys(name, 0)[0]
     assert known_hosts == [f"[127.0.0.10]:2222 {key_type} {key}"]
+    # The system OpenSSH's block for the worker, kept by up (and removed by down, below).
+    ssh_block = (tpuops_home / "ssh" / f"{name}.conf").read_text()
+    assert f"Host tpuops-{name}-w0\n    HostName 127.0.0.10\n    Port 2222\n    User trainer\n" in ssh_block
 
     # status shows the live state; down deletes the TPU and keeps the bucket.
     shown = run_cli("status", name, "--json", env=gcp.env)
@@ -99,8 +102,12 @@ def test_tpu_vm_up_creates_bucket_grant_tpu_and_records_workers(gcp: FakeGcp, tm
     gone = run_cli("down", name, "--yes", "--json", env=gcp.env)
     assert gone.returncode == 0, gone.stderr
     assert [d["kind"] for d in json.loads(gone.stdout)["deleted"]] == ["tpu"]
+    cost = json.loads(gone.stdout)["cost"]  # what it cost in all: hours held x the list price of its type
+    assert cost["per_hour"] > 0 and cost["dollars"] == pytest.approx(
+        cost["per_hour"] * cost["uptime_seconds"] / 3600, abs=0.01)
     assert (ZONE, name) not in gcp.tpu.nodes
     assert gcp.storage().lookup_bucket(bucket) is not None
+    assert not (tpuops_home / "ssh" / f"{name}.conf").exists()
 
     again = run_cli("down", name, "--yes", env=gcp.env)
     assert again.returncode == 0, again.stderr

@@ -190,16 +190,36 @@ def print_guard(guard) -> None:  # noqa: ANN001  (GuardStatus | None; import kep
         console.print(f"  autostop: {guard.setting}", markup=False)
 
 
+LIST_COLUMNS = ("NAME", "PROVIDER", "ZONE", "WORKERS", "$/HOUR", "HELD", "COST", "AUTOSTOP", "RESOURCES (as recorded)")
+RIGHT_ALIGNED = {"WORKERS", "$/HOUR", "HELD", "COST"}
+
+
 def print_cluster_list(clusters) -> None:  # noqa: ANN001  (list[ClusterSummary]; import kept lazy)
-    """One line per cluster under a header, also in a narrow pipe (the resources column is never wrapped)."""
-    rows = [("NAME", "PROVIDER", "ZONE", "WORKERS", "RESOURCES (as recorded)")]
-    rows += [(c.name, c.provider, c.zone or "-", str(c.workers), ", ".join(c.resources) or "-") for c in clusters]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    """One line per cluster under a header, also in a narrow pipe (the resources column is never wrapped); what
+    each TPU costs an hour, how long it has been held and what that came to (hours x $/hour), and autostop."""
+    rows = [LIST_COLUMNS]
+    rows += [(c.name, c.provider, c.zone or "-", str(c.workers), *cost_cells(c.cost), c.autostop,
+              ", ".join(c.resources) or "-") for c in clusters]
+    last = len(LIST_COLUMNS) - 1
+    widths = [max(len(row[i]) for row in rows) for i in range(last)]
     for row in rows:
-        cells = [cell.rjust(width) if i == 3 else cell.ljust(width)
-                 for i, (cell, width) in enumerate(zip(row[:4], widths, strict=True))]
-        console.print("  ".join([*cells, row[4]]), markup=False)
-    console.print("`tpuops status NAME` asks the cloud for one cluster's live state.", markup=False)
+        cells = [cell.rjust(width) if LIST_COLUMNS[i] in RIGHT_ALIGNED else cell.ljust(width)
+                 for i, (cell, width) in enumerate(zip(row[:last], widths, strict=True))]
+        console.print("  ".join([*cells, row[last]]), markup=False)
+    console.print("`tpuops status NAME` asks the cloud for one cluster's live state. Costs are at list prices "
+                  "(TRC quota: free).", markup=False)
+
+
+def cost_cells(cost) -> tuple[str, str, str]:  # noqa: ANN001  (CostSoFar | None; import kept lazy)
+    """$/hour, time held, cost so far: `-` without a TPU held, `free` on the local simulator."""
+    from tpuops.durations import format_duration
+
+    if cost is None:
+        return "-", "-", "-"
+    held = format_duration(cost.uptime_seconds)
+    if cost.per_hour == 0.0:
+        return "free", held, "free"
+    return f"${cost.per_hour:.2f}", held, f"${cost.dollars:.2f}"
 
 
 @app.command()
@@ -243,8 +263,19 @@ def down(
         console.print(f"{result.cluster}: nothing was left to delete (searched {result.where})")
     else:
         console.print(f"{result.cluster}: deleted " + ", ".join(f"{d.kind} {d.name}" for d in result.deleted))
+    if result.cost is not None:
+        console.print(f"  {cost_in_all(result.cost)}", markup=False)
     if result.kept_bucket:
         console.print(f"  bucket gs://{result.kept_bucket} kept (pass --delete-bucket to delete it)")
+
+
+def cost_in_all(cost) -> str:  # noqa: ANN001  (CostSoFar; import kept lazy)
+    from tpuops.durations import format_duration
+
+    held = f"TPU held {format_duration(cost.uptime_seconds)} ({cost.uptime_seconds / 3600:.2f} h)"
+    if cost.per_hour == 0.0:
+        return f"{held}, {cost.note}"
+    return f"{held} x ${cost.per_hour:.2f}/h: about ${cost.dollars:.2f} in all ({cost.note})"
 
 
 def worker_label(worker: WorkerRecord) -> str:

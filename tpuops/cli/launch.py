@@ -6,7 +6,7 @@ import typer
 
 from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app
 from tpuops.cli.interrupts import ends_cleanly, up_interrupted
-from tpuops.cli.progress import ProgressView, PushView
+from tpuops.cli.progress import ProgressView, PushView, TrainingView
 from tpuops.cli.remote import LinePrinter, print_results_table
 from tpuops.cli.render import console, err_console, fitted_table, plural, print_json, size_text
 from tpuops.cli.watch import (
@@ -176,11 +176,14 @@ def run_(
     preflight: bool = PREFLIGHT_OPTION,
     guard: bool = typer.Option(None, "--guard/--no-guard", help="Also start the guard, so the run is recovered "
                                "after a preemption with no laptop awake (default: the spec's guard.enabled)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Every output line and scalar point, as in a pipe, "
+                                 "instead of a live progress line (step, steps/s, ETA, loss) on a terminal."),
     json_: bool = JSON_OPTION,
     yes: bool = YES_OPTION,
     project: str | None = PROJECT_OPTION,
 ) -> None:
     """`up`, `launch`, then follow the workers' output and the scalars until the run ends (like `sky launch`).
+    On a terminal, a live line shows the run's progress (`--verbose`: every raw line instead).
 
     \b
     Example:
@@ -191,7 +194,8 @@ def run_(
     from tpuops.ops.run import run_spec
 
     ctx = Context.from_env(project=project, assume_yes=yes)
-    printer = None if json_ else LinePrinter()
+    training = TrainingView(key="run") if not json_ and not watch and TrainingView.wanted(verbose) else None
+    printer = None if json_ else training or LinePrinter()
     watching = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, None, None) \
         if watch else None
     view = ProgressView(enabled=not json_)  # what up creates or keeps (and down deletes), as it happens
@@ -207,7 +211,7 @@ def run_(
         try:
             summary = interruptible_if(watch and not down, lambda: run_spec(
                 ctx, spec, down=down, detach=detach, wait_for_capacity=parse_duration(wait_for_capacity),
-                on_line=printer, on_points=None if json_ else _print_points,
+                on_line=printer, on_points=None if json_ else training.points if training else _print_points,
                 on_phase=None if json_ else show_phase,
                 on_step=None if json_ else lambda step: _show_step(step.name, step.results, pushing),
                 watch=watching, on_event=print_event, on_progress=view.update, preflight=preflight, guard=guard,
@@ -216,11 +220,25 @@ def run_(
         finally:
             pushing.finish()
             view.stop()
+            if training is not None:
+                training.stop()
     if json_:
         print_json(summary)
     else:
+        if training is not None:  # a failed setup or trainer: what it said last (its lines were not shown)
+            failed_step = summary.failed_step.results if summary.failed_step is not None else ()
+            _print_failed_tails(training, [*failed_step, *(summary.workers or ())])
         _print_summary(summary)
     raise typer.Exit(summary.exit_code)
+
+
+def _print_failed_tails(training: TrainingView, results) -> None:  # noqa: ANN001  (Sequence[RunResult])
+    """The raw lines were not shown (the live line was): a worker that failed says its last ones now."""
+    for worker in dict.fromkeys(result.worker for result in results if not result.ok):  # each worker once
+        tail = training.tail_of(worker)
+        if tail:
+            err_console.print(f"last lines of {worker}:", markup=False)
+            err_console.print("\n".join(f"  {line}" for line in tail), markup=False, highlight=False)
 
 
 def interruptible_if(condition: bool, call):  # noqa: ANN001, ANN201

@@ -50,16 +50,21 @@ def logs(
     project: str | None = PROJECT_OPTION,
     workers: bool = typer.Option(
         False, "--workers", help="The trainer's own output on every worker instead, prefixed [wN] (-f: follow "
-                                 "it to the end of the run)."),
+                                 "it to the end of the run; --run ID, or once the TPU is gone: as kept in the "
+                                 "bucket)."),
     incidents: bool = typer.Option(
         False, "--incidents", help="The hangs the watchdog captured (stacks, output tails, metrics) and where."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="With -f on a terminal: every point as a line (as in a pipe) instead of a "
+                                       "live progress line per run (step, steps/s, ETA, loss)."),
 ) -> None:
     """TensorBoard scalars of a cluster's run (or any logdir), read incrementally.
 
     Default: the latest value, step and time of each run/tag. -f prints the latest point of each series
     (or every point from --since STEP) and then new points as `run tag step value` until Ctrl-C or
-    --until-idle. --json prints one JSON object per point instead. --workers shows the current run's output
-    on every worker rather than scalars.
+    --until-idle; on a terminal, a live progress line per run instead (--verbose: the points). --json prints
+    one JSON object per point instead. --workers shows the current run's output on every worker rather than
+    scalars.
 
     \b
     Examples:
@@ -82,7 +87,7 @@ def logs(
     if until_idle is not None and not follow:
         raise UsageError("--until-idle only applies with --follow", "add -f")
     if workers:
-        _worker_output(name, follow)
+        _worker_output(name, follow, run)
         return
     if incidents:
         _incidents(name, json_output)
@@ -106,20 +111,31 @@ def logs(
         out.once(points)
         _report_download(source, download)
         return
+    from tpuops.cli.progress import TrainingView
+    from tpuops.ops.logs import run_totals
+
+    training = TrainingView(totals=run_totals(ctx, name, logdir)) \
+        if not (json_output or plot) and TrainingView.wanted(verbose) else None
     try:
         batches = follow_points(source, interval=interval, max_interval=max_interval, until_idle=until_idle,
                                 warn=_warn)
         for index, batch in enumerate(batches):
+            if training is not None:
+                training.points(batch)
+                continue
             first_view = batch if (index > 0 or since is not None) else list(latest_values(batch).values())
             out.stream(batch, first_view)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a follow normally ends; SIGTERM or SIGHUP end it with their own exit code
+    finally:
+        if training is not None:
+            training.stop()
     _report_download(source, download)
     if terminated_exit() is not None:
         raise typer.Exit(terminated_exit())
 
 
-def _worker_output(name: str | None, follow: bool) -> None:
+def _worker_output(name: str | None, follow: bool, run: str | None) -> None:
     from tpuops.cli.interrupts import ends_cleanly
     from tpuops.cli.launch import follow_interrupted
     from tpuops.cli.remote import LinePrinter
@@ -127,7 +143,8 @@ def _worker_output(name: str | None, follow: bool) -> None:
     from tpuops.ops.logs import worker_output
 
     with ends_cleanly(follow_interrupted):
-        code = worker_output(Context.from_env(), name, follow=follow, on_line=LinePrinter(), on_error=_warn)
+        code = worker_output(Context.from_env(), name, follow=follow, on_line=LinePrinter(), on_error=_warn,
+                             run_id=run)
     if code:
         raise typer.Exit(code)
 

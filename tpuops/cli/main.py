@@ -23,6 +23,9 @@ from tpuops.cli import catalog  # noqa: F401,E402  isort: skip
 from tpuops.cli import check  # noqa: F401,E402  isort: skip
 from tpuops.cli import guard  # noqa: F401,E402  isort: skip
 from tpuops.cli import dashboard  # noqa: F401,E402  isort: skip
+from tpuops.cli import files  # noqa: F401,E402  isort: skip
+from tpuops.cli import ssh_config  # noqa: F401,E402  isort: skip
+from tpuops.cli import tensorboard  # noqa: F401,E402  isort: skip
 
 
 def main(argv: list[str] | None = None) -> int:

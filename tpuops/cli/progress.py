@@ -68,6 +68,9 @@ class PushView:
     total, rate), refreshed a few times a second; elsewhere, once the push is over, one line per worker (stderr).
     gs:// uploads are rows too. `update` and `upload` may be called from any thread."""
 
+    waiting = "push: looking at the tree and the workers"
+    where = "to"
+
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.rows: dict[tuple[str, str], Any] = {}  # (worker, dest) -> its latest PushProgress
@@ -130,15 +133,15 @@ class PushView:
         from rich.table import Table
 
         table = Table(show_header=True, header_style="bold", box=None, title_justify="left",
-                      title=None if self.rows or self.uploads else "push: looking at the tree and the workers")
-        for column, justify in (("worker", "left"), ("to", "left"), ("state", "left"), ("bytes", "right"),
+                      title=None if self.rows or self.uploads else self.waiting)
+        for column, justify in (("worker", "left"), (self.where, "left"), ("state", "left"), ("bytes", "right"),
                                 ("rate", "right")):
             table.add_column(column, justify=justify)  # type: ignore[arg-type]
         with self.lock:
             rows = list(self.rows.values())
             uploads = list(self.uploads.items())
         for row in rows:
-            sending = row.status == "sending" or (row.status == "sent" and row.total)
+            sending = row.status in ("sending", "receiving") or (row.status in ("sent", "received") and row.total)
             table.add_row(row.worker, row.dest, row.status, _of(row.done, row.total) if sending else "",
                           _rate(row.done, row.seconds) if sending else "")
         for url, (done, total, began) in uploads:
@@ -168,9 +171,112 @@ class PushView:
         return lines
 
 
+class PullView(PushView):
+    """A pull's progress: the same live table (bytes received of their total, rate per worker); in a pipe, the
+    summary the command prints afterwards says it all."""
+
+    waiting = "pull: listing the files on the workers"
+    where = "into"
+
+    def lines(self) -> list[str]:
+        return []
+
+
 def _of(done: int, total: int) -> str:
     return f"{size_text(done)} / {size_text(total)}"
 
 
 def _rate(done: int, seconds: float) -> str:
     return f"{size_text(int(done / seconds))}/s" if seconds > 0 else ""
+
+
+class TrainingView:
+    """Training progress on a terminal: one live line per run (step N of M, steps/s, ETA, last loss), from the
+    trainer's output (one worker's: they all print the same steps) and from its scalars, instead of every raw line
+    and point. The last lines of each worker are kept, so a failed run can still show what it said."""
+
+    TAIL_LINES = 30
+
+    def __init__(self, totals: dict[str, int | None] | None = None, key: str | None = None) -> None:
+        import collections
+
+        from tpuops.logs.progress import RunProgress
+
+        self.runs: dict[str, RunProgress] = {}
+        self.totals = totals or {}  # run -> the step count its command asks for
+        self.key = key  # everything under one name (`run` follows one run)
+        self.tails: dict[str, collections.deque[str]] = {}
+        self.speaker: str | None = None  # the worker whose output lines are read
+        self.lock = threading.RLock()  # start() holds it while the live view draws its first line
+        self.live: Any = None
+
+    @staticmethod
+    def wanted(verbose: bool) -> bool:
+        """Only on a terminal, and not with --verbose: a pipe keeps the raw lines exactly."""
+        import sys
+
+        return not verbose and sys.stdout.isatty()
+
+    def __call__(self, worker: str, stream: str, line: str) -> None:
+        """A LineHandler: the output of the workers."""
+        import collections
+        import time
+
+        from tpuops.logs.progress import RunProgress, read_line
+
+        with self.lock:
+            self.tails.setdefault(worker, collections.deque(maxlen=self.TAIL_LINES)).append(line)
+            if self.speaker is None and read_line(line).step is not None:
+                self.speaker = worker
+            if worker == self.speaker:
+                self.runs.setdefault(self.key or worker, RunProgress()).see_line(line, time.monotonic())
+        self.start()
+
+    def points(self, points: list[Any]) -> None:
+        """New scalar points (ScalarPoint)."""
+        import time
+
+        from tpuops.logs.progress import see_points
+
+        with self.lock:
+            see_points(self.runs, points, time.monotonic(), self.key)
+            for name, progress in self.runs.items():
+                progress.total = progress.total or self.totals.get(name)
+        self.start()
+
+    def text(self) -> Any:
+        from rich.text import Text
+
+        from tpuops.logs.progress import progress_line
+
+        with self.lock:
+            lines = [progress_line(name, progress) for name, progress in self.runs.items()]
+        return Text("\n".join(lines) or "waiting for the first step")
+
+    def start(self) -> None:
+        from tpuops.cli.render import console
+
+        with self.lock:
+            if self.live is not None:
+                return
+            from rich.live import Live
+
+            self.live = Live(get_renderable=self.text, console=console, refresh_per_second=4, transient=False)
+            self.live.start()
+
+    def stop(self) -> None:
+        with self.lock:
+            live, self.live = self.live, None
+        if live is not None:
+            live.stop()
+
+    def tail_of(self, worker: str) -> list[str]:
+        with self.lock:
+            return list(self.tails.get(worker, ()))
+
+    @contextmanager
+    def shown(self) -> Iterator[TrainingView]:
+        try:
+            yield self
+        finally:
+            self.stop()

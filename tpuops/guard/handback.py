@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tpuops import keys
+from tpuops import keys, ssh_config
 from tpuops.cloud.blob_types import BlobNotFound, BlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
@@ -84,6 +84,8 @@ def with_guard_state(ctx: Context, state: ClusterState, spec: Spec | None = None
     if newer_tpu(state, guard):
         pin_guard_hosts(ctx.store.cluster_dir(state.name), merged, hosts)
     ctx.store.remember(merged)
+    if newer_tpu(state, guard):  # the re-created TPU's workers: `ssh tpuops-NAME-w0` reaches them, not the old ones
+        ssh_config.refresh(ctx.store.home, merged)
     return merged
 
 

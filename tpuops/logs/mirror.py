@@ -22,14 +22,21 @@ log = logging.getLogger(__name__)
 
 class Mirror:
     def __init__(self, source: BlobStore, dest: str | Path, *, run: str | None = None, warn: Warn | None = None,
-                 label: Labeler | None = None):
+                 label: Labeler | None = None, by_run: bool = False):
         self.source = source
         self.dest = Path(dest)
         self._run_re = compile_filter(run, "--run")
         self._label = label  # the cluster's runs (logs/runs.py): only the chosen runs' files are mirrored
+        # by_run: each file under DEST/RUN_LABEL/ (TensorBoard then shows the cluster's runs by their ids), rather
+        # than where it is in the logdir (launches writing to one directory would show as one run)
+        self._by_run = by_run
         self._warn = warn or log.warning
         self.last_bytes = 0
         self.total_bytes = 0
+
+    def relabel(self, label: Labeler | None) -> None:
+        """The cluster's runs changed (a launch since): files from now on are placed by the new map."""
+        self._label = label
 
     def sync(self) -> int:
         """Bring every event file up to date; return the bytes fetched. Raises when the listing fails."""
@@ -47,7 +54,11 @@ class Mirror:
         return self._run_re is None or self._run_re.search(run_of(info.name)) is not None
 
     def _sync_file(self, info: BlobInfo) -> int:
-        target = self.dest.joinpath(*info.name.split("/"))
+        if self._by_run and self._label is not None:
+            place = f"{self._label(info)}/{info.name.rsplit('/', 1)[-1]}"
+        else:
+            place = info.name
+        target = self.dest.joinpath(*place.split("/"))
         have = target.stat().st_size if target.exists() else 0
         if info.size < have:
             self._warn(f"{self.source.url}/{info.name} is shorter than its copy (replaced?): fetching it again")

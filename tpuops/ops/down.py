@@ -8,12 +8,13 @@ Two steps so the CLI can confirm in between: `find` (no changes) and `execute`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tpuops import keys
+from tpuops import keys, ssh_config
 from tpuops.cloud.base import Cloud, TpuMode
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Doomed, owned_by
@@ -22,6 +23,7 @@ from tpuops.context import Context
 from tpuops.errors import CloudError, TpuopsError
 from tpuops.guard import commands as guard_commands
 from tpuops.guard.autostop import cost_guard
+from tpuops.guard.autostop.client import CostSoFar, held_cost
 from tpuops.guard.handback import with_guard_state
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.run_records import end_runs_with_the_tpu
@@ -51,13 +53,14 @@ class DownResult:
     left_alone: tuple[str, ...]
     kept_bucket: str | None
     where: str  # where the search looked
+    cost: CostSoFar | None = None  # what the deleted TPU cost in all, hours held x list $/hour (None: unknown)
 
     @property
     def nothing_left(self) -> bool:
         return not self.deleted
 
     def as_dict(self) -> dict[str, object]:
-        return {**asdict(self), "nothing_left": self.nothing_left}
+        return {**asdict(self), "nothing_left": self.nothing_left, "cost": self.cost.as_dict() if self.cost else None}
 
 
 def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = False,
@@ -123,10 +126,16 @@ def find_without_state(ctx: Context, name: str, zones: Sequence[str], delete_buc
     return DownPlan(name, tuple(finder.doomed), tuple(finder.left_alone), kept, found.where, mode=mode), cloud
 
 
-def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | None = None) -> DownResult:
+def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | None = None,
+            now: float | None = None) -> DownResult:
+    """Delete what the plan dooms; `now` (default: the clock's) ends the TPU's time held, for its cost."""
     report = progress or (lambda kind, name, text: None)
     state = ctx.store.load(plan.cluster)
     spec = spec_of(state) if state is not None else None
+    cost = None
+    if state is not None and any(d.kind in ("tpu", "queued_resource") for d in plan.doomed):
+        cost = held_cost(list_prices=ctx.provider_for(spec, state).list_prices, state=state, spec=spec,
+                         now=time.time() if now is None else now)
     if state is not None:  # without state there is no guard process nor agent config here to stop
         stop_guard(ctx, state, spec, report)  # first: it would take the deletions below for a preemption
         if any(d.kind in ("tpu", "queued_resource") for d in plan.doomed):
@@ -144,7 +153,7 @@ def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | Non
         for doomed in (d for d in plan.doomed if not handler(d.kind).zonal):
             delete_one(cloud, plan.mode, doomed, report)
     forget_cluster(ctx, plan, state)
-    return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket, plan.where)
+    return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket, plan.where, cost)
 
 
 def stop_guard(ctx: Context, state: ClusterState, spec: Spec | None, report: Progress) -> None:
@@ -180,6 +189,7 @@ def forget_cluster(ctx: Context, plan: DownPlan, state: ClusterState | None) -> 
     from tpuops.ops.push import forget_pushes
 
     forget_pushes(ctx, plan.cluster)
+    ssh_config.forget(ctx.store.home, plan.cluster)
     if state is None:
         return
     keys.forget_host_keys(ctx.store.cluster_dir(plan.cluster))

@@ -44,6 +44,7 @@ from tpuops.ops.run_control import (  # noqa: F401  (also the run's other comman
     worker_runs,
     worst_exit_code,
 )
+from tpuops.ops.run_output import keep_output
 from tpuops.ops.trainer_env import localize, trainer_envs
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_text
 from tpuops.remote.fanout import run_each
@@ -181,6 +182,7 @@ class _Launch:
             self.record(stop_step(cluster, self.run_id, self.runners, options.max_parallel))
             return self.failed()
         install_tools(self.runners, cluster, spec, self.ctx.env, options.max_parallel)  # the watchdog's py-spy
+        keep_output(self.ctx, self.access, self.runners, self.run_id, options.max_parallel)  # into the bucket
         return LaunchReport(cluster, self.run_id, tuple(self.steps),
                             cost_guard.install(self.ctx, self.access, self.runners[0]))
 

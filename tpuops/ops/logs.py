@@ -25,6 +25,7 @@ from tpuops.logs.runs import CLOCK_SLACK, Launch, RunMap, choose, created_at
 from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow, run_of
 from tpuops.ops.remote import resolve_name
 from tpuops.remote.base import LineHandler
+from tpuops.state import bucket_of
 
 if TYPE_CHECKING:
     from tpuops.cloud.provider import Provider
@@ -113,6 +114,17 @@ class ClusterRuns:
         return choose([Launch(run.id, run.restart) for run in state.runs], which, state.name)
 
 
+def run_totals(ctx: Context, name: str | None, logdir: str | None) -> dict[str, int | None]:
+    """Each recorded run's step count, as its command line asks for it (`--steps 1000`), for the progress line;
+    nothing with --logdir."""
+    from tpuops.logs.progress import total_from_command
+
+    if logdir:
+        return {}
+    state = ctx.store.require(_cluster_name(ctx, name))
+    return {run.id: total_from_command(run.command) for run in state.runs}
+
+
 def _cluster_name(ctx: Context, name: str | None) -> str:
     return resolve_name(ctx, name, otherwise="pass --logdir gs://BUCKET/PATH or a directory")
 
@@ -159,17 +171,25 @@ def follow_points(source: Pollable, *, interval: float, max_interval: float, unt
 
 
 def worker_output(ctx: Context, name: str | None, *, follow: bool, on_line: LineHandler,
-                  on_error: Callable[[str], None]) -> int:
+                  on_error: Callable[[str], None], run_id: str | None = None) -> int:
     """The trainer's own output of the current run on every worker, line by line with the worker's name.
 
     follow: stream until the run ends everywhere (the launch's `follow`); the exit code is the worst worker's.
-    Otherwise: what each worker has written so far; non-zero when a worker could not be read.
+    Otherwise: what each worker has written so far; non-zero when a worker could not be read. `run_id` (a run,
+    `all`), or a cluster whose workers are gone (preempted, deleted): the output kept in the bucket instead.
     """
     from tpuops.ops.launch import follow as follow_run
     from tpuops.ops.launch import worst_exit_code
     from tpuops.ops.remote import exec_command
+    from tpuops.ops.run_output import kept_output
 
     state = ctx.store.require(_cluster_name(ctx, name))
+    if run_id is not None and follow:
+        raise UsageError("--workers -f follows the current run on its workers; --run reads the output kept in the "
+                         "bucket", "drop -f, or --run")
+    if run_id is not None or (not follow and not state.workers and state.runs):
+        kept_output(ctx, state.name, run_id, on_line)
+        return 0
     run = state.current_run
     if run is None:
         raise UsageError(f"no run recorded for '{state.name}'", f"start one with `tpuops launch {state.name}`")
@@ -184,4 +204,7 @@ def worker_output(ctx: Context, name: str | None, *, follow: bool, on_line: Line
     for result in results:
         if result.error:
             on_error(result.error)
+    if any(result.error for result in results) and bucket_of(state, None) is not None:
+        on_error(f"workers out of reach (preempted? deleted?): the output kept in the bucket is shown by "
+                 f"`tpuops logs {state.name} --workers --run {run.id}`")
     return code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from tpuops.cloud.kinds.storage import bucket_row
 from tpuops.cloud.kinds.tpu import node_row, queued_row
 from tpuops.context import Context
 from tpuops.errors import ClusterNotFound, TpuopsError
+from tpuops.guard.autostop.client import CostSoFar, held_cost, setting_of
 from tpuops.guard.autostop.cost_guard import GuardStatus, guard_status
 from tpuops.guard.handback import with_guard_state
 from tpuops.guard.report import GuardReport, guard_report
@@ -73,22 +75,27 @@ class ClusterSummary:
     resources: tuple[str, ...]  # "kind name (recorded status)"
     workers: int
     updated_at: str
+    autostop: str = "off"  # "idle 30m" | "off"
+    cost: CostSoFar | None = None  # the TPU held since `up` saw it ready: hours x list $/hour (None: no TPU held)
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return {**asdict(self), "cost": self.cost.as_dict() if self.cost else None}
 
 
-def list_clusters(ctx: Context) -> list[ClusterSummary]:
-    """All clusters with local state, from the state files alone (no cloud calls: it must stay fast)."""
+def list_clusters(ctx: Context, now: float | None = None) -> list[ClusterSummary]:
+    """All clusters with local state, from the state files and their specs alone (no cloud calls: it must stay
+    fast); what each costs from the TPU's recorded creation time to `now` (default: the clock's)."""
     summaries = []
     for name in ctx.store.names():
         state = ctx.store.load(name)
         if state is None:
             continue
+        spec = spec_of(state)
         resources = tuple(f"{r.kind} {r.name} ({r.status})" for r in state.resources)
-        summaries.append(
-            ClusterSummary(name, state.provider, state.zone, resources, len(state.workers), state.updated_at)
-        )
+        cost = held_cost(list_prices=ctx.provider_for(spec, state).list_prices, state=state, spec=spec,
+                         now=time.time() if now is None else now)
+        summaries.append(ClusterSummary(name, state.provider, state.zone, resources, len(state.workers),
+                                        state.updated_at, setting_of(state, spec).describe(), cost))
     return summaries
 
 

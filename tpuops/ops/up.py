@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from graphlib import TopologicalSorter
 from pathlib import Path
 
-from tpuops import keys
+from tpuops import keys, ssh_config
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, silent
 from tpuops.cloud.kinds.tpu import reachable_hosts
@@ -110,6 +110,7 @@ def up(
     except KeyboardInterrupt:
         raise interrupted(job) from None
     workers, known_hosts = record_workers(ctx, job, known[tpu_kind(spec)])
+    ssh_config.refresh(ctx.store.home, job.ledger.state)  # `ssh tpuops-NAME-w0` reaches the workers just recorded
     # Handed on as held: the state just written and the spec parsed above, not read again by name.
     agent = cost_guard.install(ctx, access_for(ctx, job.ledger.state, spec))
     guard_info = guard_commands.start_guard(ctx, job.ledger.state, spec) if start_guard else None

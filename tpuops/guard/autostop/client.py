@@ -296,3 +296,20 @@ def cost_so_far(*, list_prices: bool, accelerator_type: str, spot: bool, created
     price = f"${per_hour:.2f}/h" if accelerator is not None else f"{accelerator_type} not in the catalog"
     return CostSoFar(uptime, per_hour, per_hour * uptime / 3600, f"list price as of {cat.as_of}, {price}; "
                      "TRC quota: free")
+
+
+def held_cost(*, list_prices: bool, state: ClusterState, spec: Spec | None, now: float,
+              accelerator_type: str | None = None) -> CostSoFar | None:
+    """The cluster's TPU since `up` first saw it ready, at the list price of its type (the spec's unless the TPU
+    API said another): spot prices for a spot or preemptible spec, each slice, a legacy Node's client VM.
+    None when no TPU is held or its type or creation time is unknown."""
+    tpu = state.tpu_record()
+    created = epoch_seconds(tpu.created_at) if tpu is not None and tpu.status == "created" else None
+    accelerator_type = accelerator_type or (spec.tpu.type if spec is not None else None)
+    if tpu is None or created is None or not accelerator_type:
+        return None
+    client_vm = spec.client_vm if spec is not None else None
+    return cost_so_far(list_prices=list_prices, accelerator_type=accelerator_type,
+                       spot=bool(spec and (spec.tpu.spot or spec.tpu.preemptible)), created_at=created, now=now,
+                       client_vm_machine_type=client_vm.machine_type if client_vm else None,
+                       client_vm_disk_gb=client_vm.disk_gb if client_vm else 0, slices=len(tpu.node_names))

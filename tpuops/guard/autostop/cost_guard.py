@@ -23,8 +23,8 @@ from tpuops.guard.autostop.client import (
     agent_config,
     autostop_view,
     change_setting,
-    cost_so_far,
     deletion_record,
+    held_cost,
     install_on_worker0,
     read_record,
     record_prefix,
@@ -160,17 +160,11 @@ def guard_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_state
     """`tpu_state`: what the TPU API said just now (None: the TPU does not exist)."""
     tpu_ready = tpu_state == "READY"
     provider = ctx.provider_for(spec, state)
-    tpu = state.tpu_record()
     setting = setting_of(state, spec)
     cost = None
-    created = created_seconds(tpu)
-    if created is not None and accelerator_type and tpu_ready:
-        client_vm = spec.client_vm if spec is not None else None
-        cost = cost_so_far(list_prices=provider.list_prices, accelerator_type=accelerator_type,
-                           spot=bool(spec and (spec.tpu.spot or spec.tpu.preemptible)), created_at=created,
-                           now=time.time(), client_vm_machine_type=client_vm.machine_type if client_vm else None,
-                           client_vm_disk_gb=client_vm.disk_gb if client_vm else 0,
-                           slices=len(tpu.node_names) if tpu is not None else 1)
+    if accelerator_type and tpu_ready:
+        cost = held_cost(list_prices=provider.list_prices, state=state, spec=spec, now=time.time(),
+                         accelerator_type=accelerator_type)
     view = None
     if tpu_ready and state.workers and (setting.enabled or state.autostop is not None):
         runner = worker0(access_for(ctx, state, spec), connect_timeout=AGENT_CONNECT_TIMEOUT)

@@ -1,0 +1,121 @@
+"""`tpuops tensorboard` on the local simulator's quickstart: TensorBoard serves the run's tags from the mirror, a
+run launched while it runs shows up (the mirror loop), and Ctrl-C stops it leaving no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import assert_clean_exit, interrupt, run_cli
+from tests.sshd import free_port
+
+QUICKSTART = Path(__file__).parent.parent / "examples" / "quickstart.yaml"
+pytestmark = pytest.mark.skipif(subprocess.run([sys.executable, "-c", "import tensorboard.main"],
+                                               capture_output=True, timeout=120).returncode != 0,
+                                reason="tensorboard is not importable")
+
+
+def first_line(process: subprocess.Popen[str], timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.5)
+        if ready:
+            return process.stdout.readline()
+        assert process.poll() is None, process.stderr.read() if process.stderr else "exited"
+    raise AssertionError("no line in time")
+
+
+def get_json(url: str) -> object:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def wait_for(condition, timeout: float):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError("condition not met in time")
+
+
+def tensorboard_processes(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"tensorboard.main" in cmdline and marker.encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def test_tensorboard_serves_the_runs_and_stops_cleanly(tpuops_home: Path) -> None:
+    done = run_cli("run", str(QUICKSTART), "--json", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first_run = json.loads(done.stdout)["run_id"]
+    port = free_port()
+    board = subprocess.Popen([sys.executable, "-m", "tpuops", "tensorboard", "quickstart", "--port", str(port),
+                              "--interval", "0.5", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    marker = str(tpuops_home)
+    try:
+        info = json.loads(first_line(board, timeout=180))
+        assert info["url"] == f"http://127.0.0.1:{port}/" and info["runs"] == "all"
+        tags = get_json(f"{info['url']}data/plugin/scalars/tags")
+        assert {"loss", "learning_rate"} <= set(tags[first_run])
+
+        # A run launched while TensorBoard runs appears in it: the mirror loop keeps its directory current.
+        again = run_cli("launch", "quickstart", "--follow", "--", "python3 train.py --data ~/data/quickstart.txt "
+                        "--steps 20", timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+        runs = wait_for(lambda: [r for r in get_json(f"{info['url']}data/runs") if r != first_run], timeout=120)
+        assert len(runs) == 1 and runs[0] > first_run  # run ids start with their launch time
+
+        assert tensorboard_processes(marker)  # the test's own marker finds it while it runs
+    finally:
+        _, stderr = interrupt(board, signum=signal.SIGINT)
+    assert board.returncode == 0, stderr
+    assert_clean_exit(stderr)
+    assert "TensorBoard stopped" in stderr
+    assert tensorboard_processes(marker) == []
+    assert run_cli("down", "quickstart", "--yes", "--delete-bucket", "--force").returncode == 0
+
+
+def test_a_taken_port_is_one_line(tpuops_home: Path, tmp_path: Path) -> None:
+    import socket
+
+    from tests.helpers import write_spec
+
+    spec = write_spec(tmp_path, """
+        name: sim
+        provider: local
+        tpu: {type: v2-8, workers: 1}
+        bucket: {name: sim-bucket}
+        code: {path: ./src}
+        logs: {tensorboard: gs://sim-bucket/logs}
+    """)
+    (tmp_path / "src").mkdir()
+    assert run_cli("up", str(spec)).returncode == 0
+    try:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            result = run_cli("tensorboard", "sim", "--port", str(taken.getsockname()[1]))
+        assert result.returncode == 2 and "is in use" in result.stderr and "--port N" in result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        assert run_cli("down", "sim", "--yes", "--delete-bucket", "--force").returncode == 0
