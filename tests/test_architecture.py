@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "tpuops"
-SHIPPED = {"tpuops.guard.autostop.agent", "tpuops.guard.autostop.agent_host", "tpuops.remote.push_agent",
-           "tpuops.remote.push_relay", "tpuops.remote.push_protocol", "tpuops.remote.push_receive",
-           "tpuops.guard.fetch_bundle"}  # sent to workers (and to the guard VM) as text
+SHIPPED = {"tpuops.shipped.autostop_agent", "tpuops.shipped.autostop_agent_host", "tpuops.shipped.push_agent",
+           "tpuops.shipped.push_relay", "tpuops.shipped.push_protocol", "tpuops.shipped.push_receive",
+           "tpuops.shipped.guard_fetch_bundle"}  # sent to workers (and to the guard VM) as text
 
 
 def modules() -> dict[str, Path]:
@@ -79,8 +79,8 @@ def test_ops_never_asks_which_provider_it_has() -> None:
 
 
 def test_the_shipped_agents_import_nothing_of_tpuops() -> None:
-    # Parts whose text replaces their import when shipped (sync.agent_source, guard.autostop.shipped.agent_source):
-    inlined = ("tpuops.remote.push_protocol", "tpuops.remote.push_receive", "tpuops.remote.push_relay",
-               "tpuops.guard.autostop.agent_host")
+    # Parts whose text replaces their import when shipped (shipped.program):
+    inlined = ("tpuops.shipped.push_protocol", "tpuops.shipped.push_receive", "tpuops.shipped.push_relay",
+               "tpuops.shipped.autostop_agent_host")
     for name in SHIPPED:
         assert not [i for i in imports(MODULES[name]) if i.startswith("tpuops") and not i.startswith(inlined)], name

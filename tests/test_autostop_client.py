@@ -37,10 +37,10 @@ from tpuops.guard.autostop.client import (
     stop_for_down,
 )
 from tpuops.guard.autostop.remote import AgentFailure, AgentReport, read_agent, stop_agent
-from tpuops.guard.autostop.shipped import agent_source
-from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.remote.local import LocalRunner, worker_path
 from tpuops.remote.ssh import KnownHosts, SshRunner, SshSettings, SshTarget, load_private_key
+from tpuops.shipped import program
+from tpuops.spec.autostop import AutostopSpec
 
 FAST = {"TPUOPS_AUTOSTOP_TICK": "0.1"}
 
@@ -49,7 +49,7 @@ FAST = {"TPUOPS_AUTOSTOP_TICK": "0.1"}
 
 
 def test_the_agent_is_python_3_8_syntax_and_standard_library_only() -> None:
-    tree = ast.parse(agent_source("agent"), feature_version=(3, 8))
+    tree = ast.parse(program("autostop_agent"), feature_version=(3, 8))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)

@@ -116,7 +116,7 @@ def test_the_bundle_is_mirrored_with_the_vms_token_and_only_what_changed_is_fetc
 
 
 def test_an_object_name_that_would_leave_the_guards_home_is_skipped() -> None:
-    from tpuops.guard import fetch_bundle
+    from tpuops.shipped import guard_fetch_bundle as fetch_bundle
 
     assert fetch_bundle.safe_path("/h", "clusters/night/state.json") == "/h/clusters/night/state.json"
     for name in ("../escape", "a/../../b", "/etc/passwd", "", "dir/", "a//b", "./x"):

@@ -356,7 +356,7 @@ def test_a_launch_lock_whose_launcher_fell_silent_is_let_go_after_its_ttl(tmp_pa
     worker 0 lets go after the TTL (here 3 s; 60 s in use)."""
     from tpuops.remote.launch_lock import LaunchLock, LockBusy
     from tpuops.remote.local import LocalRunner
-    from tpuops.remote.scripts import script_command
+    from tpuops.shipped import script_command
 
     runner = LocalRunner("w0", tmp_path, {"PATH": os.environ["PATH"]})
     gone = threading.Event()

@@ -15,7 +15,7 @@ from tests.logs_writers import TbWriter
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.errors import SpecError
 from tpuops.remote.local import LocalRunner
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 from tpuops.spec import load_spec
 from tpuops.watchdog.confirm import classify, parse_probe
 from tpuops.watchdog.launch_hooks import ABORT_ON_HANGS, with_hang_abort
@@ -217,7 +217,7 @@ def test_the_tools_script_finds_py_spy_or_installs_it_for_the_user_detached(tmp_
 def test_the_probe_finds_the_trainers_metrics_port_and_says_why_there_are_no_metrics(tmp_path: Path) -> None:
     import socket
 
-    from tpuops.remote.scripts import script_text
+    from tpuops.shipped import script_text
     from tpuops.watchdog.confirm import probe_all
 
     home = tmp_path / "home"

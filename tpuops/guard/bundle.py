@@ -1,5 +1,5 @@
 """What a guard VM runs from: `guard up` stages under gs://BUCKET/.tpuops/NAME/guard/bundle/ the files the VM
-mirrors into its TPUOPS_HOME (guard/fetch_bundle.py), with paths that make sense there:
+mirrors into its TPUOPS_HOME (shipped/guard_fetch_bundle.py), with paths that make sense there:
 
     clusters/NAME/state.json         the cluster's state; spec_path names the staged spec on the VM
     clusters/NAME/known_hosts        the workers' pinned host keys

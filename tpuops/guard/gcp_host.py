@@ -26,10 +26,10 @@ from tpuops.cloud.blobs import BlobStore, same_content
 from tpuops.cloud.kinds.guard_vm import GuardVmSettings, ensure_guard_vm
 from tpuops.errors import CloudError, PermissionDenied, RemoteError, TpuopsError, UsageError
 from tpuops.guard.host import BUNDLE, NOTIFY_FILE, GuardHostInfo, GuardPlacement
-from tpuops.guard.reach import GuardSource, letting_in, missing_rule_command
 from tpuops.guard.startup import GUARD_HOME, GUARD_USER, GuardBoot, startup_script
-from tpuops.guard.vm_shape import GUARD_ROLE, GUARD_TAG, ROLE_LABEL
 from tpuops.guard.wheel import running_wheel
+from tpuops.plan.guard_reach import GuardSource, letting_in, missing_rule_command
+from tpuops.plan.guard_vm_shape import GUARD_ROLE, GUARD_TAG, ROLE_LABEL
 from tpuops.spec import CLUSTER_LABEL
 
 T = TypeVar("T")

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from importlib import resources
 
+from tpuops.shipped import script_text
 from tpuops.spec import NAME_RE
 
 SERVICE = "tpuops-guard"
@@ -52,7 +52,7 @@ def key_path(home: str, cluster: str) -> str:
 
 
 def fetch_program() -> str:
-    text = resources.files("tpuops.guard").joinpath("fetch_bundle.py").read_text()
+    text = script_text("guard_fetch_bundle.py")
     assert "\nFETCH_BUNDLE_PY\n" not in text
     return text
 

@@ -6,7 +6,7 @@ first part of the run: its output streams here, `status` shows it, `stop` ends i
 holders, and start the command detached on all workers at once (own session, pid file and log under
 `~/tpuops/NAME/runs/RUN_ID/`), with the environment each framework needs (`ops/trainer_env.py`). The run
 outlives the SSH connections; `follow` reattaches to it, `stop` ends it (`ops/run_control.py`). The host side
-is in `remote/scripts/*.sh`.
+is in `shipped/*.sh`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_
 from tpuops.remote.fanout import run_each
 from tpuops.remote.launch_lock import LaunchLock, LockBusy, LockOwner
 from tpuops.remote.push_results import ProgressHandler
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 from tpuops.state import RunRecord
 from tpuops.watchdog.launch_hooks import install_tools
 

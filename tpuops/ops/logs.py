@@ -141,7 +141,7 @@ def worker_output(ctx: Context, name: str | None, *, follow: bool, on_line: Line
         results = follow_run(ctx, state.name, run.id, on_line=on_line).results
         code = worst_exit_code(results)
     else:
-        # The run's directory on a worker, as the host scripts lay it out (remote/scripts/follow.sh).
+        # The run's directory on a worker, as the host scripts lay it out (shipped/follow.sh).
         log = f'"$HOME/tpuops/{state.name}/runs/{run.id}/output.log"'
         results = exec_command(ctx, state.name, f"cat {log}", on_line=on_line).results
         code = 0 if all(result.exit_code == 0 for result in results) else 1

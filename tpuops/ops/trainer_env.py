@@ -1,6 +1,6 @@
 """The environment of a run's trainer on every worker: tpuops's own TPUOPS_* variables, what each framework
 needs to find the TPU, trainer.env, JAX's compilation cache, and with Multislice the MEGASCALE_* defaults
-(which only fill what the host itself lacks: see remote/scripts/start.sh)."""
+(which only fill what the host itself lacks: see shipped/start.sh)."""
 
 from __future__ import annotations
 

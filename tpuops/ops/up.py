@@ -23,7 +23,6 @@ from tpuops.context import Context
 from tpuops.guard import commands as guard_commands
 from tpuops.guard.autostop import cost_guard
 from tpuops.guard.autostop.remote import AgentInstall
-from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.guard.host import GuardHostInfo
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.remote import access_for
@@ -31,6 +30,7 @@ from tpuops.ops.specs import load_checked
 from tpuops.ops.workers import number_hosts
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
 from tpuops.spec import CLUSTER_LABEL
+from tpuops.spec.autostop import AutostopSpec
 from tpuops.state import ClusterState, WorkerRecord
 
 Progress = Callable[[str, str, str], None]  # (kind, name, what is happening)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from tpuops.errors import RemoteError, TpuopsError
 from tpuops.remote.base import Runner, RunResult
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 
 HEARTBEAT_SECONDS = 5.0
 TTL_SECONDS = 60  # a holder whose launcher sent nothing this long lets go (its machine vanished mid-launch)

@@ -44,8 +44,8 @@ from tpuops.remote.base import (
     shell_line,
     timeout_error,
 )
-from tpuops.remote.scripts import script_command
 from tpuops.retry import bounded_by
+from tpuops.shipped import script_command
 
 # paramiko logs "Socket exception: Bad file descriptor" when a connection is closed under its reader thread
 # (Ctrl-C, a closed pipe); Python's last-resort handler would print that. Our results say what went wrong.

@@ -2,7 +2,7 @@
 what `status` shows about it (setting, time left, last failure, the record left in the bucket) and the
 cost so far at the catalog's list price.
 
-The agent itself runs on worker 0 (`tpuops/guard/autostop/agent.py`); `tpuops.guard.autostop.remote` talks to it.
+The agent itself runs on worker 0 (`tpuops/shipped/autostop_agent.py`); `tpuops.guard.autostop.remote` talks to it.
 Everything here takes plain values (no Context), so up/launch/status/down/watch can call it as they are.
 """
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from tpuops.cloud.blobs import BlobStore
     from tpuops.cloud.provider import Provider
     from tpuops.spec import Spec
-from tpuops.guard.autostop.spec import AutostopSpec
+from tpuops.spec.autostop import AutostopSpec
 from tpuops.state import ClusterState, bucket_of, epoch_seconds
 
 TICK_ENV = "TPUOPS_AUTOSTOP_TICK"  # seconds between the agent's decisions (tests use a fraction of a second)

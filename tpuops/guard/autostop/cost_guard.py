@@ -3,7 +3,7 @@
 cost so far, the agent's setting and time left, the record it left when it deleted the TPU).
 
 The plain-value pieces (configuration, install, the status view, cost) are in `client.py`; the agent
-itself in `tpuops/guard/autostop/agent.py`.
+itself in `tpuops/shipped/autostop_agent.py`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from tpuops.guard.autostop.client import (
     stop_for_down,
 )
 from tpuops.guard.autostop.remote import AgentConfig, AgentInstall, AgentStop, read_agent, stop_agent
-from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.ops.remote import ClusterAccess, access_for, cluster_access, make_runners, tpu_paths
 from tpuops.remote.base import Runner
 from tpuops.spec import Spec
+from tpuops.spec.autostop import AutostopSpec
 from tpuops.state import ClusterState, TpuRecord, bucket_of, epoch_seconds
 
 JAX_CACHE_DIR = "jax-cache"  # under gs://BUCKET/.tpuops/NAME/, as launch points JAX_COMPILATION_CACHE_DIR

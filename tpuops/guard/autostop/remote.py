@@ -1,7 +1,7 @@
 """The autostop agent on a worker, seen from the client: install or refresh it, stop it, read its state.
 
-The agent (`tpuops/guard/autostop/agent.py`) is sent as text on stdin and run by the worker's own python3 through
-`remote/scripts/autostop.sh`; it decides on the worker itself, so a laptop that went to sleep cannot leave
+The agent (`tpuops/shipped/autostop_agent.py`) is sent as text on stdin and run by the worker's own python3 through
+`shipped/autostop.sh`; it decides on the worker itself, so a laptop that went to sleep cannot leave
 a TPU running. Its configuration is one JSON file written at install time (`AgentConfig`).
 """
 
@@ -11,9 +11,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from tpuops.guard.autostop.shipped import agent_source
 from tpuops.remote.base import Runner, RunResult
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import program, script_command
 
 INSTALL_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
@@ -124,7 +123,7 @@ def install_agent(runner: Runner, config: AgentConfig, *, clear_keep_alive: bool
     `clear_keep_alive` removes a previous `autostop off` (an explicit new setting does)."""
     request = json.dumps({"config": config.as_json(), "clear_keep_alive": clear_keep_alive})
     argv = script_command("autostop", "install", config.cluster, request)
-    result = runner.run(argv, stdin=agent_source("agent").encode(), capture=True, timeout=INSTALL_TIMEOUT)
+    result = runner.run(argv, stdin=program("autostop_agent").encode(), capture=True, timeout=INSTALL_TIMEOUT)
     answer, problem = _answer(runner.name, result, "start the autostop agent")
     if answer is None:
         return AgentInstall(runner.name, False, error=problem)

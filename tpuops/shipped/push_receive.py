@@ -1,7 +1,7 @@
 # Receiving a push's payload on a worker: from stdin (framed by the client's payload.py) or from the relay
 # worker over HTTP, into the payload file and/or straight into `tar -x`.
 #
-# Part of the worker agent: sync.agent_source() puts this file's text in place of push_agent.py's import of
+# Part of the worker agent: shipped.program('push_agent') puts this file's text in place of push_agent.py's import of
 # it, so it stays standard-library only, Python 3.8 syntax, with no `from __future__` import.
 import contextlib
 import hashlib
@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from tpuops.remote.push_protocol import (  # shipped: the agent carries push_protocol.py's text already
+from tpuops.shipped.push_protocol import (  # shipped: the agent carries push_protocol.py's text already
     EXIT_CORRUPT,
     EXIT_DISK,
     EXIT_FETCH_FAILED,

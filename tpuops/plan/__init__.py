@@ -13,7 +13,7 @@ from typing import Literal
 from tpuops import catalog
 from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
 from tpuops.errors import ForeignResourceError
-from tpuops.guard.vm_plan import GuardPlan, guard_plan
+from tpuops.plan.guard_vm import GuardPlan, guard_plan
 from tpuops.spec import CLUSTER_LABEL, Spec
 
 Kind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm", "guard_vm"]

@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tpuops import spec_yaml
 from tpuops.errors import SpecError
-from tpuops.guard.autostop.spec import AutostopSpec
-from tpuops.guard.spec import GuardSpec
-from tpuops.watchdog.spec import WatchSpec
+from tpuops.spec.autostop import AutostopSpec
+from tpuops.spec.guard import GuardSpec
+from tpuops.spec.watch import WatchSpec
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")

@@ -1,7 +1,7 @@
 # The relay of `tpuops push`: the worker that received the payload over SSH serves it to the other workers on
 # the internal network (random port, 128-bit token in the URL) until the client closes its stdin.
 #
-# Part of the worker agent: sync.agent_source() puts this file's text in place of push_agent.py's import of
+# Part of the worker agent: shipped.program('push_agent') puts this file's text in place of push_agent.py's import of
 # it, so it stays standard-library only, Python 3.8 syntax, with no `from __future__` import.
 import json
 import os

@@ -1,7 +1,7 @@
 # The host and the cloud as the autostop agent sees them: files, what is alive on the worker, HTTP, the
 # metadata server's token and the two backends that delete a TPU (TPU REST API, local simulator).
 #
-# Part of the agent: agent_source('agent') puts this file's text in place of agent.py's import of
+# Part of the agent: shipped.program('autostop_agent') puts this file's text in place of autostop_agent.py's import of
 # it, so it stays standard-library only, Python 3.8 syntax, with no `from __future__` import.
 
 import contextlib

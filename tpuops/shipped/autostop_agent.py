@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from tpuops.guard.autostop.agent_host import (  # shipped: replaced by agent_host.py's text
+from tpuops.shipped.autostop_agent_host import (  # shipped: replaced by autostop_agent_host.py's text
     CLUSTER_LABEL,
     LOG_LIMIT_BYTES,
     MAX_BACKOFF,

@@ -27,7 +27,7 @@ import shutil
 import sys
 import tarfile
 
-from tpuops.remote.push_protocol import (  # shipped: replaced by push_protocol.py's text
+from tpuops.shipped.push_protocol import (  # shipped: replaced by push_protocol.py's text
     EXIT_BASE_UNUSABLE,
     EXIT_CORRUPT,
     EXIT_DISK,
@@ -37,12 +37,12 @@ from tpuops.remote.push_protocol import (  # shipped: replaced by push_protocol.
     manifest_text,
     tree_id,
 )
-from tpuops.remote.push_receive import (  # shipped: replaced by push_receive.py's text
+from tpuops.shipped.push_receive import (  # shipped: replaced by push_receive.py's text
     receive_stdin,
     receive_url,
     tar_failed,
 )
-from tpuops.remote.push_relay import (  # shipped: replaced by push_relay.py's text
+from tpuops.shipped.push_relay import (  # shipped: replaced by push_relay.py's text
     Relay,
 )
 

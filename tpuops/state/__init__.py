@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tpuops.atomic import write_atomic
 from tpuops.errors import ClusterNotFound
-from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.keys import forget_host_keys
+from tpuops.spec.autostop import AutostopSpec
 
 if TYPE_CHECKING:
     from tpuops.spec import Spec

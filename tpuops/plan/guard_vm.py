@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from tpuops import catalog
 from tpuops.cloud.base import Cloud
-from tpuops.guard.reach import GuardSource, letting_in, missing_rule_command
-from tpuops.guard.vm_shape import DISK_GB, GUARD_TAG
+from tpuops.plan.guard_reach import GuardSource, letting_in, missing_rule_command
+from tpuops.plan.guard_vm_shape import DISK_GB, GUARD_TAG
 from tpuops.spec import Spec, region_of
 
 HOURS_PER_MONTH = 730
