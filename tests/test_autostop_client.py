@@ -22,7 +22,6 @@ from tests.sshd import SshdCluster, sshd_available
 from tests.test_autostop_agent import ZONE, wait_for
 from tpuops.cloud.base import TpuRequest
 from tpuops.cloud.local.apis import LocalCloud
-from tpuops.cloud.local.provider import LocalProvider, autostop_target
 from tpuops.durations import format_duration, parse_autostop
 from tpuops.errors import UsageError
 from tpuops.guard.autostop.client import (
@@ -37,6 +36,7 @@ from tpuops.guard.autostop.client import (
     stop_for_down,
 )
 from tpuops.guard.autostop.remote import AgentFailure, AgentReport, read_agent, stop_agent
+from tpuops.providers.local import LocalProvider, autostop_target
 from tpuops.remote.local import LocalRunner, worker_path
 from tpuops.remote.ssh import KnownHosts, SshRunner, SshSettings, SshTarget, load_private_key
 from tpuops.shipped import program

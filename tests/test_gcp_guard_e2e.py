@@ -30,8 +30,8 @@ from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli
 from tests.sshd import SshdCluster, sshd_available
 from tests.test_guard_local import webhook  # noqa: F401  (pytest fixture)
-from tpuops.cloud.blob_urls import open_blob_store
 from tpuops.guard.ledger import Ledger
+from tpuops.providers.blob_urls import open_blob_store
 from tpuops.shipped import guard_fetch_bundle as fetch_bundle
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")

@@ -16,8 +16,8 @@ import pytest
 import tpuops
 from tests.fakes.metadata import MetadataFake
 from tests.gcs_emulator import GcsEmulator, gcs_emulator  # noqa: F401  (pytest fixture)
-from tpuops.guard import wheel as wheels
-from tpuops.guard.startup import GuardBoot, startup_script
+from tpuops.providers import guard_wheel as wheels
+from tpuops.providers.guard_startup import GuardBoot, startup_script
 
 WHEEL = f"tpuops-{tpuops.__version__}-py3-none-any.whl"
 PREFIX = ".tpuops/night/guard/bundle/"

@@ -3,7 +3,7 @@ mirrors into its TPUOPS_HOME (shipped/guard_fetch_bundle.py), with paths that ma
 
     clusters/NAME/state.json         the cluster's state; spec_path names the staged spec on the VM
     clusters/NAME/known_hosts        the workers' pinned host keys
-    clusters/NAME/id_ed25519.pub     the public half only: the private key goes over SSH (guard/gcp_host.py)
+    clusters/NAME/id_ed25519.pub     the public half only: the private key goes over SSH (providers/gcp_guard_host.py)
     clusters/NAME/spec/tpuops.yaml   the spec, code.path and data[].from pointing at the staged copies, and
                                      without guard.notify (a secret: it goes over SSH too, to a 0600 file)
     clusters/NAME/spec/code/...      the code a relaunch pushes (code.path without code.exclude)

@@ -10,12 +10,10 @@ from dataclasses import replace
 
 from tpuops import keys
 from tpuops.cloud.blob_types import BlobStore
-from tpuops.cloud.provider import Login
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.bundle import remove_bundle, stage_bundle
 from tpuops.guard.handback import with_guard_state
-from tpuops.guard.host import BUNDLE, GuardHost, GuardHostInfo, GuardPlacement
 from tpuops.guard.lease import Lease, read_lease
 from tpuops.guard.ledger import Ledger, LedgerEvent
 from tpuops.guard.place import guard_store, guard_url
@@ -23,6 +21,8 @@ from tpuops.guard.report import GuardReport, guard_report, host_of
 from tpuops.ops import launch as launch_ops
 from tpuops.ops.remote import resolve_name
 from tpuops.ops.status import spec_of
+from tpuops.providers.base import Login
+from tpuops.providers.guard_host import BUNDLE, GuardHost, GuardHostInfo, GuardPlacement
 from tpuops.remote.base import LineHandler
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ClusterState, VmRecord, bucket_of

@@ -23,7 +23,6 @@ from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.handback import StatePublisher
 from tpuops.guard.heartbeat import HeartbeatWriter, IdleHeartbeat, heartbeat_interval
-from tpuops.guard.host import HOLDER_ENV
 from tpuops.guard.lease import Lease, LeaseKeeper, LeaseLost, LeaseRecord, read_lease
 from tpuops.guard.ledger import Ledger, Progress
 from tpuops.guard.notify import Notifier
@@ -33,6 +32,7 @@ from tpuops.ops import watch as watch_ops
 from tpuops.ops.logs import LogsRequest, logs_provider, open_source, resolve_logdir
 from tpuops.ops.remote import resolve_name
 from tpuops.ops.status import spec_of
+from tpuops.providers.guard_host import HOLDER_ENV
 
 ROLE_GUARD, ROLE_WATCH = "guard", "watch"
 ERROR_KINDS = frozenset({"observe", "gave-up", "error"})

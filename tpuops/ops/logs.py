@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpuops.cloud.blob_urls import open_blob_store
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
@@ -21,10 +20,11 @@ from tpuops.logs.mirror import Mirror, MirroredTail
 from tpuops.logs.runs import Launch, RunMap, choose
 from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow
 from tpuops.ops.remote import resolve_name
+from tpuops.providers.blob_urls import open_blob_store
 from tpuops.remote.base import LineHandler
 
 if TYPE_CHECKING:
-    from tpuops.cloud.provider import Provider
+    from tpuops.providers.base import Provider
 
 
 @dataclass(frozen=True)

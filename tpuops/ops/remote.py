@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops import catalog
-from tpuops.cloud.provider import Login, Provider
 from tpuops.context import Context
 from tpuops.errors import SpecError, TpuopsError, UsageError
 from tpuops.guard.autostop.client import deletion_record
 from tpuops.guard.handback import with_guard_state
 from tpuops.ops.workers import one_worker, select_workers, ssh_targets, worker_targets
+from tpuops.providers.base import Login, Provider
 from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_of_words, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
 from tpuops.spec import Spec, load_spec

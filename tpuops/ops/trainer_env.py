@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tpuops.cloud.provider import TrainerSite
 from tpuops.context import Context
 from tpuops.guard.autostop import cost_guard
 from tpuops.guard.autostop.client import record_prefix
 from tpuops.ops.remote import ClusterAccess
+from tpuops.providers.base import TrainerSite
 from tpuops.spec import Spec
 from tpuops.state import WorkerRecord, bucket_of
 from tpuops.watchdog.launch_hooks import with_hang_abort

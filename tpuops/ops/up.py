@@ -23,12 +23,12 @@ from tpuops.context import Context
 from tpuops.guard import commands as guard_commands
 from tpuops.guard.autostop import cost_guard
 from tpuops.guard.autostop.remote import AgentInstall
-from tpuops.guard.host import GuardHostInfo
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.remote import access_for
 from tpuops.ops.specs import load_checked
 from tpuops.ops.workers import number_hosts
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
+from tpuops.providers.guard_host import GuardHostInfo
 from tpuops.spec import CLUSTER_LABEL
 from tpuops.spec.autostop import AutostopSpec
 from tpuops.state import ClusterState, WorkerRecord

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from tpuops.cloud.base import Worker
-from tpuops.cloud.provider import WorkerTarget
 from tpuops.errors import UsageError
+from tpuops.providers.base import WorkerTarget
 from tpuops.state import ClusterState, WorkerRecord
 
 # 3, w3, s1w3; a range of either: 5-7, w5-w7, s1w0-3 (hosts 0..3 of slice 1)

@@ -2,7 +2,7 @@
 
 It carries the cluster's label like everything else, so `down` and `status` find it without local state, plus a
 role label that tells it from a legacy Node's client VM (which carries the cluster's label alone). It is made by
-`tpuops guard up` (guard/gcp_host.py: the startup script needs the staged bundle), never by `up`'s plan;
+`tpuops guard up` (providers/gcp_guard_host.py: the startup script needs the staged bundle), never by `up`'s plan;
 here it is observed, adopted, described and deleted like the other kinds.
 """
 

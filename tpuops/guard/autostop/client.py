@@ -31,7 +31,7 @@ from tpuops.remote.base import Runner
 
 if TYPE_CHECKING:
     from tpuops.cloud.blobs import BlobStore
-    from tpuops.cloud.provider import Provider
+    from tpuops.providers.base import Provider
     from tpuops.spec import Spec
 from tpuops.spec.autostop import AutostopSpec
 from tpuops.state import ClusterState, bucket_of, epoch_seconds

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from tpuops.providers.base import LocalTarget
 from tpuops.remote.base import Runner, RunResult
 from tpuops.shipped import program, script_command
 
@@ -18,17 +19,6 @@ INSTALL_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 STATUS_TIMEOUT = 20.0
 DEFAULT_TICK_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class LocalTarget:
-    """What deleting a simulated TPU removes on this machine (the local provider's layout), and where the
-    record goes (the directory standing for gs://BUCKET/.tpuops/NAME)."""
-
-    node_record: str
-    workers_dir: str
-    record_dir: str | None
-    queued_record: str | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from tpuops.guard.host import HOLDER_ENV, GuardHostInfo, GuardPlacement
+from tpuops.providers.guard_host import HOLDER_ENV, GuardHostInfo, GuardPlacement
 
 STOP_GRACE_S = 10.0
 

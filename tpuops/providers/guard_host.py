@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from pydantic import SecretStr
 
-    from tpuops.cloud.provider import Login
+    from tpuops.providers.base import Login
 
 GUARD_PREFIX = "guard"  # under gs://BUCKET/.tpuops/NAME/: the bundle, the lease and the ledger
 BUNDLE = "bundle"  # under the guard's prefix: what a guard VM mirrors into its TPUOPS_HOME (guard/bundle.py)

@@ -2,7 +2,7 @@
 where its objects are, and the paths and environment its trainer sees.
 
 `Context` alone builds a provider (`Context.provider_for`); `ops/` uses what it supplies and never asks which
-one it has. The implementations are `cloud/gcp/provider.py` and `cloud/local/provider.py`.
+one it has. The implementations are `providers/gcp.py` and `providers/local.py`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
-    from tpuops.guard.autostop.remote import LocalTarget
-    from tpuops.guard.host import GuardHost
+    from tpuops.providers.guard_host import GuardHost
     from tpuops.remote.base import Runner
 
 ProviderName = Literal["gcp", "local"]
@@ -25,6 +24,17 @@ LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 # Overrides for simulators and tests: where the "TPU devices" and libtpu's lock file are (~/ = worker home).
 DEVICE_GLOB_ENV = "TPUOPS_TPU_DEVICE_GLOB"
 LOCKFILE_ENV = "TPUOPS_LIBTPU_LOCKFILE"
+
+
+@dataclass(frozen=True)
+class LocalTarget:
+    """What deleting a simulated TPU removes on this machine (the local provider's layout), and where the
+    record goes (the directory standing for gs://BUCKET/.tpuops/NAME)."""
+
+    node_record: str
+    workers_dir: str
+    record_dir: str | None
+    queued_record: str | None = None
 
 
 @dataclass(frozen=True)

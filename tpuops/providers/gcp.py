@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from tpuops.cloud.provider import COORDINATOR_PORT, Login, ProviderName, TrainerSite, WorkerTarget, tpu_paths_from
 from tpuops.errors import UsageError
+from tpuops.providers.base import COORDINATOR_PORT, Login, ProviderName, TrainerSite, WorkerTarget, tpu_paths_from
 
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
-    from tpuops.guard.host import GuardHost
+    from tpuops.providers.guard_host import GuardHost
     from tpuops.remote.base import Runner
 
 XRT_PORT = 8470  # a legacy TPU Node's gRPC endpoint
@@ -52,7 +52,7 @@ class GcpProvider:
         return {t.name: t.internal_ip or t.host for t in targets}
 
     def blob_store(self, url: str) -> BlobStore:
-        from tpuops.cloud.blob_urls import open_blob_store
+        from tpuops.providers.blob_urls import open_blob_store
 
         return open_blob_store(url, env=self.env)
 
@@ -71,7 +71,7 @@ class GcpProvider:
                          "rehearse with a copy of the spec that sets `provider: local`, e.g. the quickstart")
 
     def guard_host(self) -> GuardHost:
-        from tpuops.guard.gcp_host import GcpGuardHost, GuardVmLayout
+        from tpuops.providers.gcp_guard_host import GcpGuardHost, GuardVmLayout
         from tpuops.state import tpuops_home
 
         return GcpGuardHost(self.cloud, self.blob_store, tpuops_home(dict(self.env)) / "cache" / "wheels",

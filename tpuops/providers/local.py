@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpuops.cloud.local.layout import bucket_path, buckets_root
-from tpuops.cloud.provider import Login, ProviderName, TrainerSite, WorkerTarget, tpu_paths_from
 from tpuops.errors import UsageError
+from tpuops.providers.base import LocalTarget, Login, ProviderName, TrainerSite, WorkerTarget, tpu_paths_from
 
 if TYPE_CHECKING:
     from tpuops.cloud.base import Cloud
     from tpuops.cloud.blobs import BlobStore
-    from tpuops.guard.autostop.remote import LocalTarget
-    from tpuops.guard.host import GuardHost
+    from tpuops.providers.guard_host import GuardHost
     from tpuops.remote.base import Runner
 
 CPU_ENV = {"pytorch": {"PJRT_DEVICE": "CPU"}, "jax": {"JAX_PLATFORMS": "cpu"}}
@@ -54,7 +53,7 @@ class LocalProvider:
         return {}  # every worker is on this machine: nothing to relay
 
     def blob_store(self, url: str) -> BlobStore:
-        from tpuops.cloud.blob_urls import open_blob_store
+        from tpuops.providers.blob_urls import open_blob_store
 
         return open_blob_store(url, env=self.env, local_buckets=buckets_root(self.root))
 
@@ -76,7 +75,7 @@ class LocalProvider:
         return autostop_target(self.root, cluster, node, queued, bucket)
 
     def guard_host(self) -> GuardHost:
-        from tpuops.cloud.local.guard_host import LocalGuardHost
+        from tpuops.providers.local_guard_host import LocalGuardHost
 
         return LocalGuardHost(self.env, self.root)
 
@@ -90,8 +89,6 @@ class LocalProvider:
 def autostop_target(root: Path, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget:
     """What the agent removes to delete a simulated TPU (the records LocalCloud keeps under tpus/ and queued/,
     the workers' homes under workers/NODE), and the directory standing for gs://BUCKET/.tpuops/NAME."""
-    from tpuops.guard.autostop.remote import LocalTarget
-
     record_dir = str(bucket_path(root, f"gs://{bucket}/.tpuops/{cluster}")) if bucket else None
     return LocalTarget(node_record=str(root / "tpus" / f"{node}.json"), workers_dir=str(root / "workers" / node),
                        record_dir=record_dir, queued_record=str(root / "queued" / f"{queued}.json") if queued else None)

@@ -1,7 +1,7 @@
 """The guard on Google Cloud: one small VM per cluster (cloud/kinds/guard_vm.py) that runs the headless watch.
 
 `check` judges, before anything is written, that the network lets the guard reach the workers' SSH port and that
-the cluster's key exists. `ensure` then creates or adopts the VM with its startup script (guard/startup.py),
+the cluster's key exists. `ensure` then creates or adopts the VM with its startup script (providers/guard_startup.py),
 stages the wheel of the running tpuops in the bundle (gs://BUCKET/.tpuops/NAME/guard/bundle/, mirrored into the
 VM's TPUOPS_HOME: `guard up` stages the cluster's state, spec and code snapshot there before, guard/bundle.py),
 then copies the cluster's SSH key and guard.notify's webhook to the guard's disk over SSH (0600, owned by the
@@ -25,11 +25,11 @@ from tpuops.cloud.base import Cloud, Vm
 from tpuops.cloud.blobs import BlobStore, same_content
 from tpuops.cloud.kinds.guard_vm import GuardVmSettings, ensure_guard_vm
 from tpuops.errors import CloudError, PermissionDenied, RemoteError, TpuopsError, UsageError
-from tpuops.guard.host import BUNDLE, NOTIFY_FILE, GuardHostInfo, GuardPlacement
-from tpuops.guard.startup import GUARD_HOME, GUARD_USER, GuardBoot, startup_script
-from tpuops.guard.wheel import running_wheel
 from tpuops.plan.guard_reach import GuardSource, letting_in, missing_rule_command
 from tpuops.plan.guard_vm_shape import GUARD_ROLE, GUARD_TAG, ROLE_LABEL
+from tpuops.providers.guard_host import BUNDLE, NOTIFY_FILE, GuardHostInfo, GuardPlacement
+from tpuops.providers.guard_startup import GUARD_HOME, GUARD_USER, GuardBoot, startup_script
+from tpuops.providers.guard_wheel import running_wheel
 from tpuops.spec import CLUSTER_LABEL
 
 T = TypeVar("T")
