@@ -21,7 +21,7 @@ from tests.fakes.cloud import PROJECT, FakeGcp, fake_gcp  # noqa: F401  (pytest 
 from tests.fakes.metadata import DEFAULT_EMAIL, MetadataFake
 from tests.fakes.tpu_model import FakeNode, FakeQueued
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
-from tpuops.guard.autostop.remote import AgentConfig, AgentReport, install_agent, read_agent, stop_agent
+from tpuops.autostop.remote import AgentConfig, AgentReport, install_agent, read_agent, stop_agent
 from tpuops.remote.local import LocalRunner, worker_path
 from tpuops.shipped import script_command
 from tpuops.spec.autostop import AutostopSpec

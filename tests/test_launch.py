@@ -457,7 +457,7 @@ def test_one_unreachable_worker_fails_the_launch_once_within_the_connect_timeout
     from datetime import datetime, timedelta, timezone
 
     from tests.sshd import free_port
-    from tpuops.ops.remote import REFUSED_TIMEOUT
+    from tpuops.access.cluster import REFUSED_TIMEOUT
 
     name = make_cluster(sshd3, tpuops_home, tmp_path)
     (tmp_path / "shards").mkdir()

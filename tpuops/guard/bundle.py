@@ -94,7 +94,7 @@ def remove_bundle(store: BlobStore) -> int:
 
 def staged_state(state: ClusterState, home: str) -> bytes:
     """The state as the guard reads it on the VM (it holds no secret: see state.py), without the guard VM itself:
-    the guard's copy never looks for a guard of its own (guard/handback.py)."""
+    the guard's copy never looks for a guard of its own (access/guard_state.py)."""
     copy = state.model_copy(deep=True)
     copy.spec_path = staged_spec_path(home, state.name)
     copy.drop_resource("guard_vm")

@@ -9,18 +9,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from tpuops import keys
+from tpuops.access.cluster import resolve_name, spec_of
+from tpuops.access.guard_place import guard_store, guard_url
+from tpuops.access.guard_state import with_guard_state
 from tpuops.cloud.blob_types import BlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.bundle import remove_bundle, stage_bundle
-from tpuops.guard.handback import with_guard_state
 from tpuops.guard.lease import Lease, read_lease
 from tpuops.guard.ledger import Ledger, LedgerEvent
-from tpuops.guard.place import guard_store, guard_url
 from tpuops.guard.report import GuardReport, guard_report, host_of
 from tpuops.ops import launch as launch_ops
-from tpuops.ops.remote import resolve_name
-from tpuops.ops.status import spec_of
 from tpuops.providers.base import Login
 from tpuops.providers.guard_host import BUNDLE, GuardHost, GuardHostInfo, GuardPlacement
 from tpuops.remote.base import LineHandler

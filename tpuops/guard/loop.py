@@ -17,21 +17,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuops.access.cluster import resolve_logdir, resolve_name, spec_of
+from tpuops.access.guard_place import guard_store, notify_url
+from tpuops.access.guard_state import StatePublisher
 from tpuops.cloud.blob_types import BlobStore
 from tpuops.cloud.kinds.tpu import READY
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.handback import StatePublisher
 from tpuops.guard.heartbeat import HeartbeatWriter, IdleHeartbeat, heartbeat_interval
 from tpuops.guard.lease import Lease, LeaseKeeper, LeaseLost, LeaseRecord, read_lease
 from tpuops.guard.ledger import Ledger, Progress
 from tpuops.guard.notify import Notifier
-from tpuops.guard.place import guard_store, notify_url
 from tpuops.guard.viewer import view_guard
 from tpuops.ops import watch as watch_ops
-from tpuops.ops.logs import LogsRequest, logs_provider, open_source, resolve_logdir
-from tpuops.ops.remote import resolve_name
-from tpuops.ops.status import spec_of
+from tpuops.ops.logs import LogsRequest, logs_provider, open_source
 from tpuops.providers.guard_host import HOLDER_ENV
 
 ROLE_GUARD, ROLE_WATCH = "guard", "watch"

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tpuops.access.guard_place import guard_store
 from tpuops.context import Context
 from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.lease import LeaseRecord, read_lease
 from tpuops.guard.ledger import Goodput, Heartbeat, Ledger, LedgerEvent, role_for
-from tpuops.guard.place import guard_store
 from tpuops.providers.base import Provider
 from tpuops.providers.guard_host import GuardHost, GuardHostInfo
 from tpuops.spec import Spec

@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
+from tpuops.access.cluster import ClusterAccess, cluster_access, make_runners
+from tpuops.autostop.remote import AgentInstall
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.autostop import cost_guard
-from tpuops.guard.autostop.remote import AgentInstall
+from tpuops.ops import autostop as cost_guard
 from tpuops.ops.push import push_to
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners
 from tpuops.ops.run_control import (  # noqa: F401  (also the run's other commands, where callers find them)
     UNREACHABLE,
     FollowInterrupted,

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tpuops.access.cluster import resolve_name
+from tpuops.access.guard_state import with_guard_state
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.handback import with_guard_state
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.mirror import Mirror, MirroredTail
 from tpuops.logs.runs import Launch, RunMap, choose
 from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow
-from tpuops.ops.remote import resolve_name
 from tpuops.providers.blob_urls import open_blob_store
 from tpuops.remote.base import LineHandler
 
@@ -36,24 +36,6 @@ class LogsRequest:
     download: Path | None = None
     provider: Provider | None = None  # the cluster's, whose blob stores hold the logdir (None: a --logdir alone)
     runs: RunMap | None = None  # the cluster's launches and those shown (None: runs are subdirectories, `run`)
-
-
-def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
-    if logdir:
-        return logdir
-    from tpuops.spec import load_spec
-
-    state = ctx.store.require(_cluster_name(ctx, name))
-    spec = load_spec(state.spec_path)
-    location = spec.logs.tensorboard
-    if not location:
-        raise UsageError(
-            f"the spec of cluster '{state.name}' ({state.spec_path}) sets no logs.tensorboard",
-            "add `logs: {tensorboard: gs://BUCKET/PATH}` to the spec, or pass --logdir",
-        )
-    if "://" not in location and not Path(location).expanduser().is_absolute():
-        location = str(Path(state.spec_path).parent / location)
-    return location
 
 
 def logs_provider(ctx: Context, name: str | None, logdir: str | None) -> Provider | None:

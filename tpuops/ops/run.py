@@ -12,6 +12,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tpuops.access.cluster import resolve_logdir
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
 from tpuops.guard import commands as guard_commands
@@ -22,7 +23,7 @@ from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
 from tpuops.ops import watch as watch_ops
-from tpuops.ops.logs import LogsRequest, logs_provider, open_source, resolve_logdir, run_map
+from tpuops.ops.logs import LogsRequest, logs_provider, open_source, run_map
 from tpuops.ops.specs import check_local_inputs
 from tpuops.remote.base import LineHandler, RunResult
 

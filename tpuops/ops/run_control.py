@@ -10,9 +10,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from tpuops.access.cluster import ClusterAccess, cluster_access, make_runners, tpu_paths
 from tpuops.context import Context
 from tpuops.errors import UsageError
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, tpu_paths
 from tpuops.remote.base import LineHandler, Runner, RunResult
 from tpuops.remote.fanout import run_each
 from tpuops.shipped import script_command

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
+from tpuops.access.cluster import spec_of
+from tpuops.access.guard_state import with_guard_state
+from tpuops.access.workers import number_hosts
 from tpuops.cloud.base import TpuMode
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import ResourceStatus
@@ -14,13 +16,11 @@ from tpuops.cloud.kinds.guard_vm import guard_row, is_guard
 from tpuops.cloud.kinds.storage import bucket_row
 from tpuops.cloud.kinds.tpu import node_row, queued_row
 from tpuops.context import Context
-from tpuops.errors import ClusterNotFound, TpuopsError
-from tpuops.guard.autostop.cost_guard import GuardStatus, guard_status
-from tpuops.guard.handback import with_guard_state
+from tpuops.errors import ClusterNotFound
 from tpuops.guard.report import GuardReport, guard_report
+from tpuops.ops.autostop import GuardStatus, guard_status
 from tpuops.ops.discover import find_in_project
-from tpuops.ops.workers import number_hosts
-from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
+from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ClusterState, WorkerRecord
 from tpuops.watchdog.records import WatchdogView, watchdog_view
 
@@ -150,7 +150,7 @@ RUN_STATUS_CONNECT_TIMEOUT = 10.0  # status must answer quickly even when a work
 
 def run_status(ctx: Context, state: ClusterState, spec: Spec | None, reachable: bool) -> RunStatus | None:
     """The current run: asked live from the workers when the TPU is up, else as last recorded."""
-    from tpuops.ops.remote import access_for
+    from tpuops.access.cluster import access_for
     from tpuops.ops.run_control import states_of_run
 
     run = state.current_run
@@ -161,14 +161,6 @@ def run_status(ctx: Context, state: ClusterState, spec: Spec | None, reachable: 
         access = access_for(ctx, state, spec)
         workers, live = states_of_run(ctx, access, connect_timeout=RUN_STATUS_CONNECT_TIMEOUT), True
     return RunStatus(run.id, run.command, run.started_at, run.restart, workers, live)
-
-
-def spec_of(state: ClusterState) -> Spec | None:
-    """The spec the cluster was made from, if its file is still there and valid (else state alone is used)."""
-    try:
-        return load_spec(Path(state.spec_path)) if state.spec_path else None
-    except TpuopsError:
-        return None
 
 
 def tpu_mode(state: ClusterState | None, spec: Spec | None) -> TpuMode:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from tpuops.access.cluster import ClusterAccess
 from tpuops.context import Context
-from tpuops.guard.autostop import cost_guard
-from tpuops.guard.autostop.client import record_prefix
-from tpuops.ops.remote import ClusterAccess
+from tpuops.ops import autostop as cost_guard
 from tpuops.providers.base import TrainerSite
 from tpuops.spec import Spec
-from tpuops.state import WorkerRecord, bucket_of
+from tpuops.state import WorkerRecord, bucket_of, record_prefix
 from tpuops.watchdog.launch_hooks import with_hang_abort
 
 JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"

@@ -15,18 +15,18 @@ from graphlib import TopologicalSorter
 from pathlib import Path
 
 from tpuops import keys
+from tpuops.access.cluster import access_for
+from tpuops.access.workers import number_hosts
+from tpuops.autostop.remote import AgentInstall
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, silent
 from tpuops.cloud.kinds.tpu import reachable_hosts
 from tpuops.cloud.queued import QueuedLeftBehind, withdraw_queued
 from tpuops.context import Context
 from tpuops.guard import commands as guard_commands
-from tpuops.guard.autostop import cost_guard
-from tpuops.guard.autostop.remote import AgentInstall
+from tpuops.ops import autostop as cost_guard
 from tpuops.ops.offerings import verify_spec_zones
-from tpuops.ops.remote import access_for
 from tpuops.ops.specs import load_checked
-from tpuops.ops.workers import number_hosts
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
 from tpuops.providers.guard_host import GuardHostInfo
 from tpuops.spec import CLUSTER_LABEL

@@ -25,6 +25,7 @@ from typing import Literal
 from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_attempt, wait_fixed
 
 from tpuops import retry
+from tpuops.access.cluster import resolve_name, spec_of
 from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import MISSING
@@ -38,12 +39,11 @@ from tpuops.errors import (
     TpuopsError,
     UsageError,
 )
-from tpuops.guard.autostop import cost_guard
+from tpuops.ops import autostop as cost_guard
 from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
-from tpuops.ops.remote import resolve_name
-from tpuops.ops.status import spec_of, tpu_mode
+from tpuops.ops.status import tpu_mode
 from tpuops.state import ClusterState
 from tpuops.watchdog.judge import Watchdog
 

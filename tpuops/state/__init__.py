@@ -274,3 +274,9 @@ def bucket_of(state: ClusterState | None, spec: Spec | None) -> str | None:
     if isinstance(record, BucketRecord):
         return record.name
     return spec.bucket.name if spec is not None and spec.bucket else None
+
+
+def record_prefix(bucket: str, cluster: str) -> str:
+    """Where tpuops keeps a cluster's records in its bucket (the autostop agent's, the guard's lease, ledger and
+    state copy), next to nothing else of the user's."""
+    return f"gs://{bucket}/.tpuops/{cluster}"

@@ -24,10 +24,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from tpuops import keys
+from tpuops.access.guard_place import guard_store
 from tpuops.cloud.blob_types import BlobNotFound, BlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
-from tpuops.guard.place import guard_store
 from tpuops.spec import Spec
 from tpuops.state import ClusterState, EventRecord, RunRecord, TpuRecord, epoch_seconds
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 from tpuops.cloud.blob_types import BlobStore
 from tpuops.context import Context
-from tpuops.guard.autostop.client import record_prefix
 from tpuops.providers.guard_host import GUARD_PREFIX, NOTIFY_FILE
 from tpuops.spec import Spec
-from tpuops.state import ClusterState, bucket_of
+from tpuops.state import ClusterState, bucket_of, record_prefix
 
 
 def guard_url(bucket: str, cluster: str) -> str:

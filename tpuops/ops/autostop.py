@@ -13,30 +13,26 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tpuops.context import Context
-from tpuops.durations import parse_autostop
-from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.autostop.client import (
-    AutostopRecord,
+from tpuops.access.cluster import ClusterAccess, access_for, cluster_access, make_runners, tpu_paths
+from tpuops.autostop.client import (
     AutostopView,
     CostSoFar,
     agent_config,
     autostop_view,
     change_setting,
     cost_so_far,
-    deletion_record,
     install_on_worker0,
-    read_record,
-    record_prefix,
-    setting_of,
     stop_for_down,
 )
-from tpuops.guard.autostop.remote import AgentConfig, AgentInstall, AgentStop, read_agent, stop_agent
-from tpuops.ops.remote import ClusterAccess, access_for, cluster_access, make_runners, tpu_paths
+from tpuops.autostop.remote import AgentConfig, AgentInstall, AgentStop, read_agent, stop_agent
+from tpuops.context import Context
+from tpuops.durations import parse_autostop
+from tpuops.errors import TpuopsError, UsageError
 from tpuops.remote.base import Runner
 from tpuops.spec import Spec
 from tpuops.spec.autostop import AutostopSpec
-from tpuops.state import ClusterState, TpuRecord, bucket_of, epoch_seconds
+from tpuops.state import ClusterState, TpuRecord, bucket_of, epoch_seconds, record_prefix
+from tpuops.state.autostop import AutostopRecord, deletion_record, read_record, setting_of
 
 JAX_CACHE_DIR = "jax-cache"  # under gs://BUCKET/.tpuops/NAME/, as launch points JAX_COMPILATION_CACHE_DIR
 AGENT_CONNECT_TIMEOUT = 15.0  # status and down must not wait long for a worker that is gone

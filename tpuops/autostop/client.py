@@ -2,22 +2,18 @@
 what `status` shows about it (setting, time left, last failure, the record left in the bucket) and the
 cost so far at the catalog's list price.
 
-The agent itself runs on worker 0 (`tpuops/shipped/autostop_agent.py`); `tpuops.guard.autostop.remote` talks to it.
+The agent itself runs on worker 0 (`tpuops/shipped/autostop_agent.py`); `tpuops.autostop.remote` talks to it.
 Everything here takes plain values (no Context), so up/launch/status/down/watch can call it as they are.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from tpuops import catalog
-from tpuops.cloud.endpoints import base_url
-from tpuops.durations import format_duration
-from tpuops.errors import TpuopsError
-from tpuops.guard.autostop.remote import (
+from tpuops.autostop.remote import (
     DEFAULT_TICK_SECONDS,
     AgentConfig,
     AgentInstall,
@@ -27,26 +23,20 @@ from tpuops.guard.autostop.remote import (
     install_agent,
     stop_agent,
 )
+from tpuops.cloud.endpoints import base_url
+from tpuops.durations import format_duration
+from tpuops.errors import TpuopsError
 from tpuops.remote.base import Runner
 
 if TYPE_CHECKING:
-    from tpuops.cloud.blobs import BlobStore
-    from tpuops.providers.base import Provider
-    from tpuops.spec import Spec
+    pass
 from tpuops.spec.autostop import AutostopSpec
-from tpuops.state import ClusterState, bucket_of, epoch_seconds
 
 TICK_ENV = "TPUOPS_AUTOSTOP_TICK"  # seconds between the agent's decisions (tests use a fraction of a second)
 METADATA_HOST_ENV = "GCE_METADATA_HOST"  # google-auth's own name for the metadata server's host[:port]
 TPU_ENDPOINT_ENV = "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"
 STORAGE_ENDPOINT_ENV = "STORAGE_EMULATOR_HOST"
 WARN_SECONDS = 60.0
-RECORD_NAME = "autostop.json"
-
-
-def record_prefix(bucket: str, cluster: str) -> str:
-    """Where the agent leaves its record when it deletes the TPU (next to nothing else of the user's)."""
-    return f"gs://{bucket}/.tpuops/{cluster}"
 
 
 # ------------------------------------------------------------------------------------------- configuration
@@ -178,71 +168,6 @@ def autostop_view(report: AgentReport) -> AutostopView:
         failure_text = failure.message + (f" (hint: {failure.hint})" if failure.hint else "")
         failure_text += f", {failure.attempts} attempt{'s' * (failure.attempts != 1)}"
     return AutostopView(setting, agent, report.seconds_left, report.error or report.reason, failure_text)
-
-
-@dataclass(frozen=True)
-class AutostopRecord:
-    """What the agent left in the bucket when it deleted the TPU: `status` says why and when it went."""
-
-    cluster: str
-    time: str
-    reason: str  # idle | max_hours
-    detail: str
-    node: str
-    queued: str | None
-    uptime_seconds: float
-    created_at: str | None = None  # when the TPU it deleted was created (a later TPU of that name is another)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AutostopRecord:
-        return cls(str(data["cluster"]), str(data["time"]), str(data["reason"]), str(data.get("detail", "")),
-                   str(data["node"]), data.get("queued"), float(data.get("uptime_seconds") or 0.0),
-                   data.get("created_at"))
-
-    def concerns(self, node: str | None, created_at: str | None) -> bool:
-        """Whether this record is about that TPU: its node name, and (when both are known) the same creation time:
-        a record left from an earlier TPU of the same name says nothing about this one."""
-        if node is None or self.node != node:
-            return False
-        mine, theirs = epoch_seconds(self.created_at), epoch_seconds(created_at)
-        return mine is None or theirs is None or abs(mine - theirs) < 2.0
-
-    def line(self) -> str:
-        return (f"deleted by autostop at {self.time} ({self.reason}: {self.detail}) "
-                f"after {format_duration(self.uptime_seconds)} up")
-
-
-def setting_of(state: ClusterState, spec: Spec | None) -> AutostopSpec:
-    """What the agent should do: the last `up --autostop` / `tpuops autostop`, else the spec's."""
-    if state.autostop is not None:
-        return state.autostop
-    return spec.autostop if spec is not None else AutostopSpec()
-
-
-def deletion_record(provider: Provider, state: ClusterState, spec: Spec | None) -> AutostopRecord | None:
-    """The agent's record when it deleted this cluster's current TPU (a TPU `up` made since is another): one
-    read of the bucket, none when autostop is off."""
-    bucket = bucket_of(state, spec)
-    tpu = state.tpu_record()
-    if not bucket or tpu is None or not setting_of(state, spec).enabled:
-        return None
-    record = read_record(provider.blob_store(record_prefix(bucket, state.name)))
-    return record if record is not None and record.concerns(tpu.node_name, tpu.created_at) else None
-
-
-def read_record(store: BlobStore) -> AutostopRecord | None:
-    """The agent's record in gs://BUCKET/.tpuops/NAME/autostop.json, given the provider's store for that
-    prefix (`provider.blob_store(record_prefix(bucket, cluster))`)."""
-    from tpuops.cloud.blobs import BlobNotFound
-
-    try:
-        raw = store.read_range(RECORD_NAME, 0, 1 << 20)
-    except BlobNotFound:
-        return None
-    try:
-        return AutostopRecord.from_json(json.loads(raw))
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 # ----------------------------------------------------------------------------------------------- cost
