@@ -78,7 +78,7 @@ def count_calls(env: dict[str, str], polls: int) -> Counter[str]:
     os.environ.update(env)
     from tpuops.cloud.local.apis import LocalCloud
     from tpuops.context import Context
-    from tpuops.guard import loop
+    from tpuops.ops import guard_loop as loop
     from tpuops.ops import launch
     from tpuops.ops.watch import WatchOptions
     from tpuops.providers.local import LocalProvider

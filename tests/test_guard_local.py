@@ -240,7 +240,7 @@ def test_two_guards_race_and_exactly_one_recovers(tmp_path: Path, tpuops_home: P
 def test_a_dead_tpu_seen_once_then_failed_status_calls_do_not_recover(tmp_path: Path, tpuops_home: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from tpuops.context import Context
-    from tpuops.guard.loop import GuardedWatcher
+    from tpuops.ops.guard_loop import GuardedWatcher
     from tpuops.ops.watch import WatchOptions
 
     name = launched_cluster(tmp_path, "gs")

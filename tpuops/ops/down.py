@@ -22,8 +22,8 @@ from tpuops.cloud.kinds.base import Doomed, owned_by
 from tpuops.cloud.kinds.guard_vm import is_guard
 from tpuops.context import Context
 from tpuops.errors import CloudError, TpuopsError
-from tpuops.guard import commands as guard_commands
 from tpuops.ops import autostop as cost_guard
+from tpuops.ops import guard as guard_commands
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.run_records import end_runs_with_the_tpu
 from tpuops.ops.status import tpu_mode

@@ -78,7 +78,7 @@ class LaunchReport:
     run_id: str | None
     steps: tuple[Step, ...] = field(default_factory=tuple)
     autostop: AgentInstall | None = None  # the cost guard refreshed on worker 0 (None: autostop is off)
-    guard_trouble: str | None = None  # the guard VM could not be handed the new run (guard/commands.py)
+    guard_trouble: str | None = None  # the guard VM could not be handed the new run (ops/guard.py)
 
     @property
     def ok(self) -> bool:

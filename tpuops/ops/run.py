@@ -15,14 +15,14 @@ from pathlib import Path
 from tpuops.access.cluster import resolve_logdir
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
-from tpuops.guard import commands as guard_commands
-from tpuops.guard.loop import watch_with_lease
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.tail import latest_values
 from tpuops.ops import down as down_ops
+from tpuops.ops import guard as guard_commands
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
 from tpuops.ops import watch as watch_ops
+from tpuops.ops.guard_loop import watch_with_lease
 from tpuops.ops.logs import LogsRequest, logs_provider, open_source, run_map
 from tpuops.ops.specs import check_local_inputs
 from tpuops.remote.base import LineHandler, RunResult

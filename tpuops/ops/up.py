@@ -23,8 +23,8 @@ from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, silent
 from tpuops.cloud.kinds.tpu import reachable_hosts
 from tpuops.cloud.queued import QueuedLeftBehind, withdraw_queued
 from tpuops.context import Context
-from tpuops.guard import commands as guard_commands
 from tpuops.ops import autostop as cost_guard
+from tpuops.ops import guard as guard_commands
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.specs import load_checked
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind

@@ -176,7 +176,7 @@ def watch(ctx: Context, name: str | None, options: WatchOptions, on_event: Event
           sleep: Callable[[float], None] = time.sleep, make_watcher: Callable[..., Watcher] | None = None
           ) -> WatchResult:
     """Watch the cluster's current run until it ends; recover from preemption on the way. `make_watcher`:
-    a Watcher that also answers to a lease (the guard's; see tpuops/guard/loop.py)."""
+    a Watcher that also answers to a lease (the guard's; see tpuops/ops/guard_loop.py)."""
     watcher = (make_watcher or Watcher)(ctx, resolve_name(ctx, name), options, on_event, sleep)
     try:
         result = watcher.run()

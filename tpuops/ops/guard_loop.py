@@ -28,8 +28,8 @@ from tpuops.guard.heartbeat import HeartbeatWriter, IdleHeartbeat, heartbeat_int
 from tpuops.guard.lease import Lease, LeaseKeeper, LeaseLost, LeaseRecord, read_lease
 from tpuops.guard.ledger import Ledger, Progress
 from tpuops.guard.notify import Notifier
-from tpuops.guard.viewer import view_guard
 from tpuops.ops import watch as watch_ops
+from tpuops.ops.guard_viewer import view_guard
 from tpuops.ops.logs import LogsRequest, logs_provider, open_source
 from tpuops.providers.guard_host import HOLDER_ENV
 
