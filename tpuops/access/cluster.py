@@ -155,7 +155,11 @@ def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
     if logdir:
         return logdir
     state = ctx.store.require(resolve_name(ctx, name, otherwise="pass --logdir gs://BUCKET/PATH or a directory"))
-    spec = load_spec(state.spec_path)
+    return logdir_of(state, load_spec(state.spec_path))
+
+
+def logdir_of(state: ClusterState, spec: Spec) -> str:
+    """The cluster's TensorBoard logdir as its spec names it (a relative path is the spec file's neighbour)."""
     location = spec.logs.tensorboard
     if not location:
         raise UsageError(

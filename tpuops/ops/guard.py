@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from tpuops import keys
-from tpuops.access.cluster import resolve_name, spec_of
+from tpuops.access.cluster import ClusterAccess, resolve_name, spec_of
 from tpuops.access.guard_place import guard_store, guard_url
 from tpuops.access.guard_state import with_guard_state
 from tpuops.cloud.blob_types import BlobStore
@@ -103,18 +103,23 @@ def _ensure_with_bundle(ctx: Context, state: ClusterState, spec: Spec | None, ho
 def launch_handed_to_guard(ctx: Context, name: str | None, options: launch_ops.LaunchOptions, *,
                            on_line: LineHandler | None = None,
                            on_step: launch_ops.StepHandler | None = None,
-                           on_push: launch_ops.ProgressHandler | None = None) -> launch_ops.LaunchReport:
-    """`tpuops launch` (and run's launch): the run started, then handed to the cluster's guard VM if it has one.
-    A recoverer's relaunch calls launch_run itself: the run is then its own."""
-    report = launch_ops.launch_run(ctx, name, options, on_line=on_line, on_step=on_step, on_push=on_push)
-    return replace(report, guard_trouble=hand_run_to_guard(ctx, report.cluster)) if report.ok else report
+                           on_push: launch_ops.ProgressHandler | None = None,
+                           access: ClusterAccess | None = None) -> launch_ops.LaunchReport:
+    """`tpuops launch` (and run's launch, with the access `up` holds): the run started, then handed to the
+    cluster's guard VM if it has one. A recoverer's relaunch calls launch_run itself: the run is then its own."""
+    report = launch_ops.launch_run(ctx, name, options, on_line=on_line, on_step=on_step, on_push=on_push,
+                                   access=access)
+    if not report.ok:
+        return report
+    return replace(report, guard_trouble=hand_run_to_guard(ctx, report.cluster, access.state if access else None))
 
 
-def hand_run_to_guard(ctx: Context, cluster: str) -> str | None:
+def hand_run_to_guard(ctx: Context, cluster: str, held: ClusterState | None = None) -> str | None:
     """After a launch: a guard VM reads its own copy of the state, so it is handed the new run (the bundle staged
     again, the VM refreshed; `guard up` again, in the zone the VM is in). None when that went well or there is no
-    guard VM; else what went wrong and what to do (the run itself is started either way)."""
-    state = ctx.store.load(cluster)
+    guard VM; else what went wrong and what to do (the run itself is started either way). `held`: the state the
+    caller holds (the launch changed its runs, not its guard VM)."""
+    state = held if held is not None else ctx.store.load(cluster)
     record = state.resource("guard_vm") if state is not None else None
     if record is None:
         return None

@@ -95,9 +95,11 @@ class LaunchReport:
 
 def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOptions(), *,
                on_line: LineHandler | None = None, on_step: StepHandler | None = None,
-               on_push: ProgressHandler | None = None) -> LaunchReport:
-    """Push, setup, free the TPU, start detached everywhere; returns as soon as every worker has started."""
-    access = cluster_access(ctx, name, need_spec=True)
+               on_push: ProgressHandler | None = None, access: ClusterAccess | None = None) -> LaunchReport:
+    """Push, setup, free the TPU, start detached everywhere; returns as soon as every worker has started.
+    `access`: the cluster as the caller holds it (`run` after `up`), else read here by name."""
+    if access is None:
+        access = cluster_access(ctx, name, need_spec=True)
     spec = access.spec
     assert spec is not None
     if options.preflight:

@@ -25,6 +25,7 @@ from tpuops.remote.base import LineHandler
 
 if TYPE_CHECKING:
     from tpuops.providers.base import Provider
+    from tpuops.state import ClusterState
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,11 @@ def run_map(ctx: Context, name: str | None, logdir: str | None, which: str | Non
     if logdir:
         return None
     state = with_guard_state(ctx, ctx.store.require(_cluster_name(ctx, name)))  # a guard's relaunch is a run too
+    return runs_of(state, which)
+
+
+def runs_of(state: ClusterState, which: str | None) -> RunMap | None:
+    """`run_map` over a state the caller holds."""
     if not state.runs:
         if which not in (None, "all"):
             raise UsageError(f"cluster '{state.name}' has no recorded run", f"start one with `tpuops launch "

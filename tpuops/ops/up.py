@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from graphlib import TopologicalSorter
 from pathlib import Path
 
 from tpuops import keys
-from tpuops.access.cluster import access_for
+from tpuops.access.cluster import ClusterAccess, access_for
 from tpuops.access.workers import number_hosts
 from tpuops.autostop.remote import AgentInstall
 from tpuops.cloud.kinds import HANDLERS, handler
@@ -46,6 +46,7 @@ class UpResult:
     offer_warnings: tuple[str, ...] = ()  # zones that could not be asked what they offer
     autostop: AgentInstall | None = None  # the cost guard on worker 0 (None: autostop is off)
     guard: GuardHostInfo | None = None  # `up --guard` / spec guard.enabled: the guard started or adopted
+    access: ClusterAccess | None = field(default=None, compare=False)  # what up holds, for the next workflow
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -105,9 +106,11 @@ def up(
         raise interrupted(job) from None
     workers, known_hosts = record_workers(ctx, job, known[tpu_kind(spec)])
     # Handed on as held: the state just written and the spec parsed above, not read again by name.
-    agent = cost_guard.install(ctx, access_for(ctx, job.ledger.state, spec))
+    access = access_for(ctx, job.ledger.state, spec)
+    agent = cost_guard.install(ctx, access)
     guard_info = guard_commands.start_guard(ctx, job.ledger.state, spec) if start_guard else None
-    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info)
+    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info,
+                    access)
 
 
 def ask_the_zones(job: Job, plan: Plan) -> tuple[str, ...]:
