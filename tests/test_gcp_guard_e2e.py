@@ -1,6 +1,6 @@
 """The guard on Google Cloud end to end, on the wire fakes (TPU v2, Compute, the GCS emulator, the metadata
 server for the guard's token) with real sshd workers: `tpuops up`, `guard up` (the "VM" a loopback sshd), the
-bundle mirrored the way the VM's startup script does (fetch_bundle.py with the metadata token), `tpuops watch
+bundle mirrored the way the VM's startup script does (guard_fetch_bundle.py with the metadata token), `tpuops watch
 NAME --headless` started as the systemd unit would, HOME and TPUOPS_HOME at the mirrored bundle, after the CLI
 that set it up has exited, and `launch`, which hands the run to the guard VM (the bundle staged again and the
 VM refreshed). The fake preempts the TPU; the guard deletes it, creates it again and

@@ -38,7 +38,7 @@ from tpuops.spec import Spec, parse_spec, read_spec_text
 from tpuops.state import ClusterState
 
 SPEC_DIR, SPEC_FILE = "spec", "tpuops.yaml"
-EXECUTABLES = ".executables"  # read by fetch_bundle.py: one bundle-relative path per line
+EXECUTABLES = ".executables"  # read by shipped/guard_fetch_bundle.py: one bundle-relative path per line
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def _sync(store: BlobStore, files: dict[str, Path], blobs: dict[str, bytes], own
             continue
         store.write_bytes(name, data)
         uploaded += 1
-    # Only what this module stages (the wheels beside it are gcp_host.py's).
+    # Only what this module stages (the wheels beside it are providers/gcp_guard_host.py's).
     doomed = [name for name in existing if name.startswith(owned) and name not in files and name not in blobs]
     for name in doomed:
         store.delete(name)

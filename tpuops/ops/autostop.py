@@ -2,7 +2,7 @@
 `launch`), `tpuops autostop NAME 30m|off`, the agent stopped before `down`, and what `status` shows (uptime,
 cost so far, the agent's setting and time left, the record it left when it deleted the TPU).
 
-The plain-value pieces (configuration, install, the status view, cost) are in `client.py`; the agent
+The plain-value pieces (configuration, install, the status view, cost) are in `autostop/client.py`; the agent
 itself in `tpuops/shipped/autostop_agent.py`.
 """
 

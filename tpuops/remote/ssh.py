@@ -311,7 +311,7 @@ class SshRunner:
     ) -> RunResult:
         line = shell_line(command, env=env, cwd=cwd, timeout=timeout)
         if stdin is None:
-            # Ends with our session (Ctrl-C, closed pipe, lost connection): see scripts/hangup.sh. Its
+            # Ends with our session (Ctrl-C, closed pipe, lost connection): see shipped/hangup.sh. Its
             # watcher reads stdin, which therefore stays open (no EOF) until the channel closes.
             line = shell_line(script_command("hangup", line))
         started = time.monotonic()

@@ -321,7 +321,7 @@ def main(argv):
         signal.signal(signum, hang_up)
     action = argv[0]
     try:
-        if action == "manifest":  # (which tree DEST holds: scripts/push_state.sh answers without Python)
+        if action == "manifest":  # (which tree DEST holds: push_state.sh answers without Python)
             action_manifest(argv[1], argv[2])
         elif action == "apply":
             apply_main(argv[1], argv[2], argv[3], argv[4:])
