@@ -77,11 +77,11 @@ def count_calls(env: dict[str, str], polls: int) -> Counter[str]:
     """One real guard loop in this process, its cloud and bucket calls counted per kind over `polls` polls."""
     os.environ.update(env)
     from tpuops.cloud.local.apis import LocalCloud
-    from tpuops.cloud.local.provider import LocalProvider
     from tpuops.context import Context
-    from tpuops.guard import loop
+    from tpuops.ops import guard_loop as loop
     from tpuops.ops import launch
     from tpuops.ops.watch import WatchOptions
+    from tpuops.providers.local import LocalProvider
 
     calls: Counter[str] = Counter()
 

@@ -21,10 +21,10 @@ from tests.fakes.cloud import PROJECT, FakeGcp, fake_gcp  # noqa: F401  (pytest 
 from tests.fakes.metadata import DEFAULT_EMAIL, MetadataFake
 from tests.fakes.tpu_model import FakeNode, FakeQueued
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
-from tpuops.guard.autostop.remote import AgentConfig, AgentReport, install_agent, read_agent, stop_agent
-from tpuops.guard.autostop.spec import AutostopSpec
+from tpuops.autostop.remote import AgentConfig, AgentReport, install_agent, read_agent, stop_agent
 from tpuops.remote.local import LocalRunner, worker_path
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
+from tpuops.spec.autostop import AutostopSpec
 
 ZONE = "europe-west4-a"
 TICK = 0.1

@@ -20,27 +20,26 @@ from tests.fakes.tpu_model import FakeNode
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.sshd import SshdCluster, sshd_available
 from tests.test_autostop_agent import ZONE, wait_for
-from tpuops.cloud.base import TpuRequest
-from tpuops.cloud.local.apis import LocalCloud
-from tpuops.cloud.local.provider import LocalProvider, autostop_target
-from tpuops.durations import format_duration, parse_autostop
-from tpuops.errors import UsageError
-from tpuops.guard.autostop.client import (
-    AutostopRecord,
+from tpuops.autostop.client import (
     agent_config,
     autostop_view,
     change_setting,
     cost_so_far,
     install_on_worker0,
-    read_record,
-    record_prefix,
     stop_for_down,
 )
-from tpuops.guard.autostop.remote import AgentFailure, AgentReport, read_agent, stop_agent
-from tpuops.guard.autostop.shipped import agent_source
-from tpuops.guard.autostop.spec import AutostopSpec
+from tpuops.autostop.remote import AgentFailure, AgentReport, read_agent, stop_agent
+from tpuops.cloud.base import TpuRequest
+from tpuops.cloud.local.apis import LocalCloud
+from tpuops.durations import format_duration, parse_autostop
+from tpuops.errors import UsageError
+from tpuops.providers.local import LocalProvider, autostop_target
 from tpuops.remote.local import LocalRunner, worker_path
 from tpuops.remote.ssh import KnownHosts, SshRunner, SshSettings, SshTarget, load_private_key
+from tpuops.shipped import program
+from tpuops.spec.autostop import AutostopSpec
+from tpuops.state import record_prefix
+from tpuops.state.autostop import AutostopRecord, read_record
 
 FAST = {"TPUOPS_AUTOSTOP_TICK": "0.1"}
 
@@ -49,7 +48,7 @@ FAST = {"TPUOPS_AUTOSTOP_TICK": "0.1"}
 
 
 def test_the_agent_is_python_3_8_syntax_and_standard_library_only() -> None:
-    tree = ast.parse(agent_source("agent"), feature_version=(3, 8))
+    tree = ast.parse(program("autostop_agent"), feature_version=(3, 8))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
@@ -260,7 +259,7 @@ def test_the_agent_installed_over_ssh_outlives_the_session_and_deletes_the_idle_
 
 
 def test_a_new_idle_time_keeps_the_hard_cap_and_off_turns_everything_off() -> None:
-    from tpuops.guard.autostop.cost_guard import parse_setting, with_idle
+    from tpuops.ops.autostop import parse_setting, with_idle
 
     current = AutostopSpec(idle="30m", max_hours=12)
     assert with_idle(current, parse_setting("2h")) == AutostopSpec(idle="2h", max_hours=12)

@@ -1,6 +1,6 @@
 """The guard on Google Cloud end to end, on the wire fakes (TPU v2, Compute, the GCS emulator, the metadata
 server for the guard's token) with real sshd workers: `tpuops up`, `guard up` (the "VM" a loopback sshd), the
-bundle mirrored the way the VM's startup script does (fetch_bundle.py with the metadata token), `tpuops watch
+bundle mirrored the way the VM's startup script does (guard_fetch_bundle.py with the metadata token), `tpuops watch
 NAME --headless` started as the systemd unit would, HOME and TPUOPS_HOME at the mirrored bundle, after the CLI
 that set it up has exited, and `launch`, which hands the run to the guard VM (the bundle staged again and the
 VM refreshed). The fake preempts the TPU; the guard deletes it, creates it again and
@@ -30,9 +30,9 @@ from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli
 from tests.sshd import SshdCluster, sshd_available
 from tests.test_guard_local import webhook  # noqa: F401  (pytest fixture)
-from tpuops.cloud.blob_urls import open_blob_store
-from tpuops.guard import fetch_bundle
 from tpuops.guard.ledger import Ledger
+from tpuops.providers.blob_urls import open_blob_store
+from tpuops.shipped import guard_fetch_bundle as fetch_bundle
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 ZONE = "us-west1-b"

@@ -16,12 +16,12 @@ import pytest
 from tests.fakes.cloud import PROJECT, FakeGcp, start_fake_gcp
 from tests.gcs_emulator import GcsEmulator, gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.sshd import SshdCluster, sshd_available
-from tpuops.cloud.blob_urls import open_blob_store
 from tpuops.cloud.gcp import make_cloud
-from tpuops.cloud.provider import Login
 from tpuops.errors import CloudError, PermissionDenied, RemoteError, TpuopsError
-from tpuops.guard.gcp_host import GcpGuardHost, GuardVmLayout
-from tpuops.guard.host import GuardPlacement
+from tpuops.providers.base import Login
+from tpuops.providers.blob_urls import open_blob_store
+from tpuops.providers.gcp_guard_host import GcpGuardHost, GuardVmLayout
+from tpuops.providers.guard_host import GuardPlacement
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs sshd and root")
 ZONE = "us-west1-b"

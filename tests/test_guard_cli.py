@@ -125,7 +125,7 @@ def test_the_guard_idles_after_its_run_ended_and_watches_the_next_one(tmp_path: 
 
 
 def test_up_guard_starts_a_guard_that_waits_for_the_run_and_down_stops_it(tmp_path: Path, tpuops_home: Path) -> None:
-    from tpuops.cloud.local.guard_host import is_guard_process
+    from tpuops.providers.local_guard_host import is_guard_process
 
     name = f"gu-{uuid.uuid4().hex[:6]}"
     spec = write_spec(tmp_path, f"""

@@ -1,4 +1,4 @@
-"""The guard VM's state handed back to the laptop (guard/handback.py): the merge rules on plain states, then the
+"""The guard VM's state handed back to the laptop (access/guard_state.py): the merge rules on plain states, then the
 round trip through a bucket (the local provider's directory store): the guard publishes only what changed, and
 the laptop's commands read a re-created TPU's workers, host keys and the guard's relaunch from it."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tpuops import keys
+from tpuops.access.guard_place import guard_store
+from tpuops.access.guard_state import STATE_BLOB, StatePublisher, merge_states, with_guard_state
 from tpuops.context import Context
-from tpuops.guard.handback import STATE_BLOB, StatePublisher, merge_states, with_guard_state
-from tpuops.guard.place import guard_store
 from tpuops.state import (
     BucketRecord,
     ClusterState,

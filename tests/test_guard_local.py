@@ -22,9 +22,9 @@ import pytest
 from tests.fakes.http import SHUTDOWN_POLL_S
 from tests.helpers import run_cli, write_spec
 from tests.test_quickstart import long_quickstart, processes_under
-from tpuops.cloud.local.guard_host import is_guard_process, stop_process_group
 from tpuops.guard.lease import read_lease
 from tpuops.guard.ledger import Ledger
+from tpuops.providers.local_guard_host import is_guard_process, stop_process_group
 
 FAST = {"TPUOPS_WATCH_INTERVAL": "0.5", "TPUOPS_WATCH_BACKOFF": "0.2", "TPUOPS_GUARD_HEARTBEAT": "1"}
 WAIT_S = 120.0
@@ -244,7 +244,7 @@ def test_two_guards_race_and_exactly_one_recovers(tmp_path: Path, tpuops_home: P
 def test_a_dead_tpu_seen_once_then_failed_status_calls_do_not_recover(tmp_path: Path, tpuops_home: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from tpuops.context import Context
-    from tpuops.guard.loop import GuardedWatcher
+    from tpuops.ops.guard_loop import GuardedWatcher
     from tpuops.ops.watch import WatchOptions
 
     name = launched_cluster(tmp_path, "gs")

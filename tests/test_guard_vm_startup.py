@@ -20,8 +20,8 @@ import tpuops
 from tests.fakes.metadata import MetadataFake
 from tests.gcs_emulator import GcsEmulator, gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.venvs import make_venv, run_bare
-from tpuops.guard import wheel as wheels
-from tpuops.guard.startup import GuardBoot, startup_script
+from tpuops.providers import guard_wheel as wheels
+from tpuops.providers.guard_startup import GuardBoot, startup_script
 
 WHEEL = f"tpuops-{tpuops.__version__}-py3-none-any.whl"
 PREFIX = ".tpuops/night/guard/bundle/"
@@ -38,7 +38,7 @@ import importlib.util
 from pathlib import Path
 seen = [name for name in ("setuptools", "wheel", "pip") if importlib.util.find_spec(name) is not None]
 assert not seen, f"not a bare interpreter: it has {seen}"
-from tpuops.guard.wheel import running_wheel
+from tpuops.providers.guard_wheel import running_wheel
 print(running_wheel(Path(sys.argv[1])))
 """
 
@@ -140,7 +140,7 @@ def test_the_bundle_is_mirrored_with_the_vms_token_and_only_what_changed_is_fetc
 
 
 def test_an_object_name_that_would_leave_the_guards_home_is_skipped() -> None:
-    from tpuops.guard import fetch_bundle
+    from tpuops.shipped import guard_fetch_bundle as fetch_bundle
 
     assert fetch_bundle.safe_path("/h", "clusters/night/state.json") == "/h/clusters/night/state.json"
     for name in ("../escape", "a/../../b", "/etc/passwd", "", "dir/", "a//b", "./x"):
@@ -204,7 +204,7 @@ def test_the_wheel_is_built_once_per_version_and_code(tmp_path: Path, built_whee
         names = set(archive.namelist())
         metadata = archive.read(f"tpuops-{tpuops.__version__}.dist-info/METADATA").decode()
         entry_points = archive.read(f"tpuops-{tpuops.__version__}.dist-info/entry_points.txt").decode()
-    assert {"tpuops/cli/main.py", "tpuops/data/catalog.yaml", "tpuops/remote/scripts/start.sh"} <= names
+    assert {"tpuops/cli/main.py", "tpuops/data/catalog.yaml", "tpuops/shipped/start.sh"} <= names
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in names)
     assert "Requires-Dist: pydantic>=2.6" in metadata.splitlines()  # what pip on the VM fetches
     assert "tpuops = tpuops.cli.main:main" in entry_points.splitlines()

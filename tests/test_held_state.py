@@ -1,7 +1,8 @@
 """A workflow hands on the spec and the state it already holds instead of reading them again by name: `up`
 parses the spec once and reads the state once (the cost guard's agent installed from what `up` just wrote),
-`launch` installs the agent over the connection it already has, and `down` reads both once after its
-confirmation. Counted at the two places every read goes through (the spec file's text, the state store)."""
+`launch` installs the agent over the connection it already has, `run` hands what `up` holds to the launch, and
+`down` reads both once after its confirmation. Counted at the two places every read goes through (the spec file's
+text, the state store)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.helpers import write_spec
 from tpuops.context import Context
 from tpuops.ops.down import execute, find
 from tpuops.ops.launch import LaunchOptions, launch_run
+from tpuops.ops.run import run_spec
 from tpuops.ops.run_control import stop
 from tpuops.ops.up import up
 from tpuops.state import StateStore
@@ -66,3 +68,29 @@ def test_up_launch_and_down_read_the_spec_and_state_they_hold_once(tmp_path: Pat
         execute(ctx, plan, cloud)
     assert dict(reads) == {"spec": 2, "state": 2}  # find's, then execute's after the confirmation
     assert StateStore(tpuops_home).load("held") is None
+
+
+def test_run_hands_what_up_holds_to_the_launch(tmp_path: Path, tpuops_home: Path,
+                                               reads: collections.Counter[str]) -> None:
+    spec = write_spec(tmp_path, """
+        name: held-run
+        provider: local
+        tpu: {type: v2-8, workers: 1}
+        bucket: {name: held-run-b}
+        autostop: {idle: 30m}
+        logs: {tensorboard: gs://held-run-b/tb}
+        trainer: {framework: jax, command: "sleep 30"}
+        """)
+    ctx = Context.from_env()
+    try:
+        summary = run_spec(ctx, spec, detach=True)
+        assert summary.run_id is not None and summary.exit_code == 0
+        # The spec: run's check of the local inputs (before `up`: a missing code directory costs no TPU) and up's
+        # parse. The state: up's read, then the launch's record of the run (a read-modify-write, since another
+        # command may have written meanwhile) and its update. The launch, its logdir and the guard's hand-over
+        # use what up holds: nothing is loaded again by name.
+        assert dict(reads) == {"spec": 2, "state": 3}
+    finally:
+        stop(ctx, "held-run")
+        plan, cloud = find(ctx, "held-run", delete_bucket=True, force=True)
+        execute(ctx, plan, cloud)

@@ -20,9 +20,9 @@ import pytest
 
 from tests.helpers import assert_clean_exit, interrupt, run_cli, write_spec
 from tests.sshd import SshdCluster, sshd_available
+from tpuops.access.cluster import REFUSED_TIMEOUT, cluster_access, make_runners
 from tpuops.context import Context
 from tpuops.ops.launch import run_states, stop
-from tpuops.ops.remote import REFUSED_TIMEOUT, cluster_access, make_runners
 
 pytestmark = [
     pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd"),

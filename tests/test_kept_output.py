@@ -105,7 +105,7 @@ def test_the_shipper_writes_google_cloud_storage_and_logs_reads_it(
 
     from tests.fakes.metadata import MetadataFake
     from tpuops.ops.run_output import kept_output, output_url
-    from tpuops.remote.scripts import script_text
+    from tpuops.shipped import script_text
 
     bucket = gcs_emulator.new_bucket()
     run_dir = tmp_path / "runs" / "20260301-080000-aaaa"

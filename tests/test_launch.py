@@ -372,7 +372,7 @@ def test_a_launch_lock_whose_launcher_fell_silent_is_let_go_after_its_ttl(tmp_pa
     worker 0 lets go after the TTL (here 3 s; 60 s in use)."""
     from tpuops.remote.launch_lock import LaunchLock, LockBusy
     from tpuops.remote.local import LocalRunner
-    from tpuops.remote.scripts import script_command
+    from tpuops.shipped import script_command
 
     runner = LocalRunner("w0", tmp_path, {"PATH": os.environ["PATH"]})
     gone = threading.Event()
@@ -473,7 +473,7 @@ def test_one_unreachable_worker_fails_the_launch_once_within_the_connect_timeout
     from datetime import datetime, timedelta, timezone
 
     from tests.sshd import free_port
-    from tpuops.ops.remote import REFUSED_TIMEOUT
+    from tpuops.access.cluster import REFUSED_TIMEOUT
 
     name = make_cluster(sshd3, tpuops_home, tmp_path)
     (tmp_path / "shards").mkdir()

@@ -10,7 +10,6 @@ import pytest
 
 from tests.fakes.http import SHUTDOWN_POLL_S
 from tests.gcs_emulator import GcsEmulator, free_port, gcs_emulator  # noqa: F401  (pytest fixture)
-from tpuops.cloud.blob_urls import open_blob_store
 from tpuops.cloud.blobs import (
     BlobNotFound,
     BlobStore,
@@ -21,6 +20,7 @@ from tpuops.cloud.blobs import (
 )
 from tpuops.cloud.gcp.gcs_blobs import GcsBlobStore
 from tpuops.errors import CloudError, CredentialsError, TransientError, UnreachableError, UsageError
+from tpuops.providers.blob_urls import open_blob_store
 from tpuops.retry import transient
 
 

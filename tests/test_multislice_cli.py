@@ -25,7 +25,7 @@ from tests.sshd import SshdCluster, sshd_available
 from tests.test_autostop_agent import wait_for as wait_until
 from tests.test_watch import ZONE, attempts, finish, make_cluster, start_cli, state_of, stop_leftovers, wait_for
 from tpuops.remote.local import LocalRunner
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 
 HOSTS_PER_SLICE = 2
 HOST_MEGASCALE_PORT = "9431"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import write_spec
-from tpuops.cloud.provider import TrainerSite
 from tpuops.context import Context
 from tpuops.errors import UsageError
+from tpuops.providers.base import TrainerSite
 from tpuops.spec import load_spec
 from tpuops.state import BucketRecord, IamRecord, TpuRecord
 

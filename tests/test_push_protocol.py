@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from tpuops.remote import push_protocol as protocol
 from tpuops.remote.manifest import FileEntry, Manifest
 from tpuops.remote.push_ship import AGENT_SOURCE
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import push_protocol as protocol
+from tpuops.shipped import script_command
 
 
 @pytest.mark.parametrize(("exit_code", "base", "fetched", "step"), [

@@ -10,9 +10,10 @@ import pytest
 
 from tests.helpers import run_cli, write_spec
 from tests.sshd import SshdCluster, sshd_available
+from tpuops.access.cluster import cluster_access, make_runners
 from tpuops.context import Context
 from tpuops.errors import UsageError
-from tpuops.ops.remote import cluster_access, exec_command, make_runners
+from tpuops.ops.remote import exec_command
 from tpuops.remote.fanout import exec_all
 from tpuops.remote.local import LocalRunner
 

@@ -16,9 +16,10 @@ import pytest
 
 from tests.helpers import run_cli, write_spec
 from tests.sshd import SshdCluster, sshd_available
+from tpuops.access.cluster import cluster_access, make_runners
 from tpuops.context import Context
 from tpuops.ops.push import push
-from tpuops.ops.remote import cluster_access, make_runners, ssh_argv
+from tpuops.ops.remote import ssh_argv
 from tpuops.remote.local import LocalRunner
 from tpuops.remote.manifest import Manifest, scan_tree
 from tpuops.remote.payload import Payload

@@ -17,8 +17,8 @@ import pytest
 
 from tests.sshd import SshdCluster, sshd_available
 from tests.test_remote_push import expected_files, make_tree, remote_files
+from tpuops.access.cluster import cluster_access, make_runners
 from tpuops.context import Context
-from tpuops.ops.remote import cluster_access, make_runners
 from tpuops.remote.base import Runner, RunResult
 from tpuops.remote.push_results import PushResult
 from tpuops.remote.push_ship import agent_command

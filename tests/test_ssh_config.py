@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import run_cli, write_spec
 from tests.sshd import SshdCluster, sshd_available
-from tpuops import ssh_config
+from tpuops.access import ssh_config
 from tpuops.state import ClusterState, WorkerRecord
 
 SPEC = """

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from tpuops.context import Context
-from tpuops.guard.host import GuardHostInfo
 from tpuops.guard.ledger import Heartbeat, LedgerEvent
 from tpuops.guard.report import GuardReport
 from tpuops.ops.status import RunStatus, run_status, watchdog_now
+from tpuops.providers.guard_host import GuardHostInfo
 from tpuops.state import ClusterState, RunRecord
 from tpuops.watchdog.records import WatchdogView
 

@@ -19,7 +19,7 @@ from tests.venvs import make_venv, script_wheel
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.errors import SpecError
 from tpuops.remote.local import LocalRunner
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 from tpuops.spec import load_spec
 from tpuops.watchdog.capture import WorkerCapture, capture_all, stack_signature, without_python_stacks
 from tpuops.watchdog.confirm import classify, odd_by_stacks, parse_probe
@@ -350,7 +350,7 @@ def test_outside_a_venv_py_spy_is_installed_for_the_user(tmp_path: Path) -> None
 def test_the_probe_finds_the_trainers_metrics_port_and_says_why_there_are_no_metrics(tmp_path: Path) -> None:
     import socket
 
-    from tpuops.remote.scripts import script_text
+    from tpuops.shipped import script_text
     from tpuops.watchdog.confirm import probe_all
 
     home = tmp_path / "home"

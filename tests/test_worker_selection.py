@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import run_cli, write_spec
+from tpuops.access.workers import one_worker, select_workers
 from tpuops.errors import UsageError
-from tpuops.ops.workers import one_worker, select_workers
 from tpuops.state import WorkerRecord
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tpuops.cloud.base import Cloud
-from tpuops.cloud.provider import Provider
 from tpuops.errors import UsageError
+from tpuops.providers.base import Provider
 from tpuops.spec import Spec
 from tpuops.state import ClusterState, StateStore, tpuops_home
 
@@ -46,11 +46,11 @@ class Context:
         key = f"provider:{name}:{project or ''}"
         if key not in self._cache:
             if name == "local":
-                from tpuops.cloud.local.provider import LocalProvider
+                from tpuops.providers.local import LocalProvider
 
                 self._cache[key] = LocalProvider(self.env, self.local_root)
             else:
-                from tpuops.cloud.gcp.provider import GcpProvider
+                from tpuops.providers.gcp import GcpProvider
 
                 self._cache[key] = GcpProvider(self.env, project, lambda: self.require_project(spec))
         return self._cache[key]  # type: ignore[return-value]

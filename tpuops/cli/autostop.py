@@ -1,4 +1,4 @@
-"""`tpuops autostop NAME 30m|off`: parse, call tpuops.guard.autostop.cost_guard, render."""
+"""`tpuops autostop NAME 30m|off`: parse, call tpuops.ops.autostop, render."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def autostop(
       tpuops autostop my-bert off
     """
     from tpuops.context import Context
-    from tpuops.guard.autostop.cost_guard import set_autostop
+    from tpuops.ops.autostop import set_autostop
 
     change = set_autostop(Context.from_env(), name, setting)
     if json_output:

@@ -46,7 +46,7 @@ def up(
       tpuops up spec.yaml --wait-for-capacity 2h --autostop 30m
     """
     from tpuops.context import Context
-    from tpuops.guard.autostop.cost_guard import parse_setting
+    from tpuops.ops.autostop import parse_setting
     from tpuops.ops.up import up as run_up
 
     ctx = Context.from_env(project=project, assume_yes=yes)

@@ -34,7 +34,7 @@ def up(
       tpuops guard up my-bert
     """
     from tpuops.context import Context
-    from tpuops.guard.commands import guard_up
+    from tpuops.ops.guard import guard_up
 
     info = guard_up(Context.from_env(project=project), name, zone=zone, machine_type=machine_type)
     if json_:
@@ -53,7 +53,7 @@ def status(name: str = CLUSTER_ARGUMENT, json_: bool = JSON_OPTION, project: str
       tpuops guard status my-bert
     """
     from tpuops.context import Context
-    from tpuops.guard.commands import report_of
+    from tpuops.ops.guard import report_of
 
     cluster, report = report_of(Context.from_env(project=project), name)
     if json_:
@@ -95,7 +95,7 @@ def logs(
     from dataclasses import asdict
 
     from tpuops.context import Context
-    from tpuops.guard.commands import guard_events
+    from tpuops.ops.guard import guard_events
 
     try:
         for event in guard_events(Context.from_env(), name, follow):
@@ -114,7 +114,7 @@ def down(name: str = typer.Argument(..., metavar="NAME", help="Cluster name."),
       tpuops guard down my-bert
     """
     from tpuops.context import Context
-    from tpuops.guard.commands import guard_down
+    from tpuops.ops.guard import guard_down
 
     stopped = guard_down(Context.from_env(project=project), name)
     console.print(f"{name}: guard {'stopped and deleted' if stopped else 'was not running'}", markup=False)
@@ -133,7 +133,7 @@ def preempt(
       tpuops simulate preempt quickstart
     """
     from tpuops.context import Context
-    from tpuops.guard.commands import simulate_preempt
+    from tpuops.ops.guard import simulate_preempt
 
     node = simulate_preempt(Context.from_env(), name, slice_)
     console.print(f"preempted TPU {node}: `tpuops status` and `tpuops guard logs` show the recovery",

@@ -43,7 +43,7 @@ def launch(
       tpuops launch my-pod --follow -- python3 train.py --steps 100
     """
     from tpuops.context import Context
-    from tpuops.guard.commands import launch_handed_to_guard
+    from tpuops.ops.guard import launch_handed_to_guard
     from tpuops.ops.launch import LaunchOptions, follow_and_wait
     from tpuops.remote.base import command_of_words
 

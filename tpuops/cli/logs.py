@@ -71,18 +71,11 @@ def logs(
       tpuops logs my-bert -f --plot
       tpuops logs --logdir gs://my-bucket/runs/exp1 --tag loss --json
     """
+    from tpuops.access.cluster import resolve_logdir
     from tpuops.context import Context
     from tpuops.logs.plot import SeriesBook, png_available
     from tpuops.logs.tail import latest_values
-    from tpuops.ops.logs import (
-        LogsRequest,
-        follow_points,
-        logs_provider,
-        open_source,
-        read_once,
-        resolve_logdir,
-        run_map,
-    )
+    from tpuops.ops.logs import LogsRequest, follow_points, logs_provider, open_source, read_once, run_map
 
     if until_idle is not None and not follow:
         raise UsageError("--until-idle only applies with --follow", "add -f")

@@ -11,7 +11,7 @@ from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, app
 from tpuops.cli.render import console, print_json
 
 if TYPE_CHECKING:
-    from tpuops.guard.vm_plan import GuardPlan
+    from tpuops.plan.guard_vm import GuardPlan
 
 VERB_STYLE = {"create": "[green]+ create  [/]", "keep": "[dim]= keep    [/]", "recreate": "[yellow]~ recreate[/]"}
 

@@ -50,7 +50,7 @@ def watch(
       tpuops watch my-bert --max-restarts 20
     """
     from tpuops.context import Context
-    from tpuops.guard.loop import ROLE_GUARD, ROLE_WATCH, watch_with_lease
+    from tpuops.ops.guard_loop import ROLE_GUARD, ROLE_WATCH, watch_with_lease
 
     ctx = Context.from_env(project=project, assume_yes=yes)
     options = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, interval,

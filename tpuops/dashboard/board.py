@@ -14,11 +14,12 @@ from dataclasses import asdict
 from typing import Any
 
 from tpuops import catalog
+from tpuops.access.cluster import spec_of
 from tpuops.context import Context
 from tpuops.dashboard import hours
 from tpuops.dashboard.feeds import ClusterFeed
 from tpuops.errors import TpuopsError
-from tpuops.ops.status import ClusterStatus, cluster_status, spec_of
+from tpuops.ops.status import ClusterStatus, cluster_status
 from tpuops.state import ClusterState
 
 LIVE_TTL_S = 15.0

@@ -16,14 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuops.access.cluster import resolve_logdir, spec_of
+from tpuops.access.guard_place import guard_store
 from tpuops.cloud.blob_types import BlobNotFound, BlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
 from tpuops.guard.ledger import Heartbeat, Ledger, LedgerEvent
-from tpuops.guard.place import guard_store
 from tpuops.logs.tail import Pollable
-from tpuops.ops.logs import LogsRequest, logs_provider, open_source, resolve_logdir, run_map
-from tpuops.ops.status import spec_of
+from tpuops.ops.logs import LogsRequest, logs_provider, open_source, run_map
 from tpuops.state import ClusterState
 from tpuops.watchdog.records import INCIDENTS, Incident, folder_name, incidents, records_store
 

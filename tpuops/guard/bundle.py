@@ -1,9 +1,9 @@
 """What a guard VM runs from: `guard up` stages under gs://BUCKET/.tpuops/NAME/guard/bundle/ the files the VM
-mirrors into its TPUOPS_HOME (guard/fetch_bundle.py), with paths that make sense there:
+mirrors into its TPUOPS_HOME (shipped/guard_fetch_bundle.py), with paths that make sense there:
 
     clusters/NAME/state.json         the cluster's state; spec_path names the staged spec on the VM
     clusters/NAME/known_hosts        the workers' pinned host keys
-    clusters/NAME/id_ed25519.pub     the public half only: the private key goes over SSH (guard/gcp_host.py)
+    clusters/NAME/id_ed25519.pub     the public half only: the private key goes over SSH (providers/gcp_guard_host.py)
     clusters/NAME/spec/tpuops.yaml   the spec, code.path and data[].from pointing at the staged copies, and
                                      without guard.notify (a secret: it goes over SSH too, to a 0600 file)
     clusters/NAME/spec/code/...      the code a relaunch pushes (code.path without code.exclude)
@@ -38,7 +38,7 @@ from tpuops.spec import Spec, parse_spec, read_spec_text
 from tpuops.state import ClusterState
 
 SPEC_DIR, SPEC_FILE = "spec", "tpuops.yaml"
-EXECUTABLES = ".executables"  # read by fetch_bundle.py: one bundle-relative path per line
+EXECUTABLES = ".executables"  # read by shipped/guard_fetch_bundle.py: one bundle-relative path per line
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def remove_bundle(store: BlobStore) -> int:
 
 def staged_state(state: ClusterState, home: str) -> bytes:
     """The state as the guard reads it on the VM (it holds no secret: see state.py), without the guard VM itself:
-    the guard's copy never looks for a guard of its own (guard/handback.py)."""
+    the guard's copy never looks for a guard of its own (access/guard_state.py)."""
     copy = state.model_copy(deep=True)
     copy.spec_path = staged_spec_path(home, state.name)
     copy.drop_resource("guard_vm")
@@ -153,7 +153,7 @@ def _sync(store: BlobStore, files: dict[str, Path], blobs: dict[str, bytes], own
             continue
         store.write_bytes(name, data)
         uploaded += 1
-    # Only what this module stages (the wheels beside it are gcp_host.py's).
+    # Only what this module stages (the wheels beside it are providers/gcp_guard_host.py's).
     doomed = [name for name in existing if name.startswith(owned) and name not in files and name not in blobs]
     for name in doomed:
         store.delete(name)

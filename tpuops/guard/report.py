@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tpuops.cloud.provider import Provider
+from tpuops.access.guard_place import guard_store
 from tpuops.context import Context
 from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.guard.goodput import Goodput
-from tpuops.guard.host import GuardHost, GuardHostInfo
 from tpuops.guard.lease import LeaseRecord, read_lease
 from tpuops.guard.ledger import Heartbeat, Ledger, LedgerEvent, role_for
-from tpuops.guard.place import guard_store
+from tpuops.providers.base import Provider
+from tpuops.providers.guard_host import GuardHost, GuardHostInfo
 from tpuops.spec import Spec
 from tpuops.state import ClusterState
 

@@ -20,8 +20,8 @@ from tpuops.cloud.base import Bucket, Cloud, QueuedResource, TpuNode, Vm
 from tpuops.errors import CloudError, ClusterNotFound, TpuopsError, UnreachableError
 
 if TYPE_CHECKING:
-    from tpuops.cloud.provider import Provider
     from tpuops.context import Context
+    from tpuops.providers.base import Provider
 
 SEARCH_HINT = "pass the spec file, --project ID, or --zone ZONE to search only there"
 

@@ -14,20 +14,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tpuops import keys, ssh_config
+from tpuops import keys
+from tpuops.access import ssh_config
+from tpuops.access.cluster import spec_of
+from tpuops.access.guard_state import with_guard_state
+from tpuops.autostop.client import CostSoFar, held_cost
 from tpuops.cloud.base import Cloud, TpuMode
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Doomed, owned_by
 from tpuops.cloud.kinds.guard_vm import is_guard
 from tpuops.context import Context
 from tpuops.errors import CloudError, TpuopsError
-from tpuops.guard import commands as guard_commands
-from tpuops.guard.autostop import cost_guard
-from tpuops.guard.autostop.client import CostSoFar, held_cost
-from tpuops.guard.handback import with_guard_state
+from tpuops.ops import autostop as cost_guard
+from tpuops.ops import guard as guard_commands
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.run_records import end_runs_with_the_tpu
-from tpuops.ops.status import spec_of, tpu_mode
+from tpuops.ops.status import tpu_mode
 from tpuops.plan import Kind, make_plan
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
 from tpuops.state import ClusterState, bucket_of

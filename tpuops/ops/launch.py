@@ -6,7 +6,7 @@ first part of the run: its output streams here, `status` shows it, `stop` ends i
 holders, and start the command detached on all workers at once (own session, pid file and log under
 `~/tpuops/NAME/runs/RUN_ID/`), with the environment each framework needs (`ops/trainer_env.py`). The run
 outlives the SSH connections; `follow` reattaches to it, `stop` ends it (`ops/run_control.py`). The host side
-is in `remote/scripts/*.sh`.
+is in `shipped/*.sh`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
+from tpuops.access.cluster import ClusterAccess, cluster_access, make_runners
+from tpuops.autostop.remote import AgentInstall
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.autostop import cost_guard
-from tpuops.guard.autostop.remote import AgentInstall
+from tpuops.ops import autostop as cost_guard
 from tpuops.ops.push import push_to
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners
 from tpuops.ops.run_control import (  # noqa: F401  (also the run's other commands, where callers find them)
     UNREACHABLE,
     FollowInterrupted,
@@ -50,7 +50,7 @@ from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_
 from tpuops.remote.fanout import run_each
 from tpuops.remote.launch_lock import LaunchLock, LockBusy, LockOwner
 from tpuops.remote.push_results import ProgressHandler
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 from tpuops.state import RunRecord
 from tpuops.watchdog.launch_hooks import install_tools
 
@@ -79,7 +79,7 @@ class LaunchReport:
     run_id: str | None
     steps: tuple[Step, ...] = field(default_factory=tuple)
     autostop: AgentInstall | None = None  # the cost guard refreshed on worker 0 (None: autostop is off)
-    guard_trouble: str | None = None  # the guard VM could not be handed the new run (guard/commands.py)
+    guard_trouble: str | None = None  # the guard VM could not be handed the new run (ops/guard.py)
 
     @property
     def ok(self) -> bool:
@@ -96,9 +96,11 @@ class LaunchReport:
 
 def launch_run(ctx: Context, name: str | None, options: LaunchOptions = LaunchOptions(), *,
                on_line: LineHandler | None = None, on_step: StepHandler | None = None,
-               on_push: ProgressHandler | None = None) -> LaunchReport:
-    """Push, setup, free the TPU, start detached everywhere; returns as soon as every worker has started."""
-    access = cluster_access(ctx, name, need_spec=True)
+               on_push: ProgressHandler | None = None, access: ClusterAccess | None = None) -> LaunchReport:
+    """Push, setup, free the TPU, start detached everywhere; returns as soon as every worker has started.
+    `access`: the cluster as the caller holds it (`run` after `up`), else read here by name."""
+    if access is None:
+        access = cluster_access(ctx, name, need_spec=True)
     spec = access.spec
     assert spec is not None
     if options.preflight:

@@ -13,22 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tpuops.access.cluster import resolve_name
+from tpuops.access.guard_state import with_guard_state
 from tpuops.cloud.blob_types import BlobInfo
-from tpuops.cloud.blob_urls import open_blob_store
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.handback import with_guard_state
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.mirror import Mirror, MirroredTail
 from tpuops.logs.runs import CLOCK_SLACK, Launch, RunMap, choose, created_at
 from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow, run_of
-from tpuops.ops.remote import resolve_name
+from tpuops.providers.blob_urls import open_blob_store
 from tpuops.remote.base import LineHandler
 from tpuops.state import bucket_of
 
 if TYPE_CHECKING:
-    from tpuops.cloud.provider import Provider
+    from tpuops.providers.base import Provider
+    from tpuops.state import ClusterState
 
 
 @dataclass(frozen=True)
@@ -40,24 +41,6 @@ class LogsRequest:
     download: Path | None = None
     provider: Provider | None = None  # the cluster's, whose blob stores hold the logdir (None: a --logdir alone)
     runs: ClusterRuns | None = None  # the cluster's launches and those shown (None: runs are subdirectories, `run`)
-
-
-def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
-    if logdir:
-        return logdir
-    from tpuops.spec import load_spec
-
-    state = ctx.store.require(_cluster_name(ctx, name))
-    spec = load_spec(state.spec_path)
-    location = spec.logs.tensorboard
-    if not location:
-        raise UsageError(
-            f"the spec of cluster '{state.name}' ({state.spec_path}) sets no logs.tensorboard",
-            "add `logs: {tensorboard: gs://BUCKET/PATH}` to the spec, or pass --logdir",
-        )
-    if "://" not in location and not Path(location).expanduser().is_absolute():
-        location = str(Path(state.spec_path).parent / location)
-    return location
 
 
 def logs_provider(ctx: Context, name: str | None, logdir: str | None) -> Provider | None:
@@ -84,9 +67,10 @@ class ClusterRuns:
     that read belong to launches it already knows: a run is recorded before its trainer starts (ops/launch.py).
     """
 
-    def __init__(self, ctx: Context, cluster: str, which: str | None) -> None:
+    def __init__(self, ctx: Context, cluster: str, which: str | None, held: ClusterState | None = None) -> None:
+        """`held`: the state the caller holds (`run` after `up`), read instead of the store the first time."""
         self.ctx, self.cluster = ctx, cluster
-        self.map = self._read(which)
+        self.map = self._read(which, held)
         # An id named on the command line stays the one chosen; None and `all` follow the launches as they come.
         self._which = which if which in (None, "all") or self.map is None else next(iter(self.map.chosen or ()))
 
@@ -103,15 +87,21 @@ class ClusterRuns:
             return run_of(info.name)
         return self.map.label(info)
 
-    def _read(self, which: str | None) -> RunMap | None:
+    def _read(self, which: str | None, held: ClusterState | None = None) -> RunMap | None:
         self._read_at = time.time()
-        state = with_guard_state(self.ctx, self.ctx.store.require(self.cluster))  # a guard's relaunch is a run too
-        if not state.runs:
-            if which not in (None, "all"):
-                raise UsageError(f"cluster '{state.name}' has no recorded run", f"start one with `tpuops launch "
-                                 f"{state.name}`, or read any logdir with --logdir DIR --run REGEX")
-            return None
-        return choose([Launch(run.id, run.restart) for run in state.runs], which, state.name)
+        # a guard's relaunch is a run too
+        state = held or with_guard_state(self.ctx, self.ctx.store.require(self.cluster))
+        return runs_of(state, which)
+
+
+def runs_of(state: ClusterState, which: str | None) -> RunMap | None:
+    """The launches of a state the caller holds, and those shown."""
+    if not state.runs:
+        if which not in (None, "all"):
+            raise UsageError(f"cluster '{state.name}' has no recorded run", f"start one with `tpuops launch "
+                             f"{state.name}`, or read any logdir with --logdir DIR --run REGEX")
+        return None
+    return choose([Launch(run.id, run.restart) for run in state.runs], which, state.name)
 
 
 def run_totals(ctx: Context, name: str | None, logdir: str | None) -> dict[str, int | None]:
@@ -197,7 +187,7 @@ def worker_output(ctx: Context, name: str | None, *, follow: bool, on_line: Line
         results = follow_run(ctx, state.name, run.id, on_line=on_line).results
         code = worst_exit_code(results)
     else:
-        # The run's directory on a worker, as the host scripts lay it out (remote/scripts/follow.sh).
+        # The run's directory on a worker, as the host scripts lay it out (shipped/follow.sh).
         log = f'"$HOME/tpuops/{state.name}/runs/{run.id}/output.log"'
         results = exec_command(ctx, state.name, f"cat {log}", on_line=on_line).results
         code = 0 if all(result.exit_code == 0 for result in results) else 1

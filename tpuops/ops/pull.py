@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpuops.access.cluster import cluster_access, make_runners
+from tpuops.access.workers import select_workers
 from tpuops.context import Context
 from tpuops.errors import UsageError
-from tpuops.ops.remote import cluster_access, make_runners
-from tpuops.ops.workers import select_workers
 from tpuops.remote.base import Runner, RunResult
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, run_each
 from tpuops.remote.pull import ProgressHandler, WorkerPull, pull_path

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops import rules
+from tpuops.access.cluster import ClusterAccess, cluster_access, make_runners
+from tpuops.access.workers import worker_targets
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners
-from tpuops.ops.workers import worker_targets
 from tpuops.remote.base import Runner
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL
 from tpuops.remote.manifest import scan_tree

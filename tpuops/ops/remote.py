@@ -1,160 +1,22 @@
 """Workflows over a cluster's workers: pick them, connect, exec, and the argv for `tpuops ssh` (push is
 `ops/push.py`).
 
-Everything here reads what `up` left in the state directory (workers, the key pair, pinned host keys)
-and hands the work to `tpuops.remote` (runners, fan-out). For a legacy TPU Node the only SSH target
-is the client VM (the TPU host itself cannot be reached), which `up` records as a worker with
-`role: client_vm`.
+Everything here reaches the cluster through `access/cluster.py` (what `up` left in the state directory: workers,
+the key pair, pinned host keys) and hands the work to `tpuops.remote` (runners, fan-out). For a legacy TPU Node
+the only SSH target is the client VM (the TPU host itself cannot be reached), which `up` records as a worker
+with `role: client_vm`.
 """
 
 from __future__ import annotations
 
-import getpass
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from tpuops import catalog
-from tpuops.cloud.provider import Login, Provider
+from tpuops.access.cluster import cluster_access, make_runners
+from tpuops.access.workers import one_worker, select_workers
 from tpuops.context import Context
-from tpuops.errors import SpecError, TpuopsError, UsageError
-from tpuops.guard.autostop.client import deletion_record
-from tpuops.guard.handback import with_guard_state
-from tpuops.ops.workers import one_worker, select_workers, ssh_targets, worker_targets
-from tpuops.remote.base import Command, LineHandler, Runner, RunResult, command_of_words, command_text
+from tpuops.remote.base import Command, LineHandler, RunResult, command_of_words, command_text
 from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, exec_all
-from tpuops.spec import Spec, load_spec
-from tpuops.state import ClusterState, WorkerRecord, epoch_seconds
-
-KEY_FILE = "id_ed25519"
-KNOWN_HOSTS_FILE = "known_hosts"
-DEFAULT_CONNECT_TIMEOUT = 60.0
-# A worker whose VM has been up this long has had time to start sshd: if it refuses connections, say so
-# after REFUSED_TIMEOUT instead of retrying for the whole connect timeout (meant for workers just booted).
-SETTLED_AFTER_SECONDS = 300.0
-REFUSED_TIMEOUT = 5.0
-
-
-@dataclass(frozen=True)
-class ClusterAccess:
-    """How to reach one cluster's workers, as `up` left it."""
-
-    state: ClusterState
-    spec: Spec | None
-    workers: tuple[WorkerRecord, ...]  # the SSH targets (all TPU workers, or the client VM of a legacy Node)
-    user: str
-    key_path: Path
-    known_hosts_path: Path
-    provider: Provider
-
-    @property
-    def login(self) -> Login:
-        return Login(self.user, self.key_path, self.known_hosts_path)
-
-
-def resolve_name(ctx: Context, name: str | None, otherwise: str | None = None) -> str:
-    """The cluster a command is about: the one given, else the only one there is. `otherwise` names the
-    command's way to do without a cluster, for the hints."""
-    if name:
-        return name
-    names = ctx.store.names()
-    if len(names) == 1:
-        return names[0]
-    alternative = f", or {otherwise}" if otherwise else ""
-    if not names:
-        raise UsageError("no clusters here", f"create one with `tpuops up SPEC`{alternative}")
-    raise UsageError(f"several clusters here ({', '.join(names)})", f"name the one you mean{alternative}")
-
-
-def cluster_access(ctx: Context, name: str | None, *, need_spec: bool = False) -> ClusterAccess:
-    """A command's way in, from the cluster's name: its state and spec read here (the state with what the
-    cluster's guard VM changed, such as the workers of a TPU it re-created)."""
-    state = ctx.store.require(resolve_name(ctx, name))
-    spec = _load_spec(state, required=need_spec)
-    return access_for(ctx, with_guard_state(ctx, state, spec), spec)
-
-
-def access_for(ctx: Context, state: ClusterState, spec: Spec | None) -> ClusterAccess:
-    """The way in for a caller that already holds the state and the spec (`up`, `status`, `down`): nothing is
-    read again."""
-    targets = ssh_targets(state)
-    if not targets:
-        raise UsageError(
-            f"cluster '{state.name}' has no workers recorded", "run `tpuops up SPEC` (or `tpuops status`) first"
-        )
-    user = state.ssh_user or (spec.ssh.user if spec and spec.ssh.user else None) or getpass.getuser()
-    cluster_dir = ctx.store.cluster_dir(state.name)
-    return ClusterAccess(state, spec, tuple(targets), user, cluster_dir / KEY_FILE, cluster_dir / KNOWN_HOSTS_FILE,
-                         ctx.provider_for(spec, state))
-
-
-def _refuse_if_autostopped(access: ClusterAccess) -> None:
-    """Before connecting (a minute of SSH timeouts otherwise): the autostop agent's record that it deleted the TPU,
-    one read of the bucket when autostop is on. The record is written before the delete is asked for, so it is
-    trusted only when the TPU API agrees that the TPU is gone (a refused delete leaves a TPU that still bills)."""
-    try:
-        record = deletion_record(access.provider, access.state, access.spec)
-        if record is None or not _tpu_is_gone(access):
-            return
-    except TpuopsError:
-        return  # the bucket or the API unreadable: the connection will tell
-    raise TpuopsError(f"the TPU of '{access.state.name}' is gone: {record.line(confirmed=True)}",
-                      f"`tpuops up {access.state.spec_path}` brings it back (the bucket and its data stayed)")
-
-
-def _tpu_is_gone(access: ClusterAccess) -> bool:
-    tpu = access.state.tpu_record()
-    if tpu is None or not tpu.zone:
-        return False
-    node = access.provider.cloud().tpu_api(tpu.mode or "vm").get_node(tpu.zone, tpu.node_name)
-    return node is None
-
-
-def _load_spec(state: ClusterState, required: bool) -> Spec | None:
-    try:
-        return load_spec(state.spec_path)
-    except SpecError:
-        if required:
-            raise
-        return None  # exec and ssh only need the state; a moved spec must not stop them
-
-
-def make_runners(access: ClusterAccess, workers: Sequence[WorkerRecord], *,
-                 connect_timeout: float | None = None,
-                 on_new_host_key: Callable[[str, str], None] | None = None) -> list[Runner]:
-    """One runner per worker, as the cluster's provider reaches them.
-
-    connect_timeout None: up to a minute for workers that may still be booting, and a few seconds for a
-    refusing worker of a cluster that has been up a while; a number: that long, whatever the refusal.
-    """
-    _refuse_if_autostopped(access)
-    refused_timeout = None
-    if connect_timeout is None:
-        connect_timeout = DEFAULT_CONNECT_TIMEOUT
-        up_for = seconds_up(access.state)
-        if up_for is not None and up_for >= SETTLED_AFTER_SECONDS:
-            refused_timeout = REFUSED_TIMEOUT
-    return access.provider.runners(worker_targets(workers), access.login, connect_timeout=connect_timeout,
-                                   refused_timeout=refused_timeout, on_new_host_key=on_new_host_key)
-
-
-def tpu_paths(access: ClusterAccess, spec: Spec) -> tuple[str, str]:
-    """The device files the TPU runtime holds open for this generation, and libtpu's lock file."""
-    accelerator = catalog.load().accelerator(spec.tpu.type)
-    vfio = accelerator is not None and accelerator.generation.name in ("v5litepod", "v5p", "v6e")
-    return access.provider.tpu_paths(vfio)
-
-
-def seconds_up(state: ClusterState) -> float | None:
-    """How long ago `up` last saw the SSH targets' machine ready (the TPU, or a legacy Node's client VM);
-    None when it never recorded that."""
-    kinds = ("client_vm",) if any(w.role == "client_vm" for w in state.workers) else ("tpu", "queued_resource")
-    times = [epoch_seconds(r.updated_at) for r in state.resources if r.kind in kinds and r.status == "created"]
-    if not times or None in times:
-        return None
-    return time.time() - max(t for t in times if t is not None)
-
 
 # ------------------------------------------------------------------------------------------------ exec
 

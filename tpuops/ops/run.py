@@ -12,17 +12,18 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tpuops.access.cluster import ClusterAccess, logdir_of, resolve_logdir
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
-from tpuops.guard import commands as guard_commands
-from tpuops.guard.loop import watch_with_lease
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.tail import latest_values
 from tpuops.ops import down as down_ops
+from tpuops.ops import guard as guard_commands
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
 from tpuops.ops import watch as watch_ops
-from tpuops.ops.logs import LogsRequest, logs_provider, open_source, resolve_logdir, run_map
+from tpuops.ops.guard_loop import watch_with_lease
+from tpuops.ops.logs import ClusterRuns, LogsRequest, logs_provider, open_source, run_map
 from tpuops.ops.specs import check_local_inputs
 from tpuops.remote.base import LineHandler, RunResult
 
@@ -109,11 +110,11 @@ def run_spec(ctx: Context, spec_path: str | Path, *, down: bool = False, detach:
         phase("up")
         result = up_ops.up(ctx, spec_path, wait_for_capacity=wait_for_capacity, progress=on_progress, guard=guard)
         cluster = result.cluster
-        scalars = ScalarFollower(ctx, cluster, on_points)
+        scalars = ScalarFollower(ctx, cluster, on_points, result.access)
         scalars.skip_existing()  # what the logdir holds now belongs to earlier runs
         phase("launch")
         report = guard_commands.launch_handed_to_guard(ctx, cluster, launch_ops.LaunchOptions(), on_line=on_line,
-                                                       on_step=on_step, on_push=on_push)
+                                                       on_step=on_step, on_push=on_push, access=result.access)
         run_id = report.run_id
         if not report.ok:
             failed = next(step for step in report.steps if not step.ok)
@@ -208,8 +209,9 @@ class ScalarFollower:
     with the workers, and an event file an earlier run left is never read twice (the tail is incremental).
     """
 
-    def __init__(self, ctx: Context, cluster: str, on_points: Callable[[list[ScalarPoint]], None] | None) -> None:
-        self.ctx, self.cluster, self.on_points = ctx, cluster, on_points
+    def __init__(self, ctx: Context, cluster: str, on_points: Callable[[list[ScalarPoint]], None] | None,
+                 access: ClusterAccess | None = None) -> None:
+        self.ctx, self.cluster, self.on_points, self.access = ctx, cluster, on_points, access
         self.points: list[ScalarPoint] = []
         self._source = None
 
@@ -225,12 +227,18 @@ class ScalarFollower:
     def _read(self) -> list[ScalarPoint]:
         try:
             if self._source is None:
-                self._source = open_source(self.ctx, logs_request(self.ctx, self.cluster), warn=lambda text: None)
+                self._source = open_source(self.ctx, logs_request(self.ctx, self.cluster, self.access),
+                                           warn=lambda text: None)
             return self._source.poll()
         except TpuopsError:
             return []  # no logdir yet (everything later is new), or a passing error: the next poll tries again
 
 
-def logs_request(ctx: Context, cluster: str) -> LogsRequest:
+def logs_request(ctx: Context, cluster: str, access: ClusterAccess | None = None) -> LogsRequest:
+    """The logs of the run just launched, not earlier ones: from the access the caller holds (`run` after `up`:
+    the state and spec up saved), else read by name."""
+    if access is not None and access.spec is not None:
+        return LogsRequest(logdir=logdir_of(access.state, access.spec), provider=access.provider,
+                           runs=ClusterRuns(ctx, cluster, None, held=access.state))
     return LogsRequest(logdir=resolve_logdir(ctx, cluster, None), provider=logs_provider(ctx, cluster, None),
                        runs=run_map(ctx, cluster, None, None))  # the current run: the launch's own once recorded

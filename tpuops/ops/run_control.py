@@ -1,7 +1,7 @@
 """A run once it exists: each worker's state of it, stop, follow, and the run's record in the cluster's state.
 
 On the workers a run is its directory `~/tpuops/NAME/runs/RUN_ID/` and its processes (the setup, then the
-trainer, and whatever they start: `remote/scripts/run_scope.sh`); the host side is in `remote/scripts/*.sh`.
+trainer, and whatever they start: `shipped/run_scope.sh`); the host side is in `shipped/*.sh`.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from tpuops.access.cluster import ClusterAccess, cluster_access, make_runners, tpu_paths
 from tpuops.context import Context
 from tpuops.errors import UsageError
-from tpuops.ops.remote import ClusterAccess, cluster_access, make_runners, tpu_paths
 from tpuops.remote.base import LineHandler, Runner, RunResult
 from tpuops.remote.fanout import run_each
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 from tpuops.spec import Spec
 from tpuops.state import RunRecord
 

@@ -16,17 +16,16 @@ import re
 import shlex
 from collections.abc import Sequence
 
+from tpuops.access.cluster import ClusterAccess, resolve_name, spec_of
+from tpuops.access.guard_state import with_guard_state
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.cloud.endpoints import base_url
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
-from tpuops.guard.handback import with_guard_state
 from tpuops.logs.runs import Launch, choose
-from tpuops.ops.remote import ClusterAccess, resolve_name
-from tpuops.ops.status import spec_of
 from tpuops.remote.base import LineHandler, Runner, RunResult, remote_path
 from tpuops.remote.fanout import run_each
-from tpuops.remote.scripts import script_text
+from tpuops.shipped import script_text
 from tpuops.state import RunRecord, bucket_of
 
 INTERVAL_ENV = "TPUOPS_OUTPUT_INTERVAL"  # seconds between two chunks of one worker (tests: a fraction)

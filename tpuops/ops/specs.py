@@ -79,8 +79,8 @@ def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:
     spec = checked.spec
     warnings = checked.warnings
     if live:
-        from tpuops.guard.vm_plan import reach_warnings
         from tpuops.ops.offerings import verify_spec_zones
+        from tpuops.plan.guard_vm import reach_warnings
 
         cloud = ctx.provider_for(spec).cloud()
         warnings += tuple(verify_spec_zones(cloud, spec))

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tpuops import ssh_config
+from tpuops.access import ssh_config
+from tpuops.access.cluster import spec_of
+from tpuops.access.guard_state import with_guard_state
 from tpuops.context import Context
 from tpuops.errors import UsageError
-from tpuops.guard.handback import with_guard_state
-from tpuops.ops.status import spec_of
 from tpuops.spec import Spec
 from tpuops.state import ClusterState
 

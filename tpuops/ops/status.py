@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
+from tpuops.access.cluster import spec_of
+from tpuops.access.guard_state import with_guard_state
+from tpuops.access.workers import number_hosts
+from tpuops.autostop.client import CostSoFar, held_cost
 from tpuops.cloud.base import TpuMode
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import ResourceStatus
@@ -15,15 +18,13 @@ from tpuops.cloud.kinds.guard_vm import guard_row, is_guard
 from tpuops.cloud.kinds.storage import bucket_row
 from tpuops.cloud.kinds.tpu import node_row, queued_row
 from tpuops.context import Context
-from tpuops.errors import ClusterNotFound, TpuopsError
-from tpuops.guard.autostop.client import CostSoFar, held_cost, setting_of
-from tpuops.guard.autostop.cost_guard import GuardStatus, guard_status
-from tpuops.guard.handback import with_guard_state
+from tpuops.errors import ClusterNotFound
 from tpuops.guard.report import GuardReport, guard_report
+from tpuops.ops.autostop import GuardStatus, guard_status
 from tpuops.ops.discover import find_in_project
-from tpuops.ops.workers import number_hosts
-from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
+from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ClusterState, WorkerRecord
+from tpuops.state.autostop import setting_of
 from tpuops.watchdog.records import WatchdogView, watchdog_view
 
 
@@ -160,7 +161,7 @@ RUN_STATUS_CONNECT_TIMEOUT = 10.0  # status must answer quickly even when a work
 def run_status(ctx: Context, state: ClusterState, spec: Spec | None, tpu_state: str | None) -> RunStatus | None:
     """The current run: asked live from the workers when the TPU is up; else what was last recorded can no
     longer be true of a TPU that is not READY, and says so."""
-    from tpuops.ops.remote import access_for
+    from tpuops.access.cluster import access_for
     from tpuops.ops.run_control import states_of_run
 
     run = state.current_run
@@ -189,14 +190,6 @@ def watchdog_now(view: WatchdogView | None, tpu_state: str | None, run: RunStatu
     if run is not None and run.live and not any(s in LIVE_STATES for s in run.workers.values()):
         return replace(view, verdict="not watching: the run is over")
     return view
-
-
-def spec_of(state: ClusterState) -> Spec | None:
-    """The spec the cluster was made from, if its file is still there and valid (else state alone is used)."""
-    try:
-        return load_spec(Path(state.spec_path)) if state.spec_path else None
-    except TpuopsError:
-        return None
 
 
 def tpu_mode(state: ClusterState | None, spec: Spec | None) -> TpuMode:

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpuops.access.cluster import resolve_logdir, resolve_name
 from tpuops.context import Context
 from tpuops.errors import UsageError
 from tpuops.logs.board import Board, MirrorLoop, port_taken
 from tpuops.logs.mirror import Mirror
-from tpuops.ops.logs import logs_provider, resolve_logdir, run_map
-from tpuops.ops.remote import resolve_name
+from tpuops.ops.logs import logs_provider, run_map
 
 DEFAULT_PORT = 6006
 DEFAULT_HOST = "127.0.0.1"  # this machine only: the event files may say more than the user wants to publish

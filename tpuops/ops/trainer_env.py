@@ -1,18 +1,17 @@
 """The environment of a run's trainer on every worker: tpuops's own TPUOPS_* variables, what each framework
 needs to find the TPU, trainer.env, JAX's compilation cache, and with Multislice the MEGASCALE_* defaults
-(which only fill what the host itself lacks: see remote/scripts/start.sh)."""
+(which only fill what the host itself lacks: see shipped/start.sh)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tpuops.cloud.provider import TrainerSite
+from tpuops.access.cluster import ClusterAccess
 from tpuops.context import Context
-from tpuops.guard.autostop import cost_guard
-from tpuops.guard.autostop.client import record_prefix
-from tpuops.ops.remote import ClusterAccess
+from tpuops.ops import autostop as cost_guard
+from tpuops.providers.base import TrainerSite
 from tpuops.spec import Spec
-from tpuops.state import WorkerRecord, bucket_of
+from tpuops.state import WorkerRecord, bucket_of, record_prefix
 from tpuops.watchdog.launch_hooks import with_hang_abort
 
 JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"

@@ -10,29 +10,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from graphlib import TopologicalSorter
 from pathlib import Path
 
-from tpuops import keys, ssh_config
+from tpuops import keys
+from tpuops.access import ssh_config
+from tpuops.access.cluster import ClusterAccess, access_for
+from tpuops.access.workers import number_hosts
+from tpuops.autostop.remote import AgentInstall
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, silent
 from tpuops.cloud.kinds.tpu import reachable_hosts
 from tpuops.cloud.queued import QueuedLeftBehind, withdraw_queued
 from tpuops.context import Context
-from tpuops.guard import commands as guard_commands
-from tpuops.guard.autostop import cost_guard
-from tpuops.guard.autostop.client import kept_setting
-from tpuops.guard.autostop.remote import AgentInstall
-from tpuops.guard.autostop.spec import AutostopSpec
-from tpuops.guard.host import GuardHostInfo
+from tpuops.ops import autostop as cost_guard
+from tpuops.ops import guard as guard_commands
 from tpuops.ops.offerings import verify_spec_zones
-from tpuops.ops.remote import access_for
 from tpuops.ops.specs import load_checked
-from tpuops.ops.workers import number_hosts
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
+from tpuops.providers.guard_host import GuardHostInfo
 from tpuops.spec import CLUSTER_LABEL
+from tpuops.spec.autostop import AutostopSpec
 from tpuops.state import ClusterState, WorkerRecord
+from tpuops.state.autostop import kept_setting
 
 Progress = Callable[[str, str, str], None]  # (kind, name, what is happening)
 
@@ -48,6 +49,7 @@ class UpResult:
     autostop: AgentInstall | None = None  # the cost guard on worker 0 (None: autostop is off)
     guard: GuardHostInfo | None = None  # `up --guard` / spec guard.enabled: the guard started or adopted
     autostop_kept: str | None = None  # a setting of an earlier --autostop kept in place of the spec's
+    access: ClusterAccess | None = field(default=None, compare=False)  # what up holds, for the next workflow
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -112,10 +114,11 @@ def up(
     workers, known_hosts = record_workers(ctx, job, known[tpu_kind(spec)])
     ssh_config.refresh(ctx.store.home, job.ledger.state)  # `ssh tpuops-NAME-w0` reaches the workers just recorded
     # Handed on as held: the state just written and the spec parsed above, not read again by name.
-    agent = cost_guard.install(ctx, access_for(ctx, job.ledger.state, spec))
+    access = access_for(ctx, job.ledger.state, spec)
+    agent = cost_guard.install(ctx, access)
     guard_info = guard_commands.start_guard(ctx, job.ledger.state, spec) if start_guard else None
     return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info,
-                    autostop_kept=kept)
+                    autostop_kept=kept, access=access)
 
 
 def ask_the_zones(job: Job, plan: Plan) -> tuple[str, ...]:

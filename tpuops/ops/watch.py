@@ -25,6 +25,7 @@ from typing import Literal
 from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_attempt, wait_fixed
 
 from tpuops import retry
+from tpuops.access.cluster import resolve_name, spec_of
 from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import MISSING
@@ -38,12 +39,11 @@ from tpuops.errors import (
     TpuopsError,
     UsageError,
 )
-from tpuops.guard.autostop import cost_guard
+from tpuops.ops import autostop as cost_guard
 from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import up as up_ops
-from tpuops.ops.remote import resolve_name
-from tpuops.ops.status import spec_of, tpu_mode
+from tpuops.ops.status import tpu_mode
 from tpuops.state import ClusterState
 from tpuops.watchdog.judge import Watchdog
 
@@ -176,7 +176,7 @@ def watch(ctx: Context, name: str | None, options: WatchOptions, on_event: Event
           sleep: Callable[[float], None] = time.sleep, make_watcher: Callable[..., Watcher] | None = None
           ) -> WatchResult:
     """Watch the cluster's current run until it ends; recover from preemption on the way. `make_watcher`:
-    a Watcher that also answers to a lease (the guard's; see tpuops/guard/loop.py)."""
+    a Watcher that also answers to a lease (the guard's; see tpuops/ops/guard_loop.py)."""
     watcher = (make_watcher or Watcher)(ctx, resolve_name(ctx, name), options, on_event, sleep)
     try:
         result = watcher.run()

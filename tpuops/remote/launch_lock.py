@@ -2,7 +2,7 @@
 
 The lock lives on the worker, not on the laptop, because launches of one cluster may come from several
 machines (or several terminals with their own TPUOPS_HOME): worker 0 is the one place they all reach. It is
-flock(1) held by a process on worker 0 (`scripts/lock.sh`) that lives as long as this side keeps its session
+flock(1) held by a process on worker 0 (`shipped/lock.sh`) that lives as long as this side keeps its session
 open and its heartbeat coming, so a launcher that dies (killed, crashed, its laptop gone) can never leave a
 lock behind: its session closes, or its heartbeat stops for `TTL_SECONDS`, and the kernel lets go of the lock.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from tpuops.errors import RemoteError, TpuopsError
 from tpuops.remote.base import Runner, RunResult
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 
 HEARTBEAT_SECONDS = 5.0
 TTL_SECONDS = 60  # a holder whose launcher sent nothing this long lets go (its machine vanished mid-launch)

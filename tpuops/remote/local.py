@@ -31,7 +31,7 @@ from tpuops.remote.base import (
 
 # What a fresh login would have: enough to find sh, python3, tar, timeout; not the caller's whole env.
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
-HANGUP_GRACE_SECONDS = 3.0  # after HUP, before KILL (as scripts/hangup.sh does on SSH workers)
+HANGUP_GRACE_SECONDS = 3.0  # after HUP, before KILL (as shipped/hangup.sh does on SSH workers)
 PIPE_BYTES = 1024 * 1024  # a command's stdin pipe, where Linux allows (see _widen)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pathspec
 
 from tpuops.errors import UsageError
-from tpuops.remote.push_protocol import manifest_text, tree_id
+from tpuops.shipped.push_protocol import manifest_text, tree_id
 
 IGNORE_FILE = ".tpuopsignore"
 ALWAYS_EXCLUDED = [".git/", "__pycache__/", IGNORE_FILE]

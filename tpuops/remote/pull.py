@@ -28,13 +28,14 @@ from pathlib import Path, PurePosixPath
 
 from tpuops.remote.base import Runner, RunResult
 from tpuops.remote.push_results import PushProgress
+from tpuops.shipped import program
 
 BATCH_BYTES = 16 * 1024 * 1024  # per read command: bounds memory, and the work a cut connection loses
 BATCH_FILES = 2000
 PARTIAL_PREFIX = ".tpuops-partial-"
 READ_TIMEOUT = 900.0
 PROGRESS_EVERY = 0.1
-PULL_AGENT_SOURCE = (Path(__file__).parent / "pull_agent.py").read_text()
+PULL_AGENT_SOURCE = program("pull_agent")
 
 
 def agent_command(*args: str) -> list[str]:

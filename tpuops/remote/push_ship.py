@@ -1,28 +1,11 @@
-"""The worker side of a push as it is shipped: `push_agent.py` with its parts inlined, run by `python3 -S -c`
-(workers have no tpuops, and need nothing beyond the standard library)."""
+"""The worker side of a push as it is shipped: `shipped/push_agent.py` with its parts inlined, run by
+`python3 -S -c` (workers have no tpuops, and need nothing beyond the standard library)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
+from tpuops.shipped import program
 
-AGENT_PART = re.compile(r"^from tpuops\.remote\.(push_protocol|push_receive|push_relay) import \(.*?^\)\n",
-                        re.M | re.S)
-
-
-def agent_source() -> str:
-    """push_agent.py as shipped: the text of its parts (push_protocol.py, push_receive.py, push_relay.py) in
-    place of their imports, since workers have no tpuops. A part's own import of a part the agent carries
-    already goes."""
-    here = Path(__file__).parent
-
-    def part(match: re.Match[str]) -> str:
-        return AGENT_PART.sub("", (here / f"{match.group(1)}.py").read_text())
-
-    return AGENT_PART.sub(part, (here / "push_agent.py").read_text())
-
-
-AGENT_SOURCE = agent_source()
+AGENT_SOURCE = program("push_agent")
 
 
 def agent_command(*args: str) -> list[str]:

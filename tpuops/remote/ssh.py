@@ -44,8 +44,8 @@ from tpuops.remote.base import (
     shell_line,
     timeout_error,
 )
-from tpuops.remote.scripts import script_command
 from tpuops.retry import bounded_by
+from tpuops.shipped import script_command
 
 # paramiko logs "Socket exception: Bad file descriptor" when a connection is closed under its reader thread
 # (Ctrl-C, a closed pipe); Python's last-resort handler would print that. Our results say what went wrong.
@@ -311,7 +311,7 @@ class SshRunner:
     ) -> RunResult:
         line = shell_line(command, env=env, cwd=cwd, timeout=timeout)
         if stdin is None:
-            # Ends with our session (Ctrl-C, closed pipe, lost connection): see scripts/hangup.sh. Its
+            # Ends with our session (Ctrl-C, closed pipe, lost connection): see shipped/hangup.sh. Its
             # watcher reads stdin, which therefore stays open (no EOF) until the channel closes.
             line = shell_line(script_command("hangup", line))
         started = time.monotonic()

@@ -37,16 +37,16 @@ from tpuops.remote.fanout import DEFAULT_MAX_PARALLEL, run_each
 from tpuops.remote.manifest import Manifest
 from tpuops.remote.payload import Payload
 from tpuops.remote.push_cache import cached_manifest, remember_manifest, scan_with_cached_hashes
-from tpuops.remote.push_protocol import (
+from tpuops.remote.push_results import ProgressHandler, PushProgress, PushResult, WorkerPush
+from tpuops.remote.push_ship import agent_command
+from tpuops.shipped import script_command
+from tpuops.shipped.push_protocol import (
     EXIT_DISK,
     EXIT_NOT_OURS,
     RESEND_FULL,
     SEND_DIRECT,
     after_apply,
 )
-from tpuops.remote.push_results import ProgressHandler, PushProgress, PushResult, WorkerPush
-from tpuops.remote.push_ship import agent_command
-from tpuops.remote.scripts import script_command
 
 RELAY_SERVE_SECONDS = 600  # how long the relay worker serves at most (it stops as soon as all fetched)
 # Below this a direct copy to each worker is quicker than starting a relay, and N copies cost little.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from tpuops.remote.base import Runner
 from tpuops.remote.fanout import run_each
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 from tpuops.watchdog.confirm import Probe
 
 OUTPUT_LINES = 200

@@ -1,7 +1,7 @@
 """Confirm a suspected hang over parallel SSH and say what kind it is.
 
 Every worker is probed twice, `confirm_gap` apart (a minute by default): the run's state there, the processes
-of its process group, and libtpu's runtime metrics (`remote/scripts/watchdog_probe.sh` with `tpu_metrics.py`).
+of its process group, and libtpu's runtime metrics (`shipped/watchdog_probe.sh` with `tpu_metrics.py`).
 The kinds, and the worker that differs where one does:
 
     worker-gone  the trainer is gone on some workers while the others still run (they wait for it)
@@ -24,7 +24,7 @@ from typing import Any
 
 from tpuops.remote.base import Runner
 from tpuops.remote.fanout import run_each
-from tpuops.remote.scripts import script_command, script_text
+from tpuops.shipped import script_command, script_text
 
 PROBE_TIMEOUT = 60.0
 

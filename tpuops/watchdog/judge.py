@@ -16,13 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
 
+from tpuops.access.cluster import cluster_access, make_runners, resolve_logdir, spec_of
 from tpuops.cloud.blobs import BlobStore
 from tpuops.context import Context
 from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError
-from tpuops.ops.logs import resolve_logdir
-from tpuops.ops.remote import cluster_access, make_runners
-from tpuops.ops.status import spec_of
 from tpuops.remote.base import Runner
 from tpuops.state import RunRecord
 from tpuops.watchdog.capture import capture_all, incident_files, stack_signature, without_python_stacks

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from tpuops.remote.base import Runner, RunResult
 from tpuops.remote.fanout import run_each
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 from tpuops.spec import Spec
 from tpuops.watchdog.settings import INSTALL_ENV
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from tpuops.cloud.blobs import BlobStore
 from tpuops.logs.tail import Tail
 from tpuops.remote.base import Runner
-from tpuops.remote.scripts import script_command
+from tpuops.shipped import script_command
 from tpuops.watchdog.settings import WatchdogSettings
 
 MAX_GAPS = 256  # the median of the most recent gaps: the pace after a warm-up matters, not the warm-up

@@ -21,9 +21,8 @@ from typing import Any
 from tpuops.cloud.blobs import BlobNotFound, BlobStore, DirBlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
-from tpuops.guard.autostop.client import record_prefix
 from tpuops.spec import Spec
-from tpuops.state import ClusterState, bucket_of
+from tpuops.state import ClusterState, bucket_of, record_prefix
 
 INCIDENTS = "incidents/"
 INCIDENT_FILE = "incident.json"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from tpuops.access.cluster import resolve_name, spec_of
 from tpuops.context import Context
-from tpuops.ops.remote import resolve_name
-from tpuops.ops.status import spec_of
 from tpuops.watchdog.records import Incident, incidents, records_store
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 from tpuops.errors import UsageError
-from tpuops.watchdog.spec import DEFAULT_PROGRESS, WatchSpec
+from tpuops.spec.watch import DEFAULT_PROGRESS, WatchSpec
 
 ENV_PREFIX = "TPUOPS_WATCHDOG_"
 ENABLED_ENV = "TPUOPS_WATCHDOG"  # 0: no watchdog at all in this watch

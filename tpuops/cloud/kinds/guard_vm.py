@@ -2,7 +2,7 @@
 
 It carries the cluster's label like everything else, so `down` and `status` find it without local state, plus a
 role label that tells it from a legacy Node's client VM (which carries the cluster's label alone). It is made by
-`tpuops guard up` (guard/gcp_host.py: the startup script needs the staged bundle), never by `up`'s plan;
+`tpuops guard up` (providers/gcp_guard_host.py: the startup script needs the staged bundle), never by `up`'s plan;
 here it is observed, adopted, described and deleted like the other kinds.
 """
 
@@ -21,7 +21,8 @@ from tpuops.cloud.kinds.base import (
 )
 from tpuops.cloud.kinds.vms import VmKindBase
 from tpuops.errors import CloudError
-from tpuops.guard.vm_shape import (
+from tpuops.plan import Action, Kind, ObservedResource
+from tpuops.plan.guard_vm_shape import (
     DISK_GB,
     GUARD_ROLE,
     GUARD_TAG,
@@ -30,7 +31,6 @@ from tpuops.guard.vm_shape import (
     ROLE_LABEL,
     guard_vm_name,
 )
-from tpuops.plan import Action, Kind, ObservedResource
 from tpuops.spec import CLUSTER_LABEL, Spec
 
 STOPPED_STATES = frozenset({"TERMINATED", "STOPPED"})  # Compute's words for a VM stopped (by hand or by Google)

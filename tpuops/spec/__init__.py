@@ -1,0 +1,393 @@
+"""The spec: pydantic models (extra="forbid") and YAML loading with file:line:field errors.
+
+Only shape and local rules live here; rules that need the TPU catalog are in `rules.py`, which imports
+this module (never the reverse).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tpuops import spec_yaml
+from tpuops.durations import WRITTEN_BY_USER
+from tpuops.errors import SpecError
+from tpuops.spec.autostop import AutostopSpec
+from tpuops.spec.check import CheckSpec
+from tpuops.spec.guard import GuardSpec
+from tpuops.spec.watch import WatchSpec
+
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")
+LABEL_VALUE_RE = re.compile(r"^[-_a-z0-9]{0,63}$")
+CLUSTER_LABEL = "tpuops-cluster"
+LOCAL_ZONE = "local"
+
+
+class Model(BaseModel):
+    # strict: YAML reads `yes`/`on` as true and pydantic's lax mode reads true as 1, so `slices: yes` would make
+    # one slice; every number and boolean must be written as one.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
+
+
+class TpuSpec(Model):
+    type: str = Field(description="Accelerator type, e.g. v3-8, v4-32, v5litepod-8.")
+    runtime: str | None = Field(
+        None,
+        description="TPU VM runtime (e.g. tpu-vm-tf-2.16.1-pjrt) or, for mode: node, the Node's version "
+        "(e.g. 2.12.0, pytorch-1.13). Default: the catalog's default for the generation and framework.",
+    )
+    mode: Literal["vm", "node"] = Field("vm", description="vm: TPU VM or pod slice; node: legacy TPU Node.")
+    preemptible: bool = Field(False, description="Preemptible capacity: cheaper, and Google may stop it at any time "
+                              "(TPU Research Cloud quota is often preemptible).")
+    spot: bool = Field(False, description="Spot capacity: like preemptible, without its 24-hour limit.")
+    queued: bool = Field(False, description="Create the TPU through a queued resource.")
+    slices: int = Field(
+        1, ge=1, le=64,
+        description="Multislice: this many slices of `type`, joined over the data-center network, made by one "
+        "queued resource (implies queued: true; v4, v5e, v5p, v6e).",
+    )
+    service_account: str | None = Field(
+        None, description="Email the TPU VM runs as; default: the project's Compute default service account."
+    )
+    zones: list[str] = Field(
+        default_factory=list,
+        description="Fallback zones (same region as the bucket) tried in turn when the zone has no capacity.",
+    )
+    workers: int | None = Field(
+        None, ge=1, le=64, description="provider: local only: number of simulated workers (default: hosts)."
+    )
+    network: str = Field("default", description="The VPC network of the TPU, the client VM and the guard VM.")
+    subnetwork: str | None = Field(None, description="The subnetwork in the zone's region; default: Google's choice "
+                                                   "for the network and region.")
+
+    @property
+    def through_queue(self) -> bool:
+        """Created through a queued resource: asked for, or Multislice (which only a queued resource makes)."""
+        return self.queued or self.slices > 1
+
+    @property
+    def multislice(self) -> bool:
+        return self.slices > 1
+
+    @field_validator("service_account")
+    @classmethod
+    def _email(cls, value: str | None) -> str | None:
+        if value is not None and "@" not in value:
+            raise ValueError(f"service_account must be an email address, got {value!r}")
+        return value
+
+
+class ClientVmSpec(Model):
+    machine_type: str = Field("n1-standard-2", description="The client VM's Compute Engine machine type.")
+    disk_gb: int = Field(50, ge=10, le=65536, description="The client VM's boot disk, in GB.")
+    image_project: str = Field("debian-cloud", description="The project of the client VM's image family.")
+    image_family: str = Field("debian-12", description="The client VM's image family (its newest image is used).")
+
+
+class BucketSpec(Model):
+    name: str = Field(description="The GCS bucket for data, logs and tpuops' records (GCS naming rules); created "
+                                  "by `up` if missing.")
+    location: str | None = Field(None, description="Default: the TPU zone's region.")
+
+    @field_validator("name")
+    @classmethod
+    def _gcs_name(cls, value: str) -> str:
+        problem = bucket_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+class CodeSpec(Model):
+    path: str = Field(".", description="The directory pushed to every worker (relative to the spec file).")
+    exclude: list[str] = Field(default_factory=list, description=".gitignore-style patterns not pushed.")
+
+
+class DataItem(Model):
+    from_: str = Field(alias="from", description="Local file or directory.")
+    to: str = Field(description="gs://bucket/prefix, or a path on every worker.")
+
+
+class TrainerSpec(Model):
+    framework: Literal["tensorflow", "pytorch", "jax"] = Field(
+        description="tensorflow, pytorch (PyTorch/XLA) or jax: decides the environment the trainer gets "
+        "(TPU_NAME, PJRT_DEVICE, XRT_TPU_CONFIG, ...).")
+    setup: str | None = Field(None, description="Run once per worker (again when its text changes).")
+    command: str = Field(description="The trainer's command line, run on every worker from the pushed code "
+                                     "directory.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for setup and "
+                                                                  "the trainer (names and values as strings).")
+
+    @field_validator("command")
+    @classmethod
+    def _something_to_run(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("trainer.command is empty: a run would start nothing and report success")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return value
+
+
+class LogsSpec(Model):
+    tensorboard: str | None = Field(None, description="Where the trainer writes TensorBoard events.")
+
+
+class SshSpec(Model):
+    user: str | None = Field(None, description="Default: the local user name.")
+    port: int = Field(22, ge=1, le=65535, description="The workers' SSH port.")
+
+
+class Spec(Model):
+    name: str = Field(description="Cluster name: lowercase letters, digits, hyphens; starts with a letter; <= 40.")
+    project: str | None = Field(None, description="Google Cloud project; default: --project, "
+                                                  "CLOUDSDK_CORE_PROJECT, GOOGLE_CLOUD_PROJECT, gcloud's config.")
+    provider: Literal["gcp", "local"] = Field("gcp", description="gcp: Google Cloud; local: the simulator on "
+                                                                 "this machine (no Google account).")
+    zone: str | None = Field(None, description="The TPU's zone, e.g. europe-west4-a (required for provider: gcp); "
+                                               "the bucket goes to its region.")
+    tpu: TpuSpec = Field(description="The TPU: type, runtime, mode, capacity and fallback zones.")
+    client_vm: ClientVmSpec | None = Field(None, description="The Compute Engine VM that drives a legacy TPU Node "
+                                                             "(required for tpu.mode: node).")
+    bucket: BucketSpec | None = Field(None, description="The GCS bucket in the TPU's region, with the TPU's "
+                                                        "service account granted on it.")
+    code: CodeSpec = Field(default_factory=CodeSpec, description="The code pushed to every worker.")
+    data: list[DataItem] = Field(default_factory=list, description="Data copied before a launch: each entry "
+                                                                   "{from: local path, to: gs://... or a worker path}.")
+    trainer: TrainerSpec | None = Field(None, description="What `launch` runs on every worker.")
+    logs: LogsSpec = Field(default_factory=LogsSpec, description="Where the trainer's TensorBoard scalars are.")
+    ssh: SshSpec = Field(default_factory=SshSpec, description="How tpuops reaches the workers over SSH.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on every resource.")
+    autostop: AutostopSpec = Field(
+        default_factory=AutostopSpec, description="The cost guard on worker 0: delete the TPU when idle, or later."
+    )
+    watch: WatchSpec = Field(default_factory=WatchSpec, description="The hang watchdog of `tpuops watch`.")
+    guard: GuardSpec = Field(default_factory=GuardSpec, description="Recovery that outlives the laptop.")
+    check: CheckSpec = Field(default_factory=CheckSpec, description="How `tpuops check` runs the trainer here.")
+
+    @field_validator("name")
+    @classmethod
+    def _cluster_name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError(
+                f"cluster name {value!r} must be lowercase letters, digits and hyphens, start with a letter, "
+                "not end with a hyphen, at most 40 characters"
+            )
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            if not LABEL_KEY_RE.match(key) or not LABEL_VALUE_RE.match(val):
+                raise ValueError(f"label {key}={val} breaks GCP label rules (lowercase, digits, - and _)")
+            if key == CLUSTER_LABEL:
+                raise ValueError(f"label {CLUSTER_LABEL} is set by tpuops itself")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _local_zone(cls, data: Any) -> Any:
+        # The local provider has one zone, this machine; naming it keeps zone-based lookups uniform.
+        if isinstance(data, dict) and data.get("provider") == "local" and not data.get("zone"):
+            return {**data, "zone": LOCAL_ZONE}
+        return data
+
+    @model_validator(mode="after")
+    def _zone_needed(self) -> Spec:
+        if self.provider == "gcp" and not self.zone:
+            raise ValueError("zone is required for provider: gcp (for example zone: europe-west4-a)")
+        return self
+
+    # Derived facts used across the tool.
+    @property
+    def region(self) -> str | None:
+        return region_of(self.zone) if self.zone else None
+
+    @property
+    def resource_labels(self) -> dict[str, str]:
+        return {**self.labels, CLUSTER_LABEL: self.name}
+
+
+def region_of(zone: str) -> str:
+    """europe-west4-a -> europe-west4 (a zone is its region plus one last '-x')."""
+    return zone.rsplit("-", 1)[0]
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """GCS bucket naming rules (the subset that applies to names without dots' domain verification)."""
+    if not 3 <= len(name) <= 63:
+        return f"bucket name {name!r} must be 3 to 63 characters"
+    if not re.match(r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$", name):
+        return (
+            f"bucket name {name!r} may hold only lowercase letters, digits, '-', '_' and '.', "
+            "and must start and end with a letter or digit"
+        )
+    if name.startswith("goog") or "google" in name or "g00gle" in name:
+        return f"bucket name {name!r} may not start with 'goog' or contain 'google'"
+    if re.match(r"^\d+\.\d+\.\d+\.\d+$", name):
+        return f"bucket name {name!r} may not be an IP address"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read, parse and validate a spec file's shape; SpecError names file:line:field.
+
+    The catalog rules (rules.py) are applied by `ops.specs.load_checked`, for the commands that create."""
+    return load_spec_with_lines(path)[0]
+
+
+def load_spec_with_lines(path: str | Path) -> tuple[Spec, LineIndex]:
+    path = Path(path)
+    return parse_spec(read_spec_text(path), str(path))
+
+
+def read_spec_text(path: Path) -> str:
+    """The spec file's text; a missing file, a directory, an unreadable or binary file each get their own line."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"spec file {path} not found", "create one with `tpuops init` or check the path") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path} is a directory, not a spec file",
+                        f"give the YAML file inside it, e.g. {path / 'tpuops.yaml'}") from None
+    except PermissionError:
+        raise SpecError(f"spec file {path} cannot be read with your permissions", "check its owner and mode") from None
+    except UnicodeDecodeError as err:
+        raise SpecError(f"spec file {path} is not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
+                        f"{err.start})", "a spec is a YAML text file: is this the right file?") from None
+
+
+def parse_spec(text: str, source: str = "<spec>") -> tuple[Spec, LineIndex]:
+    """YAML text -> Spec, with errors naming source, line and field."""
+    node, data = spec_yaml.compose(text, source)
+    lines = LineIndex(node)
+    if not isinstance(data, dict):
+        raise SpecError(
+            "the spec must be a YAML mapping (name: ..., zone: ..., tpu: ...)",
+            "start from `tpuops init`",
+            path=source,
+            line=1,
+        )
+    try:
+        return Spec.model_validate(data, context={WRITTEN_BY_USER: True}), lines
+    except ValidationError as err:
+        raise _spec_error(err, source, lines) from None
+
+
+def _spec_error(err: ValidationError, source: str, lines: LineIndex) -> SpecError:
+    first = err.errors()[0]
+    loc = tuple(part for part in first["loc"] if not str(part).startswith("function-after"))
+    field = ".".join(str(part) for part in loc) or None
+    line = lines.line_of(loc)
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        *parent, key = loc
+        known = _known_keys(tuple(parent))
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known keys here: {', '.join(sorted(known))}"
+        return SpecError(f"unknown key '{key}'", hint, path=source, line=line, field=field)
+    if kind == "missing":
+        return SpecError("required key is missing", "see `tpuops schema`", path=source, line=line, field=field)
+    if kind in _TYPE_WORDS:
+        return _wrong_type(kind, first["input"], lines.text_of(loc), loc, source, line, field)
+    message = first["msg"].removeprefix("Value error, ")
+    if kind == "literal_error":
+        message = f"{message}, got {first['input']!r}"
+    return SpecError(message, path=source, line=line, field=field)
+
+
+_TYPE_WORDS = {"bool_type": "a boolean (true or false)", "int_type": "a whole number", "float_type": "a number",
+               "string_type": "text"}
+
+
+def _wrong_type(kind: str, given: Any, raw: str | None, loc: tuple[Any, ...], source: str, line: int | None,
+                field: str | None) -> SpecError:
+    """`slices: yes`, `port: true`, `preemptible: 1`, `runtime: 1.10`: what YAML read, and how to write it."""
+    shown = repr(given) if isinstance(given, str) or raw is None else raw
+    read_as = {bool: "a boolean", int: "a number", float: "a number", str: "text"}.get(type(given))
+    crossed = isinstance(given, bool) or kind == "string_type" or isinstance(given, str)
+    message = f"expected {_TYPE_WORDS[kind]}, got {shown}" + (f" (YAML reads it as {read_as})" if crossed else "")
+    if kind == "string_type" and isinstance(given, (bool, int, float)):
+        written = f"{loc[-1]}: '{shown}'" if loc and isinstance(loc[-1], str) else f"'{shown}'"  # a list item: no key
+        hint = f"quote it to keep it as written: {written}"
+    elif kind == "bool_type":
+        hint = "write true or false"
+    elif isinstance(given, bool):
+        hint = "true, yes and on are booleans in YAML, not numbers: write the number"
+    elif isinstance(given, str):
+        hint = "write the number without quotes"
+    else:
+        hint = "write a whole number" if kind == "int_type" else None
+    return SpecError(message, hint, path=source, line=line, field=field)
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = Spec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(str(part))
+        if info is None:
+            break
+        inner = _model_in(info.annotation)
+        if inner is None:
+            break
+        model = inner
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found:
+            return found
+    return None
+
+
+class LineIndex:
+    """Maps a field path (('tpu', 'type')) to its 1-based line in the YAML text."""
+
+    def __init__(self, root: yaml.Node | None) -> None:
+        self.root = root
+
+    def line_of(self, loc: tuple[Any, ...]) -> int | None:
+        return self._walk(loc)[1]
+
+    def text_of(self, loc: tuple[Any, ...]) -> str | None:
+        """The scalar at `loc` as written in the file (`1.10`, not the 1.1 YAML made of it)."""
+        node, _ = self._walk(loc)
+        return node.value if isinstance(node, yaml.ScalarNode) else None
+
+    def _walk(self, loc: tuple[Any, ...]) -> tuple[yaml.Node | None, int | None]:
+        node, line = self.root, None
+        for part in loc:
+            if isinstance(node, yaml.MappingNode):
+                for key, value in node.value:
+                    if key.value == str(part):
+                        node, line = value, key.start_mark.line + 1
+                        break
+                else:
+                    return None, line or (node.start_mark.line + 1)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                return None, line
+        return node, line
