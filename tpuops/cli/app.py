@@ -10,7 +10,7 @@ from tpuops import __version__
 # `tpuops --help` lists the commands in the order of the workflow; a new command is one more name here
 # (commands missing from the list follow, alphabetically).
 COMMAND_ORDER = (
-    "init", "plan", "catalog", "check", "up", "status", "push", "exec", "ssh", "launch", "logs", "watch",
+    "init", "plan", "catalog", "quota", "check", "up", "status", "push", "exec", "ssh", "launch", "logs", "watch",
     "guard", "autostop", "stop", "down", "run", "simulate", "schema",
 )
 
