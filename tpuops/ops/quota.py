@@ -102,7 +102,7 @@ class QuotaReport:
             return Coverage(False, f"no {wanted.generation} {wanted.kind} quota in {zone}")
         for limit, location in binding:
             free = limit.limit - self._use(limit, location)
-            if 0 <= limit.limit and free < wanted.units:
+            if limit.limit >= 0 and free < wanted.units:
                 return Coverage(False, f"needs {wanted.units} {limit.unit}, {max(free, 0)} of {limit.limit} free "
                                        f"in {location} ({limit.quota_id})")
         limit, location = binding[0]
