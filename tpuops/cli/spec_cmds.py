@@ -12,6 +12,7 @@ from tpuops.cli.render import console, print_json
 
 if TYPE_CHECKING:
     from tpuops.guard.vm_plan import GuardPlan
+    from tpuops.plan import Plan
 
 VERB_STYLE = {"create": "[green]+ create  [/]", "keep": "[dim]= keep    [/]", "recreate": "[yellow]~ recreate[/]"}
 
@@ -48,6 +49,8 @@ def plan(
         console.print(f"[yellow]warning:[/] {warning}")
     if not any("region" in w for w in result.warnings) and result.region:
         console.print(f"Region check: ok (bucket and TPU in {result.region})")
+    if len(result.pools) > 1 or live:
+        render_pools(result)
     console.print(f"Estimated cost: [bold]${result.cost_per_hour:.2f}/hour[/] ({result.cost_note})")
     if result.guard is not None:
         render_guard(result.guard)
@@ -55,6 +58,18 @@ def plan(
         console.print(f"Autostop: {result.autostop} (the agent on worker 0 deletes the TPU by itself)")
     else:
         console.print("Autostop: off (`autostop: {idle: 30m}` in the spec, or `tpuops up --autostop 30m`)")
+
+
+def render_pools(result: Plan) -> None:
+    console.print("Pools, in order:")
+    for index, pool in enumerate(result.pools, 1):
+        price = "price unknown" if pool.price_per_hour is None else f"${pool.price_per_hour:.2f}/h"
+        bucket = f"bucket {pool.bucket}" if pool.bucket else "no bucket"
+        reservation = f", reservation {pool.reservation}" if pool.reservation else ""
+        console.print(f"  {index}. {pool.type:<14} {pool.zone:<16} region {pool.region:<14} {pool.provisioning:<11} "
+                      f"{price:<10} {bucket}{reservation}")
+        if pool.quota:
+            console.print(f"     quota: {pool.quota}")
 
 
 def render_guard(guard: GuardPlan) -> None:
