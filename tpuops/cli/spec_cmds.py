@@ -101,6 +101,10 @@ def init(
                                  help="trc-v3-tf, pytorch-xla, jax-pod, legacy-node or local."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
     list_: bool = typer.Option(False, "--list", help="List the templates."),
+    from_quota: bool = typer.Option(False, "--from-quota", help="Pools where the project's TPU quota is granted "
+                                    "(asks the Cloud Quotas API) instead of a template."),
+    local: bool = typer.Option(False, "--local", help="With --from-quota: the local simulator's grant."),
+    project: str | None = PROJECT_OPTION,
 ) -> None:
     """Write a commented spec to start from, and the spec's JSON Schema beside it for your editor.
 
@@ -114,6 +118,16 @@ def init(
         for name, about in INIT_TEMPLATES.items():
             console.print(f"{name:<12} {about}")
         return
+    if from_quota:
+        from tpuops.context import Context
+        from tpuops.ops.init_quota import init_from_quota
+
+        written, report = init_from_quota(Context.from_env(project=project), path, project, local=local, force=force)
+        console.print(f"Wrote {written} (its pools: where the TPU quota of {report.project} is granted, by "
+                      f"{report.source}) and {written.parent / SCHEMA_FILE}. Next: tpuops plan {written} --live")
+        return
+    if local or project:
+        raise typer.BadParameter("--local and --project go with --from-quota")
     written = init_spec(template, path, force=force)
     console.print(f"Wrote {written} ({INIT_TEMPLATES[template]}) and {written.parent / SCHEMA_FILE} (its JSON "
                   f"Schema, for editors). Next: tpuops plan {written}")

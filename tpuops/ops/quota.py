@@ -175,19 +175,19 @@ def draws_on(limit: QuotaLimit, held: Holding, location: str | None) -> bool:
     return location == (held.zone if limit.scope == "zone" else region_of(held.zone))
 
 
-def granted_pools(report: QuotaReport) -> list[tuple[str, str, QuotaKind]]:
-    """(generation, zone, kind) of every zone-level limit above Google's default, most units first: the pools
-    `init --from-quota` writes. A regional grant names no zone, so it makes no pool of its own."""
+def granted_limits(report: QuotaReport) -> list[QuotaLimit]:
+    """Every zone-level limit above Google's default, most units first, one per (generation, zone, kind): the
+    pools `init --from-quota` writes. A regional grant names no zone, so it makes no pool of its own."""
     granted = [limit for limit in report.limits if limit.granted and limit.scope == "zone"
                and limit.location != ANY_LOCATION and not limit.serving]
     granted.sort(key=lambda limit: (-limit.limit if limit.limit >= 0 else float("-inf"), limit.location))
-    seen: dict[tuple[str, str, QuotaKind], None] = {}
+    chosen: dict[tuple[str, str, QuotaKind], QuotaLimit] = {}
     for limit in granted:
-        seen.setdefault((limit.generation, limit.location, limit.kind), None)
-    if not seen:
+        chosen.setdefault((limit.generation, limit.location, limit.kind), limit)
+    if not chosen:
         raise CloudError(f"project {report.project} has no TPU quota above Google's default in any zone "
                          f"({report.source})", "see `tpuops quota`; TRC grants and approved increases show there")
-    return list(seen)
+    return list(chosen.values())
 
 
 def _kind(preemptible: bool) -> QuotaKind:
