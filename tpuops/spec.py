@@ -106,8 +106,10 @@ class TpuSpec(Model):
     @classmethod
     def _first_pool(cls, data: Any) -> Any:
         # The first pool is what every single-pool reader (up, status, the guard) sees as type, runtime and kind.
-        if not isinstance(data, dict) or not data.get("pools") or not isinstance(data["pools"], list):
+        if not isinstance(data, dict) or not isinstance(data.get("pools"), list):
             return data
+        if not data["pools"]:
+            return {"type": "", **data}  # so the error is the empty list's, not a missing tpu.type
         both = [key for key in POOL_REPLACES if key in data]
         if both:
             raise ValueError(f"tpu.pools replaces tpu.{both[0]}: give each pool its own type, zone, provisioning "
