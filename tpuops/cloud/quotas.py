@@ -39,6 +39,8 @@ class QuotaLimit:
 
 
 class QuotaApi(Protocol):
+    source: str  # where the limits come from, for the user: "Cloud Quotas API", "the local simulator's grant"
+
     def tpu_limits(self) -> list[QuotaLimit]:
         """Every TPU quota limit of the project (zone and region limits, both kinds), in no particular order.
 

@@ -123,9 +123,7 @@ def project_quota(ctx: Context, project: str | None = None, zone: str | None = N
                   local: bool = False) -> QuotaReport:
     """The quota of `project` (or, `local`, of the simulator), seen from `zone` when one is given."""
     if local:
-        from tpuops.cloud.local import make_cloud
-
-        return quota_of(make_cloud(ctx.local_root), "local", zone)
+        return quota_of(ctx.local_cloud(), "local", zone)
     name = project or ctx.require_project(None)
     return quota_of(ctx.gcp_cloud(name), name, zone)
 
@@ -134,8 +132,7 @@ def quota_of(cloud: Cloud, project: str, zone: str | None = None) -> QuotaReport
     if cloud.quotas is None:
         raise UsageError("this provider has no quota to show")
     limits = tuple(cloud.quotas.tpu_limits())
-    source = "the local simulator's grant" if project == "local" else "Cloud Quotas API"
-    return QuotaReport(project, source, limits, tuple(holdings(cloud)), zone)
+    return QuotaReport(project, cloud.quotas.source, limits, tuple(holdings(cloud)), zone)
 
 
 def holdings(cloud: Cloud) -> list[Holding]:

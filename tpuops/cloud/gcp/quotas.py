@@ -33,6 +33,8 @@ DEVICE_DEFAULTS = {"on-demand": 16, "spot": 48}
 class CloudQuotasApi(LazyClient):
     """QuotaApi over one cloudquotas_v1.CloudQuotasClient."""
 
+    source = "Cloud Quotas API"
+
     def __init__(self, make_client: Callable[[], Any], project: str, timing: Timing) -> None:
         super().__init__(make_client)
         self.project = project

@@ -28,6 +28,8 @@ DEFAULT_GRANT = (
 
 
 class LocalQuotas:
+    source = "the local simulator's grant"
+
     def __init__(self, root: Path) -> None:
         self.path = root / QUOTA_FILE
 
