@@ -241,6 +241,8 @@ def test_pools_fill_what_single_pool_readers_see(tmp_path: Path) -> None:
     (("type: v4-32", "type: v4-33"), "spec.yaml:7: tpu.pools.2.type: v4-33 is not a v4 size"),
     (("tpu:\n", "tpu:\n  type: v4-8\n"), "spec.yaml:3: tpu: tpu.pools replaces tpu.type"),
     (("  pools:\n", "  pools: []\n  unused:\n"), "spec.yaml:4: tpu.pools: List should have at least 1 item"),
+    (("project: trc-project\n", "project: trc-project\nzone: us-east1-d\n"),
+     "spec.yaml: zone: us-east1-d is not the first pool's zone europe-west4-a"),
 ])
 def test_a_bad_pool_names_file_line_and_field(tmp_path: Path, change: tuple[str, str], error: str) -> None:
     from tpuops.ops.specs import check_spec_file
@@ -271,6 +273,12 @@ def test_the_simulator_answers_quota_from_its_grant(tmp_path: Path) -> None:
     [row] = json.loads(result.stdout)["quota"]
     assert (row["generation"], row["kind"], row["limit"], row["used"], row["free"], row["granted"]) == (
         "v4", "spot", 32, 8, 24, True)
+    written = run_cli("init", "--from-quota", "--local", str(tmp_path / "rehearse.yaml"), env=env)
+    assert written.returncode == 0, written.stderr
+    planned = run_cli("plan", str(tmp_path / "rehearse.yaml"), "--live", "--json", env=env)
+    assert planned.returncode == 0, planned.stderr
+    assert [(p["type"], p["zone"], p["provisioning"], p["quota"]) for p in json.loads(planned.stdout)["pools"]] == [
+        ("v4-32", "local", "spot", "NOT covered: needs 32 cores, 24 of 32 free in local (simulated-v4-spot-local)")]
     (tmp_path / "local" / "quota.json").write_text("{not json")
     broken = run_cli("quota", "--local", env=env)
     assert broken.returncode == 1 and "quota.json is unreadable" in broken.stderr

@@ -245,8 +245,8 @@ class Spec(Model):
         if not (isinstance(pattern, str) and REGION_FIELD in pattern):
             return handler(data)
         if bucket.get("location"):
-            raise ValueError("bucket.location fixes one location, but bucket.name holds {region} (a bucket in each "
-                             "pool's region): drop bucket.location")
+            raise ValueError("bucket.location: it fixes one location, but bucket.name holds {region} (a bucket in "
+                             "each pool's region): drop bucket.location")
         zone = data.get("zone") if isinstance(data.get("zone"), str) else LOCAL_ZONE
         spec = handler({**data, "bucket": {**bucket, "name": pattern.replace(REGION_FIELD, region_of(zone))}})
         spec._bucket_pattern = pattern
@@ -317,8 +317,8 @@ def _zone_of_first_pool(data: dict[str, Any]) -> dict[str, Any]:
         return data
     first = pools[0]["zone"]
     if data.get("zone") not in (None, first):
-        raise ValueError(f"zone {data['zone']} is not the first pool's zone {first}: with tpu.pools each pool names "
-                         "its own zone, so leave the top-level zone out")
+        raise ValueError(f"zone: {data['zone']} is not the first pool's zone {first}: with tpu.pools each pool "
+                         "names its own zone, so leave the top-level zone out")
     return {**data, "zone": first}
 
 
