@@ -18,6 +18,16 @@ from tpuops import spec_yaml
 from tpuops.errors import SpecError
 from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.guard.spec import GuardSpec
+from tpuops.spec_pools import (
+    REGION_FIELD,
+    PoolSpec,
+    bucket_of_first_region,
+    first_pool_fields,
+    region_of,
+    single_pool,
+    type_not_required,
+    zone_of_first_pool,
+)
 from tpuops.watchdog.spec import WatchSpec
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -25,9 +35,6 @@ LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")
 LABEL_VALUE_RE = re.compile(r"^[-_a-z0-9]{0,63}$")
 CLUSTER_LABEL = "tpuops-cluster"
 LOCAL_ZONE = "local"
-REGION_FIELD = "{region}"  # in bucket.name: one bucket per region, named after it
-POOL_REPLACES = ("type", "runtime", "spot", "preemptible", "zones")
-Provisioning = Literal["spot", "preemptible", "on-demand"]
 
 
 class Model(BaseModel):
@@ -36,36 +43,8 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
 
 
-class PoolSpec(Model):
-    type: str = Field(description="Accelerator type, e.g. v4-32, v5litepod-8, v6e-8.")
-    zone: str = Field(description="The pool's zone, e.g. europe-west4-a.")
-    provisioning: Provisioning = Field(description="spot, preemptible or on-demand: which quota the TPU draws on "
-                                       "(spot and preemptible share Google's preemptible quota).")
-    runtime: str | None = Field(None, description="TPU VM runtime; default: the catalog's for the generation and "
-                                "framework.")
-    reservation: str | None = Field(None, description="A reservation to create the TPU from (its queued resource's "
-                                    "reservation_name).")
-
-    @property
-    def spot(self) -> bool:
-        return self.provisioning == "spot"
-
-    @property
-    def preemptible(self) -> bool:
-        return self.provisioning == "preemptible"
-
-    @property
-    def region(self) -> str:
-        return region_of(self.zone)
-
-
-def _type_not_required(schema: dict[str, Any]) -> None:
-    # With tpu.pools the first pool names the type: an editor must not ask for tpu.type then.
-    schema["required"] = [name for name in schema.get("required", []) if name != "type"]
-
-
 class TpuSpec(Model):
-    model_config = ConfigDict(json_schema_extra=_type_not_required)
+    model_config = ConfigDict(json_schema_extra=type_not_required)
 
     type: str = Field(description="Accelerator type, e.g. v3-8, v4-32, v5litepod-8 (not with pools).")
     runtime: str | None = Field(
@@ -105,22 +84,7 @@ class TpuSpec(Model):
     @model_validator(mode="before")
     @classmethod
     def _first_pool(cls, data: Any) -> Any:
-        # The first pool is what every single-pool reader (up, status, the guard) sees as type, runtime and kind.
-        if not isinstance(data, dict) or not isinstance(data.get("pools"), list):
-            return data
-        if not data["pools"]:
-            return {"type": "", **data}  # so the error is the empty list's, not a missing tpu.type
-        both = [key for key in POOL_REPLACES if key in data]
-        if both:
-            raise ValueError(f"tpu.pools replaces tpu.{both[0]}: give each pool its own type, zone, provisioning "
-                             "and runtime, and leave them out of tpu")
-        first = data["pools"][0] if isinstance(data["pools"][0], dict) else {}
-        provisioning = first.get("provisioning")
-        filled = {"type": first.get("type") if isinstance(first.get("type"), str) else "",
-                  "spot": provisioning == "spot", "preemptible": provisioning == "preemptible"}
-        if isinstance(first.get("runtime"), str):
-            filled["runtime"] = first["runtime"]
-        return {**data, **filled}
+        return first_pool_fields(data)
 
     @property
     def through_queue(self) -> bool:
@@ -239,16 +203,8 @@ class Spec(Model):
         (what single-pool readers see), the pattern kept for the other pools (`bucket_for`)."""
         if not isinstance(data, dict):
             return handler(data)
-        data = _zone_of_first_pool(data)
-        bucket = data.get("bucket")
-        pattern = bucket.get("name") if isinstance(bucket, dict) else None
-        if not (isinstance(pattern, str) and REGION_FIELD in pattern):
-            return handler(data)
-        if bucket.get("location"):
-            raise ValueError("bucket.location: it fixes one location, but bucket.name holds {region} (a bucket in "
-                             "each pool's region): drop bucket.location")
-        zone = data.get("zone") if isinstance(data.get("zone"), str) else LOCAL_ZONE
-        spec = handler({**data, "bucket": {**bucket, "name": pattern.replace(REGION_FIELD, region_of(zone))}})
+        data, pattern = bucket_of_first_region(zone_of_first_pool(data), LOCAL_ZONE)
+        spec = handler(data)
         spec._bucket_pattern = pattern
         return spec
 
@@ -293,11 +249,7 @@ class Spec(Model):
 
     def pools(self) -> tuple[PoolSpec, ...]:
         """Where the TPU may run, in order: `tpu.pools`, or the single form as one pool."""
-        if self.tpu.pools:
-            return tuple(self.tpu.pools)
-        provisioning = "spot" if self.tpu.spot else "preemptible" if self.tpu.preemptible else "on-demand"
-        return (PoolSpec.model_construct(type=self.tpu.type, zone=self.zone or LOCAL_ZONE, provisioning=provisioning,
-                                         runtime=self.tpu.runtime, reservation=None),)
+        return tuple(self.tpu.pools) or (single_pool(self.tpu, self.zone or LOCAL_ZONE),)
 
     def bucket_for(self, region: str) -> str | None:
         """The bucket a TPU in `region` reads and writes: bucket.name, with {region} filled in when it has one."""
@@ -308,23 +260,6 @@ class Spec(Model):
     @property
     def resource_labels(self) -> dict[str, str]:
         return {**self.labels, CLUSTER_LABEL: self.name}
-
-
-def _zone_of_first_pool(data: dict[str, Any]) -> dict[str, Any]:
-    tpu = data.get("tpu")
-    pools = tpu.get("pools") if isinstance(tpu, dict) else None
-    if not (isinstance(pools, list) and pools and isinstance(pools[0], dict) and isinstance(pools[0].get("zone"), str)):
-        return data
-    first = pools[0]["zone"]
-    if data.get("zone") not in (None, first):
-        raise ValueError(f"zone: {data['zone']} is not the first pool's zone {first}: with tpu.pools each pool "
-                         "names its own zone, so leave the top-level zone out")
-    return {**data, "zone": first}
-
-
-def region_of(zone: str) -> str:
-    """europe-west4-a -> europe-west4 (a zone is its region plus one last '-x')."""
-    return zone.rsplit("-", 1)[0]
 
 
 def bucket_name_problem(name: str) -> str | None:
