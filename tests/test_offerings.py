@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.quotas_http import QuotasFake, QuotasModel
 from tests.fakes.tpu_model import TpuModel, ZoneListing, catalog_listing
 from tests.fakes.tpu_v1_grpc import TpuV1Fake
 from tests.fakes.tpu_v2_http import TpuV2Fake
@@ -32,11 +33,13 @@ class TpuFakes:
     model: TpuModel
     v2: TpuV2Fake
     v1: TpuV1Fake
+    quotas: QuotasFake  # `plan --live` asks the quota too
 
     @property
     def env(self) -> dict[str, str]:
         return {
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": self.v2.server.url + "/",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDQUOTAS": self.quotas.url + "/",
             "TPUOPS_TPU_V1_GRPC_ENDPOINT": self.v1.endpoint,
             "GOOGLE_CLOUD_PROJECT": PROJECT,
             "TPUOPS_RETRY_INITIAL": "0.01",
@@ -54,9 +57,12 @@ def tpu() -> Iterator[TpuFakes]:
     v2.server.start()
     try:
         v1 = TpuV1Fake(model).start()
+        quotas = QuotasFake(QuotasModel(PROJECT))
+        quotas.server.start()
         try:
-            yield TpuFakes(model, v2, v1)
+            yield TpuFakes(model, v2, v1, quotas)
         finally:
+            quotas.server.stop()
             v1.stop()
     finally:
         v2.server.stop()

@@ -61,6 +61,12 @@ class Context:
 
         return make_gcp_cloud(self.env, project)
 
+    def local_cloud(self) -> Cloud:
+        """The simulator's clients without a spec (`tpuops quota --local`)."""
+        from tpuops.cloud.local import make_cloud as make_local_cloud
+
+        return make_local_cloud(self.local_root)
+
     def project_for(self, spec: Spec | None) -> str | None:
         """spec.project, else --project, else CLOUDSDK_CORE_PROJECT / GOOGLE_CLOUD_PROJECT, else gcloud config."""
         if spec is not None and spec.project:

@@ -37,8 +37,26 @@ class Problem:
 
 def check(spec: Spec, source: str = "<spec>", lines: LineIndex | None = None) -> tuple[str, ...]:
     """Raise SpecError for the first error (rules run in the order users fix things); return the warnings."""
-    problems = [problem for rule in RULES for problem in rule(spec)]
+    if spec.tpu.pools:
+        problems = [problem for rule in RULES if rule not in POOL_RULES for problem in rule(spec)]
+        problems += pool_problems(spec)
+    else:
+        problems = [problem for rule in RULES for problem in rule(spec)]
     return _raise_first_error_or_warnings(problems, source, lines)
+
+
+def pool_problems(spec: Spec) -> list[Problem]:
+    """The type, zone and runtime rules for each of `tpu.pools`, naming the pool's own fields."""
+    found = []
+    for index, pool in enumerate(spec.tpu.pools):
+        tpu = spec.tpu.model_copy(update={"type": pool.type, "runtime": pool.runtime, "spot": pool.spot,
+                                          "preemptible": pool.preemptible, "pools": []})
+        view = spec.model_copy(update={"zone": pool.zone, "tpu": tpu})
+        here = ("tpu", "pools", index)
+        moved = {("tpu", "type"): (*here, "type"), ("zone",): (*here, "zone"), ("tpu", "runtime"): (*here, "runtime")}
+        found += [Problem(moved.get(problem.loc, problem.loc), problem.message, problem.hint, problem.severity)
+                  for rule in POOL_RULES for problem in rule(view)]
+    return found
 
 
 def check_files(spec: Spec, base_dir: Path, source: str = "<spec>", lines: LineIndex | None = None) -> tuple[str, ...]:
@@ -303,3 +321,4 @@ RULES: list[Callable[[Spec], Iterator[Problem]]] = [
     known_type, zone_offers_type, fallback_zones_in_region, legacy_node_rules, multislice_rules, runtime_fits,
     scheduling,
 ]
+POOL_RULES: list[Callable[[Spec], Iterator[Problem]]] = [known_type, zone_offers_type, runtime_fits]

@@ -19,6 +19,7 @@ Knobs (set them before `tpuops up`):
   `fake_gcp.tpu_v1.faults.http_error("RPC", "CreateNode", 503)`, `fake_gcp.tpu.capacity_failures[zone] = n`
   (-1: always), `.transient_failures[zone]`, `.queued_failures[zone]`, `fake_gcp.tpu.preempt(zone, node)`,
   `fake_gcp.tpu.lose_worker(zone, node, index)`, `fake_gcp.tpu.suspend_queued(zone, name)`;
+- quota: `fake_gcp.quotas.model.grant("TPUV6EPreemptiblePerProjectPerZoneForTPUAPI", {"europe-west4-a": 64})`;
 - what was asked: `fake_gcp.tpu_v2.server.calls("POST", r"/nodes$")`, `fake_gcp.gcs.calls(...)`,
   `fake_gcp.tpu_v1.calls`.
 """
@@ -32,6 +33,7 @@ import pytest
 
 from tests.fakes.compute import ComputeFake, ComputeModel
 from tests.fakes.gcs import GcsFront
+from tests.fakes.quotas_http import QuotasFake, QuotasModel
 from tests.fakes.tpu_model import TpuModel
 from tests.fakes.tpu_v1_grpc import TpuV1Fake
 from tests.fakes.tpu_v2_http import TpuV2Fake
@@ -47,6 +49,7 @@ class FakeGcp:
     compute: ComputeModel
     compute_api: ComputeFake
     gcs: GcsFront
+    quotas: QuotasFake
     gcs_client_factory: object = field(repr=False, default=None)
 
     @property
@@ -56,6 +59,7 @@ class FakeGcp:
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": self.compute_api.server.url + "/compute/v1/",
             "STORAGE_EMULATOR_HOST": self.gcs.url,
             "TPUOPS_TPU_V1_GRPC_ENDPOINT": self.tpu_v1.endpoint,
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDQUOTAS": self.quotas.url + "/",
             "GOOGLE_CLOUD_PROJECT": PROJECT,
             # Fast polls and backoffs: the fakes answer in milliseconds.
             "TPUOPS_POLL_INTERVAL": "0.02",
@@ -73,7 +77,8 @@ class FakeGcp:
         )
 
     def stop(self) -> None:
-        for stop in (self.tpu_v2.server.stop, self.tpu_v1.stop, self.compute_api.server.stop, self.gcs.stop):
+        for stop in (self.tpu_v2.server.stop, self.tpu_v1.stop, self.compute_api.server.stop, self.gcs.stop,
+                     self.quotas.server.stop):
             stop()
 
 
@@ -90,12 +95,16 @@ def start_fake_gcp(storage_emulator_url: str) -> FakeGcp:
         compute_api = ComputeFake(compute)
         compute_api.server.start()
         started.append(compute_api.server)
+        quotas = QuotasFake(QuotasModel(PROJECT))
+        quotas.server.start()
+        started.append(quotas.server)
         gcs = GcsFront(storage_emulator_url).start()
     except BaseException:
         for server in reversed(started):
             server.stop()  # type: ignore[attr-defined]
         raise
-    return FakeGcp(tpu=tpu, tpu_v2=tpu_v2, tpu_v1=tpu_v1, compute=compute, compute_api=compute_api, gcs=gcs)
+    return FakeGcp(tpu=tpu, tpu_v2=tpu_v2, tpu_v1=tpu_v1, compute=compute, compute_api=compute_api, gcs=gcs,
+                   quotas=quotas)
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ from tpuops import __version__
 # `tpuops --help` lists the commands in the order of the workflow; a new command is one more name here
 # (commands missing from the list follow, alphabetically).
 COMMAND_ORDER = (
-    "init", "plan", "catalog", "check", "up", "status", "push", "pull", "exec", "ssh", "ssh-config", "launch", "logs",
-    "tensorboard", "watch", "guard", "autostop", "dashboard", "stop", "down", "run", "simulate", "schema",
+    "init", "plan", "catalog", "quota", "check", "up", "status", "push", "pull", "exec", "ssh", "ssh-config",
+    "launch", "logs", "tensorboard", "watch", "guard", "autostop", "dashboard", "stop", "down", "run", "simulate",
+    "schema",
 )
 
 

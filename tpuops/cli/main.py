@@ -20,6 +20,7 @@ from tpuops.cli import launch  # noqa: F401,E402  isort: skip
 from tpuops.cli import watch  # noqa: F401,E402  isort: skip
 from tpuops.cli import autostop  # noqa: F401,E402  isort: skip
 from tpuops.cli import catalog  # noqa: F401,E402  isort: skip
+from tpuops.cli import quota  # noqa: F401,E402  isort: skip
 from tpuops.cli import check  # noqa: F401,E402  isort: skip
 from tpuops.cli import guard  # noqa: F401,E402  isort: skip
 from tpuops.cli import dashboard  # noqa: F401,E402  isort: skip

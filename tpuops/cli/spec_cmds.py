@@ -11,6 +11,7 @@ from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, app
 from tpuops.cli.render import console, print_json
 
 if TYPE_CHECKING:
+    from tpuops.plan import Plan
     from tpuops.plan.guard_vm import GuardPlan
 
 VERB_STYLE = {"create": "[green]+ create  [/]", "keep": "[dim]= keep    [/]", "recreate": "[yellow]~ recreate[/]"}
@@ -48,6 +49,8 @@ def plan(
         console.print(f"[yellow]warning:[/] {warning}")
     if not any("region" in w for w in result.warnings) and result.region:
         console.print(f"Region check: ok (bucket and TPU in {result.region})")
+    if len(result.pools) > 1 or live:
+        render_pools(result)
     console.print(f"Estimated cost: [bold]${result.cost_per_hour:.2f}/hour[/] ({result.cost_note})")
     if result.guard is not None:
         render_guard(result.guard)
@@ -55,6 +58,18 @@ def plan(
         console.print(f"Autostop: {result.autostop} (the agent on worker 0 deletes the TPU by itself)")
     else:
         console.print("Autostop: off (`autostop: {idle: 30m}` in the spec, or `tpuops up --autostop 30m`)")
+
+
+def render_pools(result: Plan) -> None:
+    console.print("Pools, in order:")
+    for index, pool in enumerate(result.pools, 1):
+        price = "price unknown" if pool.price_per_hour is None else f"${pool.price_per_hour:.2f}/h"
+        bucket = f"bucket {pool.bucket}" if pool.bucket else "no bucket"
+        reservation = f", reservation {pool.reservation}" if pool.reservation else ""
+        console.print(f"  {index}. {pool.type:<14} {pool.zone:<16} region {pool.region:<14} {pool.provisioning:<11} "
+                      f"{price:<10} {bucket}{reservation}")
+        if pool.quota:
+            console.print(f"     quota: {pool.quota}")
 
 
 def render_guard(guard: GuardPlan) -> None:
@@ -86,6 +101,10 @@ def init(
                                  help="trc-v3-tf, pytorch-xla, jax-pod, legacy-node or local."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
     list_: bool = typer.Option(False, "--list", help="List the templates."),
+    from_quota: bool = typer.Option(False, "--from-quota", help="Pools where the project's TPU quota is granted "
+                                    "(asks the Cloud Quotas API) instead of a template."),
+    local: bool = typer.Option(False, "--local", help="With --from-quota: the local simulator's grant."),
+    project: str | None = PROJECT_OPTION,
 ) -> None:
     """Write a commented spec to start from, and the spec's JSON Schema beside it for your editor.
 
@@ -99,6 +118,16 @@ def init(
         for name, about in INIT_TEMPLATES.items():
             console.print(f"{name:<12} {about}")
         return
+    if from_quota:
+        from tpuops.context import Context
+        from tpuops.ops.init_quota import init_from_quota
+
+        written, report = init_from_quota(Context.from_env(project=project), path, project, local=local, force=force)
+        console.print(f"Wrote {written} (its pools: where the TPU quota of {report.project} is granted, by "
+                      f"{report.source}) and {written.parent / SCHEMA_FILE}. Next: tpuops plan {written} --live")
+        return
+    if local or project:
+        raise typer.BadParameter("--local and --project go with --from-quota")
     written = init_spec(template, path, force=force)
     also = ""
     if written.trainer is not None:

@@ -20,7 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from tpuops.cloud.quotas import QuotaApi
 
 TpuMode = Literal["vm", "node"]
 
@@ -78,6 +81,8 @@ class TpuNode:
     workers: tuple[Worker, ...] = ()
     service_account: str | None = None  # the identity the TPU reads and writes GCS as
     labels: Mapping[str, str] = field(default_factory=dict)
+    spot: bool = False  # spot and preemptible TPUs draw on the preemptible quota (`tpuops quota`)
+    preemptible: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,8 @@ class QueuedResource:
     detail: str | None = None  # why it failed, when it did
     created_at: datetime | None = None  # when it was queued (UTC; status shows a waiting one's age)
     node_names: tuple[str, ...] = ()  # every node it creates, in slice order (one unless Multislice)
+    accelerator_type: str | None = None  # of each node it creates (what it holds of the quota)
+    spot: bool = False  # a spot queued resource (or one whose node is preemptible): the preemptible quota
 
 
 @dataclass(frozen=True)
@@ -244,6 +251,7 @@ class Cloud:
     projects: ProjectApi
     tpu_nodes: TpuApi | None = None
     firewalls: FirewallApi | None = None  # None where there is no VPC (the local simulator)
+    quotas: QuotaApi | None = None  # the project's TPU quota (`tpuops quota`)
 
     def tpu_api(self, mode: TpuMode) -> TpuApi:
         if mode == "node":

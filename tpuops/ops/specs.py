@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tpuops import rules
 from tpuops.context import Context
-from tpuops.errors import UsageError
-from tpuops.plan import Plan, make_plan
+from tpuops.errors import TpuopsError, UsageError
+from tpuops.plan import Plan, PoolPlan, make_plan
 from tpuops.remote.manifest import scan_tree
 from tpuops.spec import Spec, load_spec_with_lines
 
@@ -65,9 +65,26 @@ def check_local_inputs(path: str | Path) -> Spec:
     return spec
 
 
-def load_checked(path: str | Path) -> Spec:
-    """The spec a command that creates works from: check_spec_file, its warnings left to `plan`."""
-    return check_spec_file(path).spec
+def load_checked(path: str | Path, one_pool: bool = True) -> Spec:
+    """The spec a command that creates works from: check_spec_file, its warnings left to `plan`. With
+    `one_pool` (creating a TPU) a spec that names several pools, or a reservation, is refused: `up` does not
+    move across pools or use reservations yet, and must not pretend to."""
+    spec = check_spec_file(path).spec
+    if one_pool:
+        require_one_pool(spec, str(path))
+    return spec
+
+
+def require_one_pool(spec: Spec, source: str) -> None:
+    pools = spec.tpu.pools
+    if len(pools) > 1:
+        raise UsageError(f"{source}: tpu.pools names {len(pools)} pools, and creating across pools is not built "
+                         "yet: `up` would only ever try the first",
+                         "keep one pool (or the single form tpu: {type, ...}) in the spec you bring up; `tpuops "
+                         "plan` and `tpuops quota` show them all")
+    if pools and pools[0].reservation:
+        raise UsageError(f"{source}: tpu.pools.0.reservation: creating from a reservation is not built yet",
+                         "drop reservation for now")
 
 
 def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:
@@ -86,7 +103,24 @@ def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:
         warnings += tuple(verify_spec_zones(cloud, spec))
         warnings += tuple(reach_warnings(cloud, spec))
     plan = make_plan(spec, project=ctx.project_for(spec))
+    if live:
+        plan = dataclasses.replace(plan, pools=quota_of_pools(ctx, spec, plan.pools))
     return dataclasses.replace(plan, warnings=warnings + plan.warnings)
+
+
+def quota_of_pools(ctx: Context, spec: Spec, pools: tuple[PoolPlan, ...]) -> tuple[PoolPlan, ...]:
+    """Each pool with whether the project's quota has room for it now (one quota call for all of them). The
+    quota only informs `plan`: when it cannot be read, each pool says why instead of the plan failing."""
+    from tpuops.ops.quota import quota_of
+
+    provider = ctx.provider_for(spec)
+    try:
+        report = quota_of(provider.cloud(), provider.project or "local")
+    except TpuopsError as err:
+        return tuple(dataclasses.replace(pool, quota=f"not checked: {err}") for pool in pools)
+    return tuple(dataclasses.replace(pool, quota=str(report.coverage(
+        pool.type, pool.zone, "on-demand" if pool.provisioning == "on-demand" else "spot", spec.tpu.slices)))
+        for pool in pools)
 
 
 # Templates that come with a trainer, written beside the spec as the file its command runs: a spec must run as

@@ -41,6 +41,22 @@ class Action:
 
 
 @dataclass(frozen=True)
+class PoolPlan:
+    """One of the spec's pools: where a TPU would run, what it costs, which bucket it reads (and, planned
+    --live, whether the quota covers it)."""
+
+    type: str
+    zone: str
+    region: str
+    provisioning: str
+    runtime: str | None
+    reservation: str | None
+    price_per_hour: float | None  # list price; None where the catalog has none (or the simulator: 0)
+    bucket: str | None
+    quota: str | None = None  # "covered: ..." / "NOT covered: ..." (plan --live)
+
+
+@dataclass(frozen=True)
 class Plan:
     cluster: str
     project: str | None
@@ -52,6 +68,7 @@ class Plan:
     cost_note: str
     autostop: str = "off"  # what `up` installs on worker 0: "idle 30m, max 12h" | "off"
     guard: GuardPlan | None = None  # the guard the spec enables (guard.enabled)
+    pools: tuple[PoolPlan, ...] = ()  # every pool in order (the single form: one)
 
     @property
     def changes(self) -> tuple[Action, ...]:
@@ -117,7 +134,22 @@ def make_plan(spec: Spec, observed: Sequence[ObservedResource] = (), project: st
         cost_note=note,
         autostop=spec.autostop.describe(),
         guard=guard_plan(spec),
+        pools=tuple(pool_plans(spec)),
     )
+
+
+def pool_plans(spec: Spec) -> list[PoolPlan]:
+    cat = catalog.load()
+    framework = spec.trainer.framework if spec.trainer else None
+    plans = []
+    for pool in spec.pools():
+        accelerator = cat.accelerator(pool.type, listed_only=False)
+        runtime = pool.runtime or (cat.default_runtime(accelerator, spec.tpu.mode, framework) if accelerator else None)
+        price = None if accelerator is None else 0.0 if spec.provider == "local" else \
+            round(accelerator.price_per_hour(spot=pool.provisioning != "on-demand") * spec.tpu.slices, 4)
+        plans.append(PoolPlan(pool.type, pool.zone, pool.region, pool.provisioning, runtime, pool.reservation, price,
+                              spec.bucket_for(pool.region)))
+    return plans
 
 
 def _wanted(spec: Spec, accelerator: catalog.Accelerator | None) -> list[tuple[Kind, str, str | None, str]]:
@@ -217,6 +249,9 @@ def _warnings(spec: Spec, accelerator: catalog.Accelerator | None) -> list[str]:
         warnings.append(f"runtime {runtime} is a TensorFlow image but the trainer is {framework}")
     if accelerator and accelerator.multi_host and "-tf-" in runtime and "-pod" not in runtime:
         warnings.append(f"{accelerator.type} spans {accelerator.hosts} hosts: use the -pod runtime variant")
+    if len(spec.tpu.pools) > 1:
+        warnings.append(f"tpu.pools names {len(spec.tpu.pools)} pools: `up` refuses more than one for now (moving "
+                        "across pools is not built yet); `plan` and `tpuops quota` read them all")
     if spec.provider == "gcp" and spec.logs.tensorboard and not spec.logs.tensorboard.startswith("gs://"):
         warnings.append("logs.tensorboard is not on gs://: `tpuops logs` cannot read it from here")
     return warnings

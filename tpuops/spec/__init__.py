@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from tpuops import spec_yaml
 from tpuops.durations import WRITTEN_BY_USER
@@ -20,6 +20,16 @@ from tpuops.errors import SpecError
 from tpuops.spec.autostop import AutostopSpec
 from tpuops.spec.check import CheckSpec
 from tpuops.spec.guard import GuardSpec
+from tpuops.spec.pools import (
+    REGION_FIELD,
+    PoolSpec,
+    bucket_of_first_region,
+    first_pool_fields,
+    region_of,
+    single_pool,
+    type_not_required,
+    zone_of_first_pool,
+)
 from tpuops.spec.watch import WatchSpec
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -36,7 +46,9 @@ class Model(BaseModel):
 
 
 class TpuSpec(Model):
-    type: str = Field(description="Accelerator type, e.g. v3-8, v4-32, v5litepod-8.")
+    model_config = ConfigDict(json_schema_extra=type_not_required)
+
+    type: str = Field(description="Accelerator type, e.g. v3-8, v4-32, v5litepod-8 (not with pools).")
     runtime: str | None = Field(
         None,
         description="TPU VM runtime (e.g. tpu-vm-tf-2.16.1-pjrt) or, for mode: node, the Node's version "
@@ -65,6 +77,16 @@ class TpuSpec(Model):
     network: str = Field("default", description="The VPC network of the TPU, the client VM and the guard VM.")
     subnetwork: str | None = Field(None, description="The subnetwork in the zone's region; default: Google's choice "
                                                    "for the network and region.")
+    pools: list[PoolSpec] = Field(
+        default_factory=list, min_length=1,
+        description="Where the TPU may run, in order of preference: each {type, zone, provisioning, runtime, "
+        "reservation}. Replaces type, runtime, spot, preemptible and zones (and the top-level zone).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_pool(cls, data: Any) -> Any:
+        return first_pool_fields(data)
 
     @property
     def through_queue(self) -> bool:
@@ -175,6 +197,19 @@ class Spec(Model):
     watch: WatchSpec = Field(default_factory=WatchSpec, description="The hang watchdog of `tpuops watch`.")
     guard: GuardSpec = Field(default_factory=GuardSpec, description="Recovery that outlives the laptop.")
     check: CheckSpec = Field(default_factory=CheckSpec, description="How `tpuops check` runs the trainer here.")
+    _bucket_pattern: str | None = PrivateAttr(None)  # bucket.name as written, when it holds {region}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _pools_and_regions(cls, data: Any, handler: Any) -> Spec:
+        """The top-level zone is the first pool's; a bucket.name with {region} is that zone's region's bucket
+        (what single-pool readers see), the pattern kept for the other pools (`bucket_for`)."""
+        if not isinstance(data, dict):
+            return handler(data)
+        data, pattern = bucket_of_first_region(zone_of_first_pool(data), LOCAL_ZONE)
+        spec = handler(data)
+        spec._bucket_pattern = pattern
+        return spec
 
     @field_validator("name")
     @classmethod
@@ -215,14 +250,19 @@ class Spec(Model):
     def region(self) -> str | None:
         return region_of(self.zone) if self.zone else None
 
+    def pools(self) -> tuple[PoolSpec, ...]:
+        """Where the TPU may run, in order: `tpu.pools`, or the single form as one pool."""
+        return tuple(self.tpu.pools) or (single_pool(self.tpu, self.zone or LOCAL_ZONE),)
+
+    def bucket_for(self, region: str) -> str | None:
+        """The bucket a TPU in `region` reads and writes: bucket.name, with {region} filled in when it has one."""
+        if self.bucket is None:
+            return None
+        return self._bucket_pattern.replace(REGION_FIELD, region) if self._bucket_pattern else self.bucket.name
+
     @property
     def resource_labels(self) -> dict[str, str]:
         return {**self.labels, CLUSTER_LABEL: self.name}
-
-
-def region_of(zone: str) -> str:
-    """europe-west4-a -> europe-west4 (a zone is its region plus one last '-x')."""
-    return zone.rsplit("-", 1)[0]
 
 
 def bucket_name_problem(name: str) -> str | None:

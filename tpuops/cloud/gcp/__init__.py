@@ -12,6 +12,7 @@ def make_cloud(env: Mapping[str, str], project: str) -> Cloud:
     from tpuops.cloud.gcp import clients
     from tpuops.cloud.gcp.compute import ComputeApi
     from tpuops.cloud.gcp.firewalls import FirewallsApi
+    from tpuops.cloud.gcp.quotas import CloudQuotasApi
     from tpuops.cloud.gcp.storage import GcsApi
     from tpuops.cloud.gcp.tpu_node import TpuNodeApi
     from tpuops.cloud.gcp.tpu_vm import TpuVmApi
@@ -31,4 +32,5 @@ def make_cloud(env: Mapping[str, str], project: str) -> Cloud:
         projects=compute,
         tpu_nodes=TpuNodeApi(lambda: clients.tpu_v1_client(endpoints, creds), project, timing),
         firewalls=FirewallsApi(lambda: clients.firewalls_client(endpoints, creds), project, timing),
+        quotas=CloudQuotasApi(lambda: clients.quotas_client(endpoints, creds), project, timing),
     )

@@ -1,7 +1,7 @@
 """Building the real Google clients from the environment (the only place that knows endpoints).
 
 Endpoint overrides use gcloud's own variable names where they exist, so tests and users can point
-tpuops elsewhere: CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU / _COMPUTE (base URLs), STORAGE_EMULATOR_HOST,
+tpuops elsewhere: CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU / _COMPUTE / _CLOUDQUOTAS (base URLs), STORAGE_EMULATOR_HOST,
 TPUOPS_TPU_V1_GRPC_ENDPOINT (host:port of an insecure gRPC endpoint). With any override set the clients
 use anonymous credentials; otherwise Application Default Credentials.
 """
@@ -21,7 +21,8 @@ TPU_ENDPOINT = "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"
 COMPUTE_ENDPOINT = "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"
 STORAGE_ENDPOINT = "STORAGE_EMULATOR_HOST"
 TPU_V1_GRPC_ENDPOINT = "TPUOPS_TPU_V1_GRPC_ENDPOINT"
-OVERRIDES = (TPU_ENDPOINT, COMPUTE_ENDPOINT, STORAGE_ENDPOINT, TPU_V1_GRPC_ENDPOINT)
+QUOTAS_ENDPOINT = "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDQUOTAS"
+OVERRIDES = (TPU_ENDPOINT, COMPUTE_ENDPOINT, STORAGE_ENDPOINT, TPU_V1_GRPC_ENDPOINT, QUOTAS_ENDPOINT)
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Endpoints:
     compute: str | None = None
     storage: str | None = None
     tpu_v1_grpc: str | None = None
+    quotas: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Endpoints:
@@ -38,11 +40,12 @@ class Endpoints:
             compute=base_url(env.get(COMPUTE_ENDPOINT)),
             storage=base_url(env.get(STORAGE_ENDPOINT)),
             tpu_v1_grpc=env.get(TPU_V1_GRPC_ENDPOINT) or None,
+            quotas=base_url(env.get(QUOTAS_ENDPOINT)),
         )
 
     @property
     def any_override(self) -> bool:
-        return any((self.tpu, self.compute, self.storage, self.tpu_v1_grpc))
+        return any((self.tpu, self.compute, self.storage, self.tpu_v1_grpc, self.quotas))
 
 
 def credentials(endpoints: Endpoints) -> Any:
@@ -73,6 +76,13 @@ def tpu_v2_client(endpoints: Endpoints, creds: Any) -> Any:
     from google.cloud import tpu_v2
 
     return tpu_v2.TpuClient(credentials=creds, transport="rest", client_options=client_options(endpoints.tpu))
+
+
+def quotas_client(endpoints: Endpoints, creds: Any) -> Any:
+    from google.cloud import cloudquotas_v1
+
+    return cloudquotas_v1.CloudQuotasClient(credentials=creds, transport="rest",
+                                            client_options=client_options(endpoints.quotas))
 
 
 def tpu_v1_client(endpoints: Endpoints, creds: Any) -> Any:

@@ -19,7 +19,8 @@ TRANSIENT_HTTP = frozenset({429, 500, 502, 503, 504})
 # gRPC codes: DEADLINE_EXCEEDED 4, RESOURCE_EXHAUSTED 8, INTERNAL 13, UNAVAILABLE 14.
 TRANSIENT_GRPC = frozenset({4, 8, 13, 14})
 T = TypeVar("T")
-API_NAMES = {"tpu": "tpu.googleapis.com", "compute": "compute.googleapis.com", "storage": "storage.googleapis.com"}
+API_NAMES = {"tpu": "tpu.googleapis.com", "compute": "compute.googleapis.com", "storage": "storage.googleapis.com",
+             "cloudquotas": "cloudquotas.googleapis.com"}
 
 
 def is_capacity_message(message: str) -> bool:

@@ -244,6 +244,8 @@ def to_tpu_node(node: Any, zone: str) -> TpuNode:
         workers=workers,
         service_account=node.service_account.email or None,
         labels=dict(node.labels),
+        spot=node.scheduling_config.spot,
+        preemptible=node.scheduling_config.preemptible,
     )
 
 
@@ -282,4 +284,7 @@ def to_queued(queued: Any, zone: str) -> QueuedResource:
         detail=failed or None,
         created_at=queued.create_time or None,
         node_names=names,
+        accelerator_type=spec.node.accelerator_type or None if spec else None,
+        spot="spot" in queued or bool(spec and (spec.node.scheduling_config.spot
+                                                 or spec.node.scheduling_config.preemptible)),
     )

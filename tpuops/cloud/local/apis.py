@@ -76,7 +76,8 @@ class LocalCloud(LocalSearch):
             self.worker_home(request.name, index).mkdir(parents=True, exist_ok=True)
         record = {"name": request.name, "zone": request.zone, "accelerator_type": request.accelerator_type,
                   "mode": request.mode, "runtime": request.runtime, "workers": workers,
-                  "labels": dict(request.labels), "state": "READY"}
+                  "labels": dict(request.labels), "state": "READY", "spot": request.spot,
+                  "preemptible": request.preemptible}
         self._write("tpus", request.name, record)
         return self._node(record)
 
@@ -107,7 +108,8 @@ class LocalCloud(LocalSearch):
                         for index in range(record["workers"]))
         return TpuNode(name=record["name"], zone=record["zone"], accelerator_type=record["accelerator_type"],
                        state=record["state"], mode=record["mode"], health="HEALTHY", runtime=record["runtime"],
-                       workers=workers, service_account=None, labels=record["labels"])
+                       workers=workers, service_account=None, labels=record["labels"],
+                       spot=record.get("spot", False), preemptible=record.get("preemptible", False))
 
     # ---------------------------------------------------------------- queued resources (granted at once)
     def get_queued(self, zone: str, name: str) -> QueuedResource | None:
@@ -123,7 +125,8 @@ class LocalCloud(LocalSearch):
             raise CloudError("the local provider simulates one slice", "use the GCP provider for Multislice")
         self.create_node(request)  # granted at once: `valid_until` can never pass
         queued = QueuedResource(name, request.zone, "ACTIVE", request.name, dict(request.labels),
-                                node_names=(request.name,))
+                                node_names=(request.name,), accelerator_type=request.accelerator_type,
+                                spot=request.spot or request.preemptible)
         self._write("queued", name, asdict(queued))
         return queued
 

@@ -1,0 +1,284 @@
+"""`tpuops quota`, `init --from-quota` and pools in the spec: the Cloud Quotas API and the TPU API faked at the
+wire (the real google-cloud-quotas and google-cloud-tpu clients over REST), and the local simulator's grant."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.quotas_http import QuotasFake, QuotasModel
+from tests.fakes.tpu_model import FakeNode, FakeQueued, TpuModel
+from tests.fakes.tpu_v2_http import TpuV2Fake
+from tests.helpers import run_cli, write_spec
+from tpuops.cloud.base import TpuRequest
+from tpuops.cloud.gcp.quotas import parse_quota_id
+from tpuops.errors import SpecError
+from tpuops.spec import load_spec
+
+PROJECT = "trc-project"
+ZONE = "europe-west4-a"
+SPOT_ZONE = "TPUV6EPreemptiblePerProjectPerZoneForTPUAPI"
+SPOT_REGION = "TPUV6EPreemptiblePerProjectPerRegionForTPUAPI"
+
+
+@dataclass
+class Fakes:
+    tpu: TpuModel
+    tpu_api: TpuV2Fake
+    quotas: QuotasModel
+    quotas_api: QuotasFake
+
+    def env(self, home: Path) -> dict[str, str]:
+        return {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": self.tpu_api.server.url + "/",
+                "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDQUOTAS": self.quotas_api.url + "/",
+                "GOOGLE_CLOUD_PROJECT": PROJECT, "TPUOPS_HOME": str(home), "TPUOPS_RETRY_INITIAL": "0.01",
+                "TPUOPS_POLL_INTERVAL": "0.02"}
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[Fakes]:
+    tpu = TpuModel(PROJECT)
+    tpu_api = TpuV2Fake(tpu)
+    tpu_api.server.start()
+    try:
+        quotas = QuotasModel(PROJECT)
+        quotas_api = QuotasFake(quotas)
+        quotas_api.server.start()
+        try:
+            yield Fakes(tpu, tpu_api, quotas, quotas_api)
+        finally:
+            quotas_api.server.stop()
+    finally:
+        tpu_api.server.stop()
+
+
+@pytest.fixture
+def fakes(servers: Fakes) -> Iterator[Fakes]:
+    """The module's servers, empty for each test."""
+    servers.tpu.nodes.clear()
+    servers.tpu.queued.clear()
+    servers.quotas.quotas = {"tpu.googleapis.com": {}}
+    for server in (servers.tpu_api.server, servers.quotas_api.server):
+        server.faults.rules.clear()
+        server.requests.clear()
+    yield servers
+
+
+def a_trc_grant(fakes: Fakes) -> None:
+    """v6e spot in europe-west4-a (and its region), v5e spot in us-central1-a, as a TRC grant reads; the rest at
+    Google's defaults, with ids tpuops must ignore among them."""
+    fakes.quotas.grant(SPOT_ZONE, {ZONE: 64})
+    fakes.quotas.grant(SPOT_REGION, {"europe-west4": 128})
+    fakes.quotas.grant("TPUV6EPerProjectPerZoneForTPUAPI", {})
+    fakes.quotas.grant("TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI", {"us-central1-a": 64})
+    fakes.quotas.grant("TPUV5sLitepodServingPerProjectPerZoneForTPUAPI", {}, default=4)
+    fakes.quotas.grant("QueuedResourcesPerProjectPerZone", {}, default=100)
+
+
+def hold_some(fakes: Fakes) -> None:
+    """A spot v6e-8 TPU and a spot v6e-16 queued resource still waiting in ZONE; an on-demand TPU (other quota)."""
+    def node(name: str, kind: str, spot: bool, state: str = "READY") -> FakeNode:
+        return FakeNode(name, ZONE, kind, "v2-alpha-tpuv6e", "vm", state=state, spot=spot)
+
+    fakes.tpu.nodes[(ZONE, "held")] = node("held", "v6e-8", True)
+    fakes.tpu.nodes[(ZONE, "paid")] = node("paid", "v6e-4", False)
+    fakes.tpu.queued[(ZONE, "waiting")] = FakeQueued("waiting", ZONE, node("waiting", "v6e-16", True, "CREATING"),
+                                                     state="WAITING_FOR_RESOURCES", spot=True)
+
+
+# ------------------------------------------------------------------------------------------ quota ids
+
+
+@pytest.mark.parametrize(("quota_id", "parsed"), [
+    (SPOT_ZONE, ("v6e", "spot", "zone", "any", False)),
+    ("TPUV6EPerProjectPerRegionForTPUAPI", ("v6e", "on-demand", "region", "any", False)),
+    ("TPUV5PPerProjectPerZoneForTPUAPI", ("v5p", "on-demand", "zone", "any", False)),
+    ("TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI", ("v5litepod", "spot", "zone", "any", False)),
+    ("TPUV5sPreemptibleLitepodServingPerProjectPerZoneForTPUAPI", ("v5litepod", "spot", "zone", "any", True)),
+    ("TPUV4sPreemptiblePodPerProjectPerRegionForTPUAPI", ("v4", "spot", "region", "any", False)),
+    ("TPUV2sPodPerProjectPerZoneForTPUAPI", ("v2", "on-demand", "zone", "pod", False)),
+    ("TPUV2sPreemptiblePodPerProjectPerRegionForTPUAPI", ("v2", "spot", "region", "pod", False)),
+    ("QueuedResourcesPerProjectPerZone", None),
+])
+def test_quota_ids_name_generation_kind_and_scope(quota_id: str, parsed: tuple | None) -> None:
+    assert parse_quota_id(quota_id) == parsed
+
+
+# ------------------------------------------------------------------------------------------ tpuops quota
+
+
+def test_quota_shows_the_grant_what_is_held_and_what_is_free(fakes: Fakes, tmp_path: Path) -> None:
+    a_trc_grant(fakes)
+    hold_some(fakes)
+    result = run_cli("quota", "--json", env=fakes.env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    rows = {(row["quota_id"], row["location"]): row for row in json.loads(result.stdout)["quota"]}
+    zone = rows[(SPOT_ZONE, ZONE)]
+    assert (zone["limit"], zone["default"], zone["granted"], zone["used"], zone["free"]) == (64, 0, True, 24, 40)
+    assert (rows[(SPOT_REGION, "europe-west4")]["used"], rows[(SPOT_REGION, "europe-west4")]["free"]) == (24, 104)
+    v5e = rows[("TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI", "us-central1-a")]
+    assert (v5e["generation"], v5e["kind"], v5e["unit"], v5e["free"]) == ("v5litepod", "spot", "chips", 64)
+    serving = rows[("TPUV5sLitepodServingPerProjectPerZoneForTPUAPI", "*")]
+    assert (serving["limit"], serving["used"], serving["granted"]) == (4, None, True)
+    assert not [key for key in rows if key[0].startswith(("QueuedResources", "TPUV6EPerProject"))]
+    # six quota ids at three a page: the client followed the pages
+    assert len(fakes.quotas_api.server.calls("GET", r"/quotaInfos$")) == 2
+
+
+def test_quota_for_one_zone_in_words(fakes: Fakes, tmp_path: Path) -> None:
+    a_trc_grant(fakes)
+    hold_some(fakes)
+    result = run_cli("quota", "--zone", ZONE, env=fakes.env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.split()[:7] == [ZONE, "v6e", "spot", "64", "0", "24", "40"] and line.endswith("granted")
+               for line in lines), result.stdout
+    assert "us-central1-a" not in result.stdout
+
+
+@pytest.mark.parametrize(("fault", "expected"), [
+    ("disable", "the cloudquotas.googleapis.com API is not enabled (hint: run `gcloud services enable "
+                "cloudquotas.googleapis.com`)"),
+    ("deny", "roles/cloudquotas.viewer"),
+])
+def test_quota_api_disabled_or_denied_is_one_line(fakes: Fakes, tmp_path: Path, fault: str, expected: str) -> None:
+    getattr(fakes.quotas_api, fault)()
+    result = run_cli("quota", env=fakes.env(tmp_path))
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# ------------------------------------------------------------------------------------------ init and plan
+
+
+def test_init_from_quota_writes_the_granted_pools_and_plan_covers_them(fakes: Fakes, tmp_path: Path) -> None:
+    a_trc_grant(fakes)
+    hold_some(fakes)
+    spec_path = tmp_path / "grant.yaml"
+    written = run_cli("init", "--from-quota", str(spec_path), env=fakes.env(tmp_path))
+    assert written.returncode == 0, written.stderr
+    pools = load_spec(spec_path).pools()
+    assert [(p.type, p.zone, p.provisioning) for p in pools] == [
+        ("v6e-64", ZONE, "spot"), ("v5litepod-64", "us-central1-a", "spot")]
+    plan = run_cli("plan", str(spec_path), "--live", "--json", env=fakes.env(tmp_path))
+    assert plan.returncode == 0, plan.stderr
+    planned = json.loads(plan.stdout)["pools"]
+    assert [(p["region"], p["bucket"]) for p in planned] == [
+        ("europe-west4", f"{PROJECT}-tpuops-europe-west4"), ("us-central1", f"{PROJECT}-tpuops-us-central1")]
+    # 24 of the 64 granted v6e chips are held: a v6e-64 no longer fits; the v5e grant is untouched
+    assert planned[0]["quota"] == f"NOT covered: needs 64 chips, 40 of 64 free in {ZONE} ({SPOT_ZONE})"
+    assert planned[1]["quota"] == "covered: 64 of 64 chips free in us-central1-a"
+
+
+THREE_POOLS = """
+name: three
+project: trc-project
+tpu:
+  pools:
+    - {type: v6e-8, zone: europe-west4-a, provisioning: spot}
+    - {type: v5litepod-8, zone: us-central1-a, provisioning: preemptible}
+    - type: v4-32
+      zone: us-central2-b
+      provisioning: on-demand
+bucket:
+  name: three-{region}
+trainer: {framework: jax, command: python3 train.py}
+"""
+
+
+def test_plan_shows_every_pool_and_up_refuses_several(fakes: Fakes, tmp_path: Path) -> None:
+    path = write_spec(tmp_path, THREE_POOLS)
+    result = run_cli("plan", str(path), env=fakes.env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    pools = [line.split() for line in result.stdout.splitlines() if line.strip()[:2] in ("1.", "2.", "3.")]
+    assert pools == [
+        ["1.", "v6e-8", ZONE, "region", "europe-west4", "spot", "$9.76/h", "bucket", "three-europe-west4"],
+        ["2.", "v5litepod-8", "us-central1-a", "region", "us-central1", "preemptible", "$4.32/h", "bucket",
+         "three-us-central1"],
+        ["3.", "v4-32", "us-central2-b", "region", "us-central2", "on-demand", "$51.52/h", "bucket",
+         "three-us-central2"]]
+    assert "`up` refuses more than one for now" in result.stdout
+    up = run_cli("up", str(path), env=fakes.env(tmp_path))
+    assert up.returncode == 2
+    assert up.stderr.startswith(f"tpuops: error: {path}: tpu.pools names 3 pools, and creating across pools is "
+                                "not built yet")
+    assert not fakes.tpu_api.server.requests and not fakes.quotas_api.server.requests
+
+
+# ------------------------------------------------------------------------------------------ pools in the spec
+
+
+def test_the_single_form_is_one_pool(tmp_path: Path) -> None:
+    spec = load_spec(write_spec(tmp_path, """
+        name: one
+        zone: us-central2-b
+        tpu: {type: v4-8, spot: true}
+        bucket: {name: one-data}
+    """))
+    assert [(p.type, p.zone, p.provisioning, p.runtime) for p in spec.pools()] == [
+        ("v4-8", "us-central2-b", "spot", None)]
+    assert spec.bucket_for("europe-west4") == "one-data"
+
+
+def test_pools_fill_what_single_pool_readers_see(tmp_path: Path) -> None:
+    spec = load_spec(write_spec(tmp_path, THREE_POOLS))
+    assert (spec.zone, spec.tpu.type, spec.tpu.spot, spec.tpu.preemptible) == (ZONE, "v6e-8", True, False)
+    assert spec.bucket.name == "three-europe-west4" and spec.bucket_for("us-central2") == "three-us-central2"
+    assert [p.reservation for p in spec.pools()] == [None, None, None]
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    (("provisioning: on-demand", "provisioning: cheap"),
+     "spec.yaml:9: tpu.pools.2.provisioning: Input should be 'spot', 'preemptible' or 'on-demand', got 'cheap'"),
+    (("provisioning: on-demand", "provisioning: on-demand\n      colour: red"),
+     "spec.yaml:10: tpu.pools.2.colour: unknown key 'colour'"),
+    (("      zone: us-central2-b\n", ""), "spec.yaml:7: tpu.pools.2.zone: required key is missing"),
+    (("type: v4-32", "type: v4-33"), "spec.yaml:7: tpu.pools.2.type: v4-33 is not a v4 size"),
+    (("tpu:\n", "tpu:\n  type: v4-8\n"), "spec.yaml:3: tpu: tpu.pools replaces tpu.type"),
+    (("  pools:\n", "  pools: []\n  unused:\n"), "spec.yaml:4: tpu.pools: List should have at least 1 item"),
+    (("project: trc-project\n", "project: trc-project\nzone: us-east1-d\n"),
+     "spec.yaml: zone: us-east1-d is not the first pool's zone europe-west4-a"),
+])
+def test_a_bad_pool_names_file_line_and_field(tmp_path: Path, change: tuple[str, str], error: str) -> None:
+    from tpuops.ops.specs import check_spec_file
+
+    text = THREE_POOLS.replace(*change)
+    if "pools: []" in text:
+        text = text.split("  unused:")[0] + "bucket:\n  name: three-{region}\n"
+    with pytest.raises(SpecError) as raised:
+        check_spec_file(write_spec(tmp_path, text))
+    assert str(raised.value).startswith(str(tmp_path / error)), str(raised.value)
+
+
+# ------------------------------------------------------------------------------------------ the simulator
+
+
+def test_the_simulator_answers_quota_from_its_grant(tmp_path: Path) -> None:
+    from tpuops.cloud.local import make_cloud
+
+    env = {"TPUOPS_HOME": str(tmp_path)}
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "quota.json").write_text(json.dumps({"limits": [
+        {"generation": "v4", "kind": "spot", "zone": "local", "limit": 32},
+        {"generation": "v4", "kind": "on-demand", "zone": "local", "limit": 0}]}))
+    make_cloud(tmp_path / "local").tpus.create_node(
+        TpuRequest("held", "local", "v4-8", "tpu-ubuntu2204-base", spot=True, workers=1))
+    result = run_cli("quota", "--local", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    [row] = json.loads(result.stdout)["quota"]
+    assert (row["generation"], row["kind"], row["limit"], row["used"], row["free"], row["granted"]) == (
+        "v4", "spot", 32, 8, 24, True)
+    written = run_cli("init", "--from-quota", "--local", str(tmp_path / "rehearse.yaml"), env=env)
+    assert written.returncode == 0, written.stderr
+    planned = run_cli("plan", str(tmp_path / "rehearse.yaml"), "--live", "--json", env=env)
+    assert planned.returncode == 0, planned.stderr
+    assert [(p["type"], p["zone"], p["provisioning"], p["quota"]) for p in json.loads(planned.stdout)["pools"]] == [
+        ("v4-32", "local", "spot", "NOT covered: needs 32 cores, 24 of 32 free in local (simulated-v4-spot-local)")]
+    (tmp_path / "local" / "quota.json").write_text("{not json")
+    broken = run_cli("quota", "--local", env=env)
+    assert broken.returncode == 1 and "quota.json is unreadable" in broken.stderr
