@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.fakes.compute import ComputeFake, ComputeModel
+from tests.fakes.compute_tpus import TpuComputeModel, TpuComputeRoutes
 from tests.fakes.gcs import GcsFront
 from tests.fakes.tpu_model import TpuModel
 from tests.fakes.tpu_v1_grpc import TpuV1Fake
@@ -47,6 +48,7 @@ class FakeGcp:
     compute: ComputeModel
     compute_api: ComputeFake
     gcs: GcsFront
+    compute_tpus: TpuComputeModel | None = None  # TPUs on Compute Engine (tests.fakes.compute_tpus)
     gcs_client_factory: object = field(repr=False, default=None)
 
     @property
@@ -88,6 +90,8 @@ def start_fake_gcp(storage_emulator_url: str) -> FakeGcp:
         tpu_v1 = TpuV1Fake(tpu).start()
         started.append(tpu_v1)
         compute_api = ComputeFake(compute)
+        compute_tpus = TpuComputeModel(compute)
+        TpuComputeRoutes(compute_api, compute_tpus)
         compute_api.server.start()
         started.append(compute_api.server)
         gcs = GcsFront(storage_emulator_url).start()
@@ -95,7 +99,8 @@ def start_fake_gcp(storage_emulator_url: str) -> FakeGcp:
         for server in reversed(started):
             server.stop()  # type: ignore[attr-defined]
         raise
-    return FakeGcp(tpu=tpu, tpu_v2=tpu_v2, tpu_v1=tpu_v1, compute=compute, compute_api=compute_api, gcs=gcs)
+    return FakeGcp(tpu=tpu, tpu_v2=tpu_v2, tpu_v1=tpu_v1, compute=compute, compute_api=compute_api, gcs=gcs,
+                   compute_tpus=compute_tpus)
 
 
 @pytest.fixture

@@ -20,7 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from tpuops.cloud.compute_tpu import ComputeTpuApi
 
 TpuMode = Literal["vm", "node"]
 
@@ -244,6 +247,7 @@ class Cloud:
     projects: ProjectApi
     tpu_nodes: TpuApi | None = None
     firewalls: FirewallApi | None = None  # None where there is no VPC (the local simulator)
+    compute_tpus: ComputeTpuApi | None = None  # TPUs as Compute Engine VMs (cloud/compute_tpu.py)
 
     def tpu_api(self, mode: TpuMode) -> TpuApi:
         if mode == "node":
