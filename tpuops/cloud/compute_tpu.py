@@ -69,6 +69,7 @@ class TpuHost:
     external_ip: str | None
     status: str  # Compute Engine's: PROVISIONING, STAGING, RUNNING, STOPPING, TERMINATED, ...
     preempted: bool = False
+    home: str | None = None  # provider local only: the directory standing for this host's home
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from tpuops.cloud.base import Cloud
 
 def make_cloud(root: Path) -> Cloud:
     from tpuops.cloud.local.apis import LocalCloud
+    from tpuops.cloud.local.compute_tpus import LocalComputeTpus
 
     apis = LocalCloud(root)
-    return Cloud(project="local", tpus=apis, queued=apis, vms=apis, storage=apis, projects=apis, tpu_nodes=apis)
+    return Cloud(project="local", tpus=apis, queued=apis, vms=apis, storage=apis, projects=apis, tpu_nodes=apis,
+                 compute_tpus=LocalComputeTpus(root))
