@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tpuops import spec_yaml
-from tpuops.errors import SpecError
+from tpuops.errors import SpecError, UsageError
 from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.guard.spec import GuardSpec
 from tpuops.watchdog.spec import WatchSpec
@@ -25,6 +25,8 @@ LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")
 LABEL_VALUE_RE = re.compile(r"^[-_a-z0-9]{0,63}$")
 CLUSTER_LABEL = "tpuops-cluster"
 LOCAL_ZONE = "local"
+FLEX_START_MIN_S = 10 * 60
+FLEX_START_MAX_S = 7 * 24 * 3600
 
 
 class Model(BaseModel):
@@ -63,6 +65,29 @@ class TpuSpec(Model):
     network: str = Field("default", description="The VPC network of the TPU, the client VM and the guard VM.")
     subnetwork: str | None = Field(None, description="The subnetwork in the zone's region; default: Google's choice "
                                                    "for the network and region.")
+    api: Literal["tpu", "compute"] | None = Field(
+        None, description="Which Google API makes the TPU: tpu (the Cloud TPU API) or compute (Compute Engine VMs: "
+        "TPU7x and later, also v5p and v6e). Default: compute for tpu7x, tpu elsewhere.")
+    flex_start: str | None = Field(
+        None, description="api: compute only: flex-start VMs that Compute Engine deletes after this run time "
+        "(10m to 7d, e.g. 3d).")
+    reservation: str | None = Field(
+        None, description="api: compute only: consume this reservation (reservation-bound VMs, deleted when it ends).")
+
+    @field_validator("flex_start")
+    @classmethod
+    def _run_time(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from tpuops.durations import parse_duration
+
+        try:
+            seconds = parse_duration(value)
+        except UsageError:
+            raise ValueError(f"cannot read flex_start {value!r}: write a run time like 12h or 3d") from None
+        if not FLEX_START_MIN_S <= seconds <= FLEX_START_MAX_S:
+            raise ValueError(f"flex_start {value!r} is outside 10m..7d, the run times flex-start allows")
+        return value
 
     @property
     def through_queue(self) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from tpuops import catalog, rules
 from tpuops.cloud.base import Cloud, ZoneOffer
 from tpuops.errors import CloudError, SpecError, UsageError
+from tpuops.plan import tpu_api_of
 from tpuops.spec import Spec
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ def verify_zone_offers(cloud: Cloud, spec: Spec, zone: str) -> list[str]:
     """Raise SpecError (one line, naming the closest few the zone offers) when `zone` does not offer the spec's
     accelerator type or runtime; return warnings when the zone could not be asked (403, failure after the
     retries): then the create call will tell. Call it for every zone before creating anything in it."""
+    if tpu_api_of(spec) == "compute":  # the TPU API does not know Compute Engine's machine types
+        return [f"zone {zone} was not asked: asking Compute Engine whether it offers {spec.tpu.type} is not built yet"]
     api = cloud.tpu_api(spec.tpu.mode)
     what = "TPU Node types and versions" if spec.tpu.mode == "node" else "TPU types and runtimes"
     try:

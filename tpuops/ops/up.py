@@ -14,12 +14,13 @@ from dataclasses import asdict, dataclass, replace
 from graphlib import TopologicalSorter
 from pathlib import Path
 
-from tpuops import keys
+from tpuops import catalog, keys
 from tpuops.cloud.kinds import HANDLERS, handler
 from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, silent
 from tpuops.cloud.kinds.tpu import reachable_hosts
 from tpuops.cloud.queued import QueuedLeftBehind, withdraw_queued
 from tpuops.context import Context
+from tpuops.errors import UsageError
 from tpuops.guard import commands as guard_commands
 from tpuops.guard.autostop import cost_guard
 from tpuops.guard.autostop.remote import AgentInstall
@@ -29,8 +30,8 @@ from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.remote import access_for
 from tpuops.ops.specs import load_checked
 from tpuops.ops.workers import number_hosts
-from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
-from tpuops.spec import CLUSTER_LABEL
+from tpuops.plan import Action, Kind, Plan, make_plan, tpu_api_of, tpu_kind
+from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ClusterState, WorkerRecord
 
 Progress = Callable[[str, str, str], None]  # (kind, name, what is happening)
@@ -75,6 +76,7 @@ def up(
     """`autostop` (--autostop) replaces the spec's setting for this cluster until changed again. `guard`
     (--guard; None: the spec's guard.enabled) starts or adopts the guard once everything is up."""
     spec = load_checked(spec_path)
+    refuse_compute_engine(spec)
     provider = ctx.provider_for(spec)
     start_guard = spec.guard.enabled if guard is None else guard
     if start_guard:
@@ -108,6 +110,15 @@ def up(
     agent = cost_guard.install(ctx, access_for(ctx, job.ledger.state, spec))
     guard_info = guard_commands.start_guard(ctx, job.ledger.state, spec) if start_guard else None
     return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info)
+
+
+def refuse_compute_engine(spec: Spec) -> None:
+    """Compute Engine TPUs have their adapter but no resource kinds yet: refuse before anything is created."""
+    if tpu_api_of(spec) != "compute":
+        return
+    other = "" if catalog.load().default_api(spec.tpu.type) == "compute" else "; or tpu.api: tpu"
+    raise UsageError(f"`up` cannot create TPUs through Compute Engine yet (tpu.api: compute, {spec.tpu.type})",
+                     f"`tpuops plan` shows what it will create{other}")
 
 
 def ask_the_zones(job: Job, plan: Plan) -> tuple[str, ...]:
