@@ -1,4 +1,4 @@
-"""Durations as users write them on the command line and in specs: 90s, 30m, 2h, 1h30m, 3d (or plain seconds)."""
+"""Durations as users write them on the command line and in specs: 90s, 30m, 2h, 1h30m (or plain seconds)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,19 @@ import re
 
 from tpuops.errors import UsageError
 
-DURATION_RE = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+DURATION_RE = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
 OFF = "off"
 
 
 def parse_duration(text: str) -> float:
-    """'90s', '30m', '2h', '1h30m', '3d', or a number of seconds."""
+    """'90s', '30m', '2h', '1h30m', or a number of seconds."""
     text = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", text):
         return float(text)
     match = DURATION_RE.match(text)
     if not text or not match:
         raise UsageError(f"cannot read duration {text!r}", "write it like 90s, 30m, 2h or 1h30m")
-    return float(int(match["d"] or 0) * 86400 + int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60
-                 + int(match["s"] or 0))
+    return float(int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60 + int(match["s"] or 0))
 
 
 def parse_autostop(text: str) -> float | None:

@@ -77,17 +77,13 @@ class TpuSpec(Model):
     @field_validator("flex_start")
     @classmethod
     def _run_time(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        from tpuops.durations import parse_duration
-
-        try:
-            seconds = parse_duration(value)
-        except UsageError:
-            raise ValueError(f"cannot read flex_start {value!r}: write a run time like 12h or 3d") from None
-        if not FLEX_START_MIN_S <= seconds <= FLEX_START_MAX_S:
+        if value is not None and not FLEX_START_MIN_S <= run_time_seconds(value) <= FLEX_START_MAX_S:
             raise ValueError(f"flex_start {value!r} is outside 10m..7d, the run times flex-start allows")
         return value
+
+    @property
+    def flex_start_seconds(self) -> int | None:
+        return None if self.flex_start is None else int(run_time_seconds(self.flex_start))
 
     @property
     def through_queue(self) -> bool:
@@ -240,6 +236,17 @@ class Spec(Model):
     @property
     def resource_labels(self) -> dict[str, str]:
         return {**self.labels, CLUSTER_LABEL: self.name}
+
+
+def run_time_seconds(text: str) -> float:
+    """3d, 1d12h, 12h, 90m: a run time, days allowed (flex-start's limit is written in days)."""
+    from tpuops.durations import parse_duration
+
+    days, _, rest = text.strip().lower().rpartition("d")
+    try:
+        return (int(days) * 86400 if days else 0) + (parse_duration(rest) if rest else 0)
+    except (UsageError, ValueError):
+        raise ValueError(f"cannot read run time {text!r}: write it like 12h or 3d") from None
 
 
 def region_of(zone: str) -> str:
