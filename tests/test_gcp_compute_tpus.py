@@ -190,3 +190,38 @@ def test_flex_start_and_reservation_bound_scheduling(rig: Rig) -> None:
     assert booked["scheduling"]["provisioningModel"] == "RESERVATION_BOUND"
     assert booked["reservationAffinity"] == {"consumeReservationType": "SPECIFIC_RESERVATION",
                                              "key": "compute.googleapis.com/reservation-name", "values": ["my-block"]}
+
+
+def test_a_spec_becomes_a_request_and_the_slice_a_tpu_node(rig: Rig, tmp_path) -> None:  # noqa: ANN001
+    """The path `up` will take once the kinds are wired: spec -> request -> slice -> the TpuNode workflows read."""
+    from tests.helpers import write_spec
+    from tpuops.cloud.base import DEAD_TPU_STATES
+    from tpuops.cloud.kinds.compute_tpu import as_tpu_node, compute_request
+    from tpuops.ops.specs import load_checked
+
+    spec = load_checked(write_spec(tmp_path, """
+        name: ironwood
+        zone: us-central1-c
+        labels: {team: lm}
+        tpu: {type: tpu7x-32, flex_start: 2d, service_account: trainer@p.iam.gserviceaccount.com}
+    """))
+    request = compute_request(spec, ZONE, ssh_keys="me:ssh-ed25519 AAAA me")
+    assert (request.machine_type, request.hosts, request.topology) == ("tpu7x-standard-4t", 4, "2x2x4")
+    assert (request.provisioning, request.max_run_seconds) == ("flex-start", 2 * 86400)
+    assert request.labels == {"team": "lm", "tpuops-cluster": "ironwood"}
+    node = as_tpu_node(rig.api.create_tpu_vm(request), spec.tpu.type)
+    assert (node.state, node.accelerator_type, [w.index for w in node.workers]) == ("READY", "tpu7x-32", [0, 1, 2, 3])
+    template = rig.fake.server.calls("POST", r"/instanceTemplates$")[0].body["properties"]
+    assert template["serviceAccounts"][0]["email"] == "trainer@p.iam.gserviceaccount.com"
+    rig.tpus.break_slice(ZONE, "ironwood")
+    broken = rig.api.get_tpu_vm(ZONE, "ironwood")
+    assert broken is not None and as_tpu_node(broken, spec.tpu.type).state in DEAD_TPU_STATES
+
+
+def test_resize_through_the_real_client(rig: Rig) -> None:
+    """The fake's resize: a group shrunk to 0 keeps itself and loses its VMs (what a slice must never do alone)."""
+    rig.api.create_tpu_vm(request_for("tpu7x-16"))
+    operation = rig.api.c.groups.resize_unary(project=PROJECT, zone=ZONE, instance_group_manager="ironwood", size=0)
+    assert operation.status.name == "DONE"
+    group = rig.api.c.groups.get(project=PROJECT, zone=ZONE, instance_group_manager="ironwood")
+    assert group.target_size == 0 and not rig.compute.instances

@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 TpuMode = Literal["vm", "node"]
 
-# TPU states after which the TPU only holds quota: delete and create again.
-DEAD_TPU_STATES = frozenset({"PREEMPTED", "TERMINATED"})
+# TPU states after which the TPU only holds quota: delete and create again. BROKEN is a Compute Engine slice's
+# (cloud/compute_tpu.py): a host lost or stopped, or its accelerator topology not whole.
+DEAD_TPU_STATES = frozenset({"PREEMPTED", "TERMINATED", "BROKEN"})
 DEAD_QUEUED_STATES = frozenset({"FAILED", "SUSPENDED"})
 
 
