@@ -15,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tpuops import spec_yaml
-from tpuops.errors import SpecError, UsageError
+from tpuops.durations import run_time_seconds
+from tpuops.errors import SpecError
 from tpuops.guard.autostop.spec import AutostopSpec
 from tpuops.guard.spec import GuardSpec
 from tpuops.watchdog.spec import WatchSpec
@@ -236,17 +237,6 @@ class Spec(Model):
     @property
     def resource_labels(self) -> dict[str, str]:
         return {**self.labels, CLUSTER_LABEL: self.name}
-
-
-def run_time_seconds(text: str) -> float:
-    """3d, 1d12h, 12h, 90m: a run time, days allowed (flex-start's limit is written in days)."""
-    from tpuops.durations import parse_duration
-
-    days, _, rest = text.strip().lower().rpartition("d")
-    try:
-        return (int(days) * 86400 if days else 0) + (parse_duration(rest) if rest else 0)
-    except (UsageError, ValueError):
-        raise ValueError(f"cannot read run time {text!r}: write it like 12h or 3d") from None
 
 
 def region_of(zone: str) -> str:
