@@ -32,7 +32,7 @@ def test_hosts_rule_holds_for_every_size() -> None:
         for accelerator_type in generation.types():
             accelerator = CAT.accelerator(accelerator_type)
             assert accelerator is not None
-            if generation.name in ("v2", "v3", "v4", "v5p"):
+            if generation.name in ("v2", "v3", "v4", "v5p", "tpu7x"):
                 assert accelerator.hosts == max(1, accelerator.cores // 8)
             else:
                 assert accelerator.hosts == (1 if accelerator.chips <= 8 else accelerator.chips // 4)
@@ -44,9 +44,12 @@ def test_unknown_types(accelerator_type: str) -> None:
 
 
 def test_catalog_covers_the_generations_with_dated_facts() -> None:
-    assert set(CAT.generations) == {"v2", "v3", "v4", "v5litepod", "v5p", "v6e"}
+    assert set(CAT.generations) == {"v2", "v3", "v4", "v5litepod", "v5p", "v6e", "tpu7x"}
     assert CAT.as_of and "cloud.google.com" in CAT.source
     for generation in CAT.generations.values():
+        if generation.name == "tpu7x":  # Compute Engine only: no TPU API runtime, no public list price found
+            assert not generation.vm_runtimes and generation.price_on_demand is None
+            continue
         assert generation.zones and generation.vm_runtimes
         assert 0 < generation.price_spot < generation.price_on_demand
         assert generation.node_supported == (generation.name in ("v2", "v3"))
@@ -95,3 +98,31 @@ def test_catalog_runtimes_fit_their_own_generation() -> None:
             assert catalog.VM_RUNTIME_RE.match(runtime) and not catalog.NODE_VERSION_RE.match(runtime)
         for version in generation.node_runtimes:
             assert catalog.NODE_VERSION_RE.match(version) and not catalog.VM_RUNTIME_RE.match(version)
+
+
+@pytest.mark.parametrize(("accelerator_type", "machine", "hosts", "topology"), [
+    ("tpu7x-2", "tpu7x-standard-1t", 1, "1x1x1"),
+    ("tpu7x-8", "tpu7x-standard-4t", 1, "2x2x1"),
+    ("tpu7x-32", "tpu7x-standard-4t", 4, "2x2x4"),
+    ("v6e-8", "ct6e-standard-8t", 1, "2x4"),
+    ("v6e-16", "ct6e-standard-4t", 4, "4x4"),
+    ("v5p-8", "ct5p-hightpu-4t", 1, "2x2x1"),
+    ("v5p-32", "ct5p-hightpu-4t", 4, "2x2x4"),
+])
+def test_compute_engine_shapes_follow_the_hosts_rule(accelerator_type: str, machine: str, hosts: int,
+                                                       topology: str) -> None:
+    shape = CAT.compute_shape(accelerator_type)
+    accelerator = CAT.accelerator(accelerator_type)
+    assert shape is not None and accelerator is not None
+    assert (shape.machine_type, shape.hosts, shape.topology) == (machine, hosts, topology)
+    assert shape.hosts == accelerator.hosts and shape.hosts * shape.chips_per_host == accelerator.chips
+    assert shape.image_project == "ubuntu-os-accelerator-images"
+
+
+def test_compute_engine_serves_tpu7x_by_default_and_only_it() -> None:
+    assert CAT.default_api("tpu7x-32") == "compute"
+    assert [CAT.default_api(t) for t in ("v6e-8", "v5p-8", "v4-8", "v2-8")] == ["tpu"] * 4
+    assert CAT.compute_shape("v4-8") is None and CAT.compute_shape("v5litepod-8") is None
+    assert CAT.compute_shape("tpu7x-24") is None  # no accelerator topology for 12 chips: no slice
+    assert CAT.accelerator("tpu7x-32").known_price_per_hour(spot=False) is None  # type: ignore[union-attr]
+    assert CAT.accelerator("v6e-8").known_price_per_hour(spot=False) == pytest.approx(8 * 2.70)  # type: ignore

@@ -81,7 +81,7 @@ def test_legacy_node_spec_loads(tmp_path: Path) -> None:
         (GOOD + "trainr: {}\n", 17, "trainr", "unknown key 'trainr'", "did you mean 'trainer'"),
         # unknown accelerator, with close ones
         (GOOD.replace("type: v3-8", "type: v3_8"), 5, "tpu.type", "unknown accelerator type 'v3_8'", "v3-8"),
-        (GOOD.replace("type: v3-8", "type: tpu-v3"), 5, "tpu.type", "unknown accelerator type", "generations: v2"),
+        (GOOD.replace("type: v3-8", "type: tpu-v3"), 5, "tpu.type", "unknown accelerator type", "did you mean v3-8"),
         (GOOD.replace("type: v3-8", "type: v3-9"), 5, "tpu.type", "not a v3 size", "v3-32"),
         (GOOD.replace("type: v3-8", "type: v5e-8"), 5, "tpu.type", "not the name Google's API uses", "v5litepod-8"),
         ("name: q\nprovider: local\ntpu: {type: v3-16}\n", 3, "tpu.type", "not a v3 size", "v3-32"),

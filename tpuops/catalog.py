@@ -15,7 +15,8 @@ from typing import Literal
 import yaml
 
 Framework = Literal["tensorflow", "pytorch", "jax"]
-TYPE_RE = re.compile(r"^(?P<generation>v\d+[a-z]*)-(?P<size>\d+)$")
+# v2..v6e (v5litepod), and from TPU7x on tpuN[x]: tpu7x-32.
+TYPE_RE = re.compile(r"^(?P<generation>(v|tpu)\d+[a-z]*)-(?P<size>\d+)$")
 # Every accelerator type Google names is GENERATION-SIZE (v3-8, v5litepod-16); a new generation keeps that shape.
 TYPE_SHAPE_RE = re.compile(r"^(?P<generation>[a-z][a-z0-9]*)-(?P<size>[1-9]\d*)$")
 # Legacy TPU Node versions ("2.12.0", "1.15.5", "pytorch-1.8", "nightly") and TPU VM runtimes ("tpu-vm-*",
@@ -37,8 +38,8 @@ class Generation:
     node_runtimes: tuple[str, ...]
     runtime_prefixes: tuple[str, ...]
     default_runtime: dict[str, dict[str, str]]
-    price_on_demand: float
-    price_spot: float
+    price_on_demand: float | None  # None: no list price known
+    price_spot: float | None
     multislice: bool = False  # several slices joined over the data-center network
 
     def types(self) -> list[str]:
@@ -68,8 +69,12 @@ class Accelerator:
         return self.hosts > 1
 
     def price_per_hour(self, spot: bool) -> float:
+        """The list price, 0.0 where none is known (known_price_per_hour says which)."""
+        return self.known_price_per_hour(spot) or 0.0
+
+    def known_price_per_hour(self, spot: bool) -> float | None:
         per_chip = self.generation.price_spot if spot else self.generation.price_on_demand
-        return per_chip * self.chips
+        return None if per_chip is None else per_chip * self.chips
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,20 @@ class Catalog:
     machine_prices: dict[str, float]
     disk_price_per_gb_month: float
     guard: GuardPrices
+    compute: ComputeEngineTpus | None = None
+
+    def default_api(self, accelerator_type: str) -> TpuApiName:
+        """compute for generations only Compute Engine serves (TPU7x), tpu elsewhere."""
+        generation = self.generation_of(accelerator_type)
+        found = self.compute.generations.get(generation.name) if self.compute and generation else None
+        return found.default_api if found else "tpu"
+
+    def compute_shape(self, accelerator_type: str) -> ComputeShape | None:
+        """How Compute Engine makes this type (None: it does not, or the size has no known machine type)."""
+        accelerator = self.accelerator(accelerator_type, listed_only=False)
+        if accelerator is None or self.compute is None:
+            return None
+        return self.compute.shape(accelerator)
 
     def all_types(self) -> list[str]:
         return [t for generation in self.generations.values() for t in generation.types()]
@@ -143,6 +162,74 @@ class Catalog:
         return accelerator.generation.zones
 
 
+TpuApiName = Literal["tpu", "compute"]
+
+
+@dataclass(frozen=True)
+class ComputeGeneration:
+    """What Compute Engine needs to make a generation's TPUs: machine types by chips per VM, image, disk, topology."""
+
+    name: str
+    default_api: TpuApiName
+    tpu_api: bool  # the Cloud TPU API serves it too
+    machine_types: dict[int, str]  # chips on one VM -> machine type
+    chips_per_host: int  # the chips of each host of a multi-host slice
+    image_family: str
+    boot_disk_type: str
+    topologies: dict[int, str]  # chips of the slice -> acceleratorTopology of its workload policy
+
+
+@dataclass(frozen=True)
+class ComputeShape:
+    """One TPU type as Compute Engine VMs: `hosts` instances of `machine_type` (one: no group, no policy)."""
+
+    accelerator_type: str
+    machine_type: str
+    hosts: int
+    chips_per_host: int
+    topology: str | None
+    image_project: str
+    image_family: str
+    boot_disk_type: str
+    boot_disk_gb: int
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+
+@dataclass(frozen=True)
+class ComputeEngineTpus:
+    as_of: str
+    source: str
+    image_project: str
+    boot_disk_gb: int
+    generations: dict[str, ComputeGeneration]
+
+    def shape(self, accelerator: Accelerator) -> ComputeShape | None:
+        generation = self.generations.get(accelerator.generation.name)
+        if generation is None:
+            return None
+        chips = accelerator.chips
+        if chips in generation.machine_types and accelerator.hosts == 1:
+            machine, hosts, per_host = generation.machine_types[chips], 1, chips
+        elif chips % generation.chips_per_host == 0 and generation.chips_per_host in generation.machine_types:
+            machine, per_host = generation.machine_types[generation.chips_per_host], generation.chips_per_host
+            hosts = chips // per_host
+        else:
+            return None
+        topology = generation.topologies.get(chips)
+        if hosts > 1 and topology is None:  # a multi-host slice is made by its workload policy's topology
+            return None
+        return ComputeShape(accelerator.type, machine, hosts, per_host, topology,
+                            self.image_project, generation.image_family, generation.boot_disk_type, self.boot_disk_gb)
+
+    def machine_types(self) -> dict[str, tuple[str, int]]:
+        """Every machine type -> (generation, chips on the VM)."""
+        return {machine: (generation.name, chips) for generation in self.generations.values()
+                for chips, machine in generation.machine_types.items()}
+
+
 def hosts_for(generation: Generation, chips: int, cores: int) -> int:
     if generation.hosts_rule == "cores_per_8":
         return max(1, cores // 8)
@@ -186,4 +273,22 @@ def load() -> Catalog:
             external_ip_price_per_hour=float(raw["guard"]["external_ip_price_per_hour"]),
             standard_disk_price_per_gb_month=float(raw["guard"]["standard_disk_price_per_gb_month"]),
         ),
+        compute=_compute_engine(raw.get("compute_engine")),
     )
+
+
+def _compute_engine(raw: dict | None) -> ComputeEngineTpus | None:
+    if not raw:
+        return None
+    generations = {
+        name: ComputeGeneration(
+            name=name, default_api=g["default_api"], tpu_api=bool(g["tpu_api"]),
+            machine_types={int(chips): machine for chips, machine in g["machine_types"].items()},
+            chips_per_host=int(g["chips_per_host"]), image_family=g["image_family"],
+            boot_disk_type=g["boot_disk_type"],
+            topologies={int(chips): str(shape) for chips, shape in g["topologies"].items()},
+        )
+        for name, g in raw["generations"].items()
+    }
+    return ComputeEngineTpus(as_of=str(raw["as_of"]), source=raw["source"], image_project=raw["image_project"],
+                             boot_disk_gb=int(raw["boot_disk_gb"]), generations=generations)

@@ -23,6 +23,15 @@ def parse_duration(text: str) -> float:
     return float(int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60 + int(match["s"] or 0))
 
 
+def run_time_seconds(text: str) -> float:
+    """3d, 1d12h, 12h, 90m: a run time, days allowed (flex-start's limit is written in days)."""
+    days, _, rest = text.strip().lower().rpartition("d")
+    try:
+        return (int(days) * 86400 if days else 0) + (parse_duration(rest) if rest else 0)
+    except (UsageError, ValueError):
+        raise ValueError(f"cannot read run time {text!r}: write it like 12h or 3d") from None
+
+
 def parse_autostop(text: str) -> float | None:
     """An autostop idle time as a user writes it: a positive duration with its unit, or 'off' (None).
 

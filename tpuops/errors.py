@@ -78,6 +78,10 @@ class CapacityError(CloudError):
     """The zone has no capacity for the TPU right now (RESOURCE_EXHAUSTED, 'no more capacity')."""
 
 
+class QuotaError(CloudError):
+    """The project's quota does not allow it (Compute Engine QUOTA_EXCEEDED): waiting or retrying will not help."""
+
+
 class ForeignResourceError(CloudError):
     """A resource with our name exists but does not carry our cluster label: never touched."""
 

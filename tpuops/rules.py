@@ -20,6 +20,7 @@ from typing import Literal
 
 from tpuops import catalog
 from tpuops.errors import SpecError
+from tpuops.plan import tpu_api_of
 from tpuops.spec import LineIndex, Spec, region_of
 
 ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
@@ -187,6 +188,9 @@ def known_type(spec: Spec) -> Iterator[Problem]:
         yield from _unlisted_size(spec, generation)
         return
     close = difflib.get_close_matches(accelerator_type, cat.all_types(), n=3, cutoff=0.5)
+    named = re.search(r"v\d+[a-z]*", accelerator_type)  # tpu-v3: a generation named inside is the better guess
+    if named and named.group() in cat.generations:
+        close = cat.generations[named.group()].types()[:3]
     if not catalog.TYPE_SHAPE_RE.match(accelerator_type):
         hint = f"did you mean {' or '.join(close)}?" if close else f"generations: {', '.join(cat.generations)}"
         yield Problem(("tpu", "type"), f"unknown accelerator type '{accelerator_type}'", hint)
@@ -270,7 +274,7 @@ def legacy_node_rules(spec: Spec) -> Iterator[Problem]:
 
 
 def runtime_fits(spec: Spec) -> Iterator[Problem]:
-    if spec.provider != "gcp":
+    if spec.provider != "gcp" or tpu_api_of(spec) == "compute":  # compute_engine_rules speak of the image instead
         return
     cat = catalog.load()
     generation = cat.generation_of(spec.tpu.type)
@@ -312,13 +316,54 @@ def multislice_rules(spec: Spec) -> Iterator[Problem]:
                       f"generations with Multislice: {able}; or remove slices")
 
 
+def compute_engine_rules(spec: Spec) -> Iterator[Problem]:
+    """tpu.api and what only one of the APIs has: the Cloud TPU API ends before TPU7x; Compute Engine makes
+    tpu7x, v6e and v5p, without queued resources, Multislice, legacy Nodes or the preemptible model."""
+    cat = catalog.load()
+    generation = cat.generation_of(spec.tpu.type)
+    served = cat.compute.generations.get(generation.name) if cat.compute and generation else None
+    tpu = spec.tpu
+    if tpu_api_of(spec) == "tpu":
+        if served is not None and not served.tpu_api:
+            yield Problem(("tpu", "api"), f"the Cloud TPU API is not supported on TPU7x and later ({tpu.type})",
+                          "use tpu.api: compute (the default for tpu7x)")
+        for key, value in (("flex_start", tpu.flex_start), ("reservation", tpu.reservation)):
+            if value is not None:
+                yield Problem(("tpu", key), f"tpu.{key} is a Compute Engine provisioning model",
+                              "set tpu.api: compute, or remove it")
+        return
+    if served is None:
+        able = ", ".join(cat.compute.generations) if cat.compute else "none"
+        yield Problem(("tpu", "api" if tpu.api else "type"),
+                      f"Compute Engine makes TPUs of {able} only, not {generation.name if generation else tpu.type}",
+                      "use tpu.api: tpu")
+        return
+    if cat.compute_shape(tpu.type) is None:
+        yield Problem(("tpu", "type"), f"{tpu.type} has no Compute Engine shape (machine type and topology) in "
+                      f"{_catalog_note()}", f"sizes: {', '.join(generation.types()) if generation else '-'}")
+    if tpu.mode == "node":
+        yield Problem(("tpu", "mode"), "a legacy TPU Node is a Cloud TPU API resource", "use mode: vm")
+    if tpu.through_queue:
+        yield Problem(("tpu", "slices" if tpu.multislice else "queued"), "queued resources and Multislice belong "
+                      "to the Cloud TPU API", "use tpu.flex_start for capacity that waits, or remove it")
+    if tpu.preemptible:
+        yield Problem(("tpu", "preemptible"), "Compute Engine TPUs have no preemptible model", "use spot: true")
+    chosen = [key for key, on in (("spot", tpu.spot), ("flex_start", tpu.flex_start is not None),
+                                  ("reservation", tpu.reservation is not None)) if on]
+    if len(chosen) > 1:
+        yield Problem(("tpu", chosen[1]), f"{' and '.join(chosen)} are exclusive provisioning models", "keep one")
+    if tpu.runtime:
+        yield Problem(("tpu", "runtime"), "tpu.runtime is a Cloud TPU API runtime: Compute Engine boots the "
+                      f"generation's image ({served.image_family})", "remove tpu.runtime", "warning")
+
+
 def scheduling(spec: Spec) -> Iterator[Problem]:
     if spec.tpu.preemptible and spec.tpu.spot:
         yield Problem(("tpu", "spot"), "preemptible and spot are exclusive", "spot is the newer model; keep one")
 
 
 RULES: list[Callable[[Spec], Iterator[Problem]]] = [
-    known_type, zone_offers_type, fallback_zones_in_region, legacy_node_rules, multislice_rules, runtime_fits,
-    scheduling,
+    known_type, zone_offers_type, fallback_zones_in_region, compute_engine_rules, legacy_node_rules, multislice_rules,
+    runtime_fits, scheduling,
 ]
 POOL_RULES: list[Callable[[Spec], Iterator[Problem]]] = [known_type, zone_offers_type, runtime_fits]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.fakes.compute import ComputeFake, ComputeModel
+from tests.fakes.compute_tpus import TpuComputeModel, TpuComputeRoutes
 from tests.fakes.gcs import GcsFront
 from tests.fakes.quotas_http import QuotasFake, QuotasModel
 from tests.fakes.tpu_model import TpuModel
@@ -50,6 +51,7 @@ class FakeGcp:
     compute_api: ComputeFake
     gcs: GcsFront
     quotas: QuotasFake
+    compute_tpus: TpuComputeModel | None = None  # TPUs on Compute Engine (tests.fakes.compute_tpus)
     gcs_client_factory: object = field(repr=False, default=None)
 
     @property
@@ -93,6 +95,8 @@ def start_fake_gcp(storage_emulator_url: str) -> FakeGcp:
         tpu_v1 = TpuV1Fake(tpu).start()
         started.append(tpu_v1)
         compute_api = ComputeFake(compute)
+        compute_tpus = TpuComputeModel(compute)
+        TpuComputeRoutes(compute_api, compute_tpus)
         compute_api.server.start()
         started.append(compute_api.server)
         quotas = QuotasFake(QuotasModel(PROJECT))
@@ -104,7 +108,7 @@ def start_fake_gcp(storage_emulator_url: str) -> FakeGcp:
             server.stop()  # type: ignore[attr-defined]
         raise
     return FakeGcp(tpu=tpu, tpu_v2=tpu_v2, tpu_v1=tpu_v1, compute=compute, compute_api=compute_api, gcs=gcs,
-                   quotas=quotas)
+                   quotas=quotas, compute_tpus=compute_tpus)
 
 
 @pytest.fixture

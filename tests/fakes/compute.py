@@ -32,6 +32,8 @@ class FakeInstance:
     wants_external_ip: bool = False
     service_accounts: dict[str, list[str]] = field(default_factory=dict)  # email -> scopes, as inserted
     tags: list[str] = field(default_factory=list)
+    scheduling: dict[str, Any] = field(default_factory=dict)  # the Scheduling message as JSON, as inserted
+    group: str | None = None  # the managed instance group that made it (its `created-by` metadata)
 
 
 @dataclass
@@ -123,6 +125,7 @@ class ComputeModel:
 class ComputeFake:
     def __init__(self, model: ComputeModel) -> None:
         self.model = model
+        self.tpu_checks: Callable[[FakeInstance], None] | None = None  # set by tests.fakes.compute_tpus
         self.server = JsonServer(self.handle, "compute")
         self.routes = [
             ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)$", self.get_project),
@@ -166,7 +169,10 @@ class ComputeFake:
             service_accounts={self.model.default_service_account if account.email == "default" else account.email:
                               list(account.scopes) for account in message.service_accounts},
             tags=list(message.tags.items),
+            scheduling=_dict(message.scheduling) if "scheduling" in message else {},
         )
+        if self.tpu_checks is not None:
+            self.tpu_checks(instance)  # a TPU machine type: allowlist, metadata Compute Engine writes
         return self._operation(self.model.insert(instance), "insert")
 
     def list(self, request: Request, project: str, zone: str) -> dict[str, Any]:
@@ -280,6 +286,7 @@ class ComputeFake:
             service_accounts=[compute_v1.ServiceAccount(email=email, scopes=scopes)
                               for email, scopes in instance.service_accounts.items()],
             tags=compute_v1.Tags(items=instance.tags),
+            scheduling=compute_v1.Scheduling.from_json(_json(instance.scheduling), ignore_unknown_fields=True),
             metadata=compute_v1.Metadata(
                 items=[compute_v1.Items(key=k, value=v) for k, v in instance.metadata.items()]
             ),

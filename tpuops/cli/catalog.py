@@ -36,6 +36,15 @@ def catalog_command(
         console.print(f"  {row.type:<16} {hosts:>5} {chips:>6} {price:>9} {spot:>9}  {'yes' if row.node else '-':<4}  "
                       f"{', '.join(row.zones)}")
     console.print(f"TPU VM runtimes: {', '.join(result.runtimes) or '(none)'}")
+    if result.machines:
+        console.print("Compute Engine TPU machine types (tpu.api: compute; list prices as of "
+                      f"{result.machines_as_of}):")
+        console.print(f"  {'machine type':<20} {'chips':>5} {'$/h':>9} {'spot $/h':>9}  default api")
+        for machine in result.machines:
+            price = "?" if machine.price_on_demand is None else f"{machine.price_on_demand:.2f}"
+            spot = "?" if machine.price_spot is None else f"{machine.price_spot:.2f}"
+            console.print(f"  {machine.machine_type:<20} {machine.chips:>5} {price:>9} {spot:>9}  "
+                          f"{machine.default_api} ({machine.generation})")
     if result.node_versions:
         console.print(f"Legacy TPU Node versions: {', '.join(result.node_versions)}")
     for warning in result.warnings:

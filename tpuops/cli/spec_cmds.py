@@ -44,7 +44,7 @@ def plan(
     console.print(f"Plan for cluster [bold]{result.cluster}[/] (project {result.project or '(not set)'}, {where})")
     for action in result.actions:
         reason = f"  [dim]({action.reason})[/]" if action.reason else ""
-        console.print(f"  {VERB_STYLE[action.verb]} {action.kind:<15} {action.name:<24} {action.summary}{reason}")
+        console.print(f"  {VERB_STYLE[action.verb]} {action.kind:<17} {action.name:<24} {action.summary}{reason}")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
     if not any("region" in w for w in result.warnings) and result.region:

@@ -23,12 +23,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
+    from tpuops.cloud.compute_tpu import ComputeTpuApi
     from tpuops.cloud.quotas import QuotaApi
 
 TpuMode = Literal["vm", "node"]
 
-# TPU states after which the TPU only holds quota: delete and create again.
-DEAD_TPU_STATES = frozenset({"PREEMPTED", "TERMINATED"})
+# TPU states after which the TPU only holds quota: delete and create again. BROKEN is a Compute Engine slice's
+# (cloud/compute_tpu.py): a host lost or stopped, or its accelerator topology not whole.
+DEAD_TPU_STATES = frozenset({"PREEMPTED", "TERMINATED", "BROKEN"})
 DEAD_QUEUED_STATES = frozenset({"FAILED", "SUSPENDED"})
 
 
@@ -252,6 +254,7 @@ class Cloud:
     tpu_nodes: TpuApi | None = None
     firewalls: FirewallApi | None = None  # None where there is no VPC (the local simulator)
     quotas: QuotaApi | None = None  # the project's TPU quota (`tpuops quota`)
+    compute_tpus: ComputeTpuApi | None = None  # TPUs as Compute Engine VMs (cloud/compute_tpu.py)
 
     def tpu_api(self, mode: TpuMode) -> TpuApi:
         if mode == "node":

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from tpuops import catalog, rules
 from tpuops.cloud.base import Cloud, ZoneOffer
 from tpuops.errors import CloudError, SpecError, UsageError
+from tpuops.plan import tpu_api_of
 from tpuops.spec import Spec
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ def verify_zone_offers(cloud: Cloud, spec: Spec, zone: str) -> list[str]:
     """Raise SpecError (one line, naming the closest few the zone offers) when `zone` does not offer the spec's
     accelerator type or runtime; return warnings when the zone could not be asked (403, failure after the
     retries): then the create call will tell. Call it for every zone before creating anything in it."""
+    if tpu_api_of(spec) == "compute":  # the TPU API does not know Compute Engine's machine types
+        return [f"zone {zone} was not asked: asking Compute Engine whether it offers {spec.tpu.type} is not built yet"]
     api = cloud.tpu_api(spec.tpu.mode)
     what = "TPU Node types and versions" if spec.tpu.mode == "node" else "TPU types and runtimes"
     try:
@@ -81,6 +84,18 @@ class TypeOffer:
 
 
 @dataclass(frozen=True)
+class MachineOffer:
+    """A Compute Engine TPU machine type (tpu.api: compute) with its list price where one is known."""
+
+    machine_type: str
+    generation: str
+    chips: int  # on one VM
+    price_on_demand: float | None  # USD per hour
+    price_spot: float | None
+    default_api: str  # what the generation's TPUs use unless tpu.api says otherwise
+
+
+@dataclass(frozen=True)
 class Offerings:
     """What a zone offers (or every zone, without one), according to `source`."""
 
@@ -90,6 +105,8 @@ class Offerings:
     runtimes: tuple[str, ...]
     node_versions: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    machines: tuple[MachineOffer, ...] = ()  # Compute Engine TPU machine types (bundled catalog only)
+    machines_as_of: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -121,7 +138,27 @@ def _catalog_offerings(zone: str | None) -> Offerings:
         runtimes=tuple(dict.fromkeys(r for g in generations for r in g.vm_runtimes)),
         node_versions=tuple(dict.fromkeys(r for g in generations for r in g.node_runtimes)),
         warnings=warnings,
+        machines=_machine_offers({g.name for g in generations}),
+        machines_as_of=cat.compute.as_of if cat.compute else None,
     )
+
+
+def _machine_offers(generations: set[str]) -> tuple[MachineOffer, ...]:
+    """Compute Engine's TPU machine types of these generations; the price is the generation's per-chip list price
+    times the VM's chips (docs/compute-engine-tpus.md says why that is assumed)."""
+    cat = catalog.load()
+    if cat.compute is None:
+        return ()
+    offers = []
+    for machine, (name, chips) in cat.compute.machine_types().items():
+        generation = cat.generations.get(name)
+        if name not in generations or generation is None:
+            continue
+        on_demand, spot = generation.price_on_demand, generation.price_spot
+        offers.append(MachineOffer(machine, name, chips, None if on_demand is None else round(on_demand * chips, 4),
+                                   None if spot is None else round(spot * chips, 4),
+                                   cat.compute.generations[name].default_api))
+    return tuple(offers)
 
 
 def _live_offerings(cloud: Cloud, zone: str) -> Offerings:
@@ -150,8 +187,9 @@ def _type_offer(name: str, node: bool, zones: tuple[str, ...] = ()) -> TypeOffer
     info = catalog.load().accelerator(name, listed_only=False)
     if info is None:
         return TypeOffer(name, None, None, None, None, node, zones)
-    return TypeOffer(name, info.hosts, info.chips, round(info.price_per_hour(spot=False), 4),
-                     round(info.price_per_hour(spot=True), 4), node, zones)
+    on_demand, spot = info.known_price_per_hour(spot=False), info.known_price_per_hour(spot=True)
+    return TypeOffer(name, info.hosts, info.chips, None if on_demand is None else round(on_demand, 4),
+                     None if spot is None else round(spot, 4), node, zones)
 
 
 def _type_order(name: str) -> tuple[int, str, int]:

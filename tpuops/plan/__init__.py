@@ -12,11 +12,14 @@ from typing import Literal
 
 from tpuops import catalog
 from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
+from tpuops.cloud.compute_tpu import policy_name, template_name
 from tpuops.errors import ForeignResourceError
 from tpuops.plan.guard_vm import GuardPlan, guard_plan
 from tpuops.spec import CLUSTER_LABEL, Spec
 
-Kind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm", "guard_vm"]
+# The last four: a TPU made by Compute Engine (tpu.api: compute), one instance or policy + template + group.
+Kind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm", "guard_vm", "tpu_instance", "workload_policy",
+               "instance_template", "instance_group"]
 Verb = Literal["create", "keep", "recreate"]
 IAM_ROLE = "roles/storage.objectAdmin"
 
@@ -163,7 +166,9 @@ def _wanted(spec: Spec, accelerator: catalog.Accelerator | None) -> list[tuple[K
         if spec.provider == "gcp":
             wanted.append(("iam", spec.bucket.name, None, f"{IAM_ROLE} on this bucket only for {_member_text(spec)}"))
     tpu_summary = _tpu_summary(spec, accelerator)
-    if spec.tpu.through_queue:
+    if tpu_api_of(spec) == "compute":
+        wanted += _compute_wanted(spec)
+    elif spec.tpu.through_queue:
         summary = _slices_summary(spec, accelerator, tpu_summary) if spec.tpu.multislice else \
             f"node {tpu_name(spec)}: {tpu_summary}"
         wanted.append(("queued_resource", queued_resource_name(spec), spec.zone, summary))
@@ -174,6 +179,40 @@ def _wanted(spec: Spec, accelerator: catalog.Accelerator | None) -> list[tuple[K
         wanted.append(("client_vm", client_vm_name(spec), spec.zone,
                        f"{vm.machine_type}, {vm.disk_gb} GB disk, {vm.image_family}"))
     return wanted
+
+
+def tpu_api_of(spec: Spec) -> catalog.TpuApiName:
+    """The API that makes the TPU: the spec's tpu.api, else compute for generations only Compute Engine serves."""
+    return spec.tpu.api or catalog.load().default_api(spec.tpu.type)
+
+
+def provisioning_of(spec: Spec) -> str:
+    """Compute Engine's provisioning model as the spec asks for it."""
+    tpu = spec.tpu
+    if tpu.flex_start:
+        return f"flex-start for at most {tpu.flex_start}"
+    if tpu.reservation:
+        return f"reservation-bound to {tpu.reservation}"
+    return "spot" if tpu.spot else "standard (on-demand)"
+
+
+def _compute_wanted(spec: Spec) -> list[tuple[Kind, str, str | None, str]]:
+    """One host: an instance. Several: a regional workload policy, a global instance template, a zonal group."""
+    shape = catalog.load().compute_shape(spec.tpu.type)
+    if shape is None:  # rules.py refused it already for `up`; plan shows what it can
+        return [("tpu_instance", tpu_name(spec), spec.zone, f"{spec.tpu.type}: no Compute Engine shape known")]
+    vm = (f"{shape.machine_type} ({shape.chips_per_host} chips), image {shape.image_project}/{shape.image_family}, "
+          f"{shape.boot_disk_type} {shape.boot_disk_gb} GB, {provisioning_of(spec)}, onHostMaintenance TERMINATE")
+    if not shape.multi_host:
+        return [("tpu_instance", tpu_name(spec), spec.zone, f"Compute Engine TPU VM {shape.accelerator_type}: {vm}")]
+    return [
+        ("workload_policy", policy_name(tpu_name(spec)), spec.region,
+         f"HIGH_THROUGHPUT, accelerator topology {shape.topology}"),
+        ("instance_template", template_name(tpu_name(spec)), None, vm),
+        ("instance_group", tpu_name(spec), spec.zone,
+         f"slice {shape.accelerator_type}: {shape.hosts} hosts of {shape.machine_type}, "
+         f"{shape.hosts * shape.chips_per_host} chips, all at once (BULK), no repair of single VMs"),
+    ]
 
 
 def _decide(kind: Kind, name: str, zone: str | None, summary: str, seen: ObservedResource | None) -> Action:
@@ -217,9 +256,27 @@ def _slices_summary(spec: Spec, accelerator: catalog.Accelerator | None, tpu_sum
     return f"Multislice: {slices} slices, nodes {names[0]}..{names[-1]}, each a {tpu_summary}{total}"
 
 
+def _compute_cost(spec: Spec, accelerator: catalog.Accelerator | None) -> tuple[float, str]:
+    cat = catalog.load()
+    shape = cat.compute_shape(spec.tpu.type)
+    machines = f"{shape.hosts} x {shape.machine_type}" if shape else spec.tpu.type
+    as_of = cat.compute.as_of if cat.compute else cat.as_of
+    if spec.tpu.reservation:
+        return 0.0, f"{machines}: billed through reservation {spec.tpu.reservation}"
+    price = accelerator.known_price_per_hour(spot=spec.tpu.spot) if accelerator else None
+    if price is None:
+        return 0.0, f"no list price known for {machines} (catalog as of {as_of})"
+    note = f"list price as of {as_of}: {machines} ${price:.2f}/h"
+    if spec.tpu.flex_start:
+        note += " (on-demand; flex-start is billed at its own, lower rate)"
+    return price, note
+
+
 def _cost(spec: Spec, accelerator: catalog.Accelerator | None) -> tuple[float, str]:
     if spec.provider == "local":
         return 0.0, "local simulator: free"
+    if tpu_api_of(spec) == "compute":
+        return _compute_cost(spec, accelerator)
     cat = catalog.load()
     slices = spec.tpu.slices
     tpu = accelerator.price_per_hour(spot=spec.tpu.spot or spec.tpu.preemptible) * slices if accelerator else 0.0

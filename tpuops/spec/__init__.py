@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from tpuops import spec_yaml
-from tpuops.durations import WRITTEN_BY_USER
+from tpuops.durations import WRITTEN_BY_USER, run_time_seconds
 from tpuops.errors import SpecError
 from tpuops.spec.autostop import AutostopSpec
 from tpuops.spec.check import CheckSpec
@@ -37,6 +37,8 @@ LABEL_KEY_RE = re.compile(r"^[a-z][-_a-z0-9]{0,62}$")
 LABEL_VALUE_RE = re.compile(r"^[-_a-z0-9]{0,63}$")
 CLUSTER_LABEL = "tpuops-cluster"
 LOCAL_ZONE = "local"
+FLEX_START_MIN_S = 10 * 60
+FLEX_START_MAX_S = 7 * 24 * 3600
 
 
 class Model(BaseModel):
@@ -87,6 +89,25 @@ class TpuSpec(Model):
     @classmethod
     def _first_pool(cls, data: Any) -> Any:
         return first_pool_fields(data)
+    api: Literal["tpu", "compute"] | None = Field(
+        None, description="Which Google API makes the TPU: tpu (the Cloud TPU API) or compute (Compute Engine VMs: "
+        "TPU7x and later, also v5p and v6e). Default: compute for tpu7x, tpu elsewhere.")
+    flex_start: str | None = Field(
+        None, description="api: compute only: flex-start VMs that Compute Engine deletes after this run time "
+        "(10m to 7d, e.g. 3d).")
+    reservation: str | None = Field(
+        None, description="api: compute only: consume this reservation (reservation-bound VMs, deleted when it ends).")
+
+    @field_validator("flex_start")
+    @classmethod
+    def _run_time(cls, value: str | None) -> str | None:
+        if value is not None and not FLEX_START_MIN_S <= run_time_seconds(value) <= FLEX_START_MAX_S:
+            raise ValueError(f"flex_start {value!r} is outside 10m..7d, the run times flex-start allows")
+        return value
+
+    @property
+    def flex_start_seconds(self) -> int | None:
+        return None if self.flex_start is None else int(run_time_seconds(self.flex_start))
 
     @property
     def through_queue(self) -> bool:

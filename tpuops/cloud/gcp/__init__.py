@@ -11,6 +11,7 @@ def make_cloud(env: Mapping[str, str], project: str) -> Cloud:
     """Real clients for `project`, endpoints and credentials from `env` (see clients.py)."""
     from tpuops.cloud.gcp import clients
     from tpuops.cloud.gcp.compute import ComputeApi
+    from tpuops.cloud.gcp.compute_tpus import ComputeTpusApi
     from tpuops.cloud.gcp.firewalls import FirewallsApi
     from tpuops.cloud.gcp.quotas import CloudQuotasApi
     from tpuops.cloud.gcp.storage import GcsApi
@@ -33,4 +34,5 @@ def make_cloud(env: Mapping[str, str], project: str) -> Cloud:
         tpu_nodes=TpuNodeApi(lambda: clients.tpu_v1_client(endpoints, creds), project, timing),
         firewalls=FirewallsApi(lambda: clients.firewalls_client(endpoints, creds), project, timing),
         quotas=CloudQuotasApi(lambda: clients.quotas_client(endpoints, creds), project, timing),
+        compute_tpus=ComputeTpusApi(lambda: clients.compute_tpu_clients(endpoints, creds), project, timing),
     )

@@ -109,6 +109,35 @@ def compute_clients(endpoints: Endpoints, creds: Any) -> tuple[Any, Any, Any]:
     )
 
 
+@dataclass(frozen=True)
+class ComputeTpuClients:
+    instances: Any
+    templates: Any
+    policies: Any
+    groups: Any
+    zone_operations: Any
+    region_operations: Any
+    global_operations: Any
+
+
+def compute_tpu_clients(endpoints: Endpoints, creds: Any) -> ComputeTpuClients:
+    """The clients of Compute Engine TPUs (instances, templates, policies, groups and their operations), all REST."""
+    from google.cloud import compute_v1
+
+    options = client_options(endpoints.compute)
+
+    def make(client: Any) -> Any:
+        return client(credentials=creds, client_options=options)
+
+    return ComputeTpuClients(
+        instances=make(compute_v1.InstancesClient), templates=make(compute_v1.InstanceTemplatesClient),
+        policies=make(compute_v1.ResourcePoliciesClient), groups=make(compute_v1.InstanceGroupManagersClient),
+        zone_operations=make(compute_v1.ZoneOperationsClient),
+        region_operations=make(compute_v1.RegionOperationsClient),
+        global_operations=make(compute_v1.GlobalOperationsClient),
+    )
+
+
 def firewalls_client(endpoints: Endpoints, creds: Any) -> Any:
     from google.cloud import compute_v1
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tpuops.cloud.base import HostKey, Vm, VmRequest, has_labels
-from tpuops.cloud.gcp.errors import is_capacity_message, none_if_missing
+from tpuops.cloud.gcp.errors import is_capacity_message, none_if_missing, refusal
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CapacityError, CloudError, TransientError
 
@@ -180,6 +180,9 @@ def raise_operation_error(operation: Any, what: str) -> None:
     if not errors:
         return
     message = "; ".join(f"{error.code}: {error.message}" for error in errors)
+    refused = refusal(what, message)
+    if refused is not None:
+        raise refused
     if any(is_capacity_message(f"{error.code} {error.message}") for error in errors):
         raise CapacityError(f"{what}: no capacity: {message}", "try another zone")
     if operation.http_error_status_code in TRANSIENT_OPERATION_CODES:

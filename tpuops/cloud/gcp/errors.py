@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from tpuops.errors import CapacityError, CloudError, PermissionDenied, TpuopsError, TransientError
+from tpuops.errors import CapacityError, CloudError, PermissionDenied, QuotaError, TpuopsError, TransientError
 
 CAPACITY_MARKERS = ("no more capacity", "resource_pool_exhausted", "zone_resource_pool_exhausted", "stockout")
 TRANSIENT_HTTP = frozenset({429, 500, 502, 503, 504})
@@ -21,6 +21,27 @@ TRANSIENT_GRPC = frozenset({4, 8, 13, 14})
 T = TypeVar("T")
 API_NAMES = {"tpu": "tpu.googleapis.com", "compute": "compute.googleapis.com", "storage": "storage.googleapis.com",
              "cloudquotas": "cloudquotas.googleapis.com"}
+
+
+NOT_ALLOWED_MARKER = "not allowed to use the machine type"
+QUOTA_HINT = "request more in the console (IAM & Admin > Quotas) or use another region"
+ALLOWLIST_HINT = ("Compute Engine TPU machine types are allowlisted per project: ask your Google account team, or use "
+                  "tpu.api: tpu where the generation allows it")
+
+
+def is_quota_message(message: str) -> bool:
+    """Compute Engine's QUOTA_EXCEEDED ("Quota 'X' exceeded. Limit: ..."), not a rate limit (those are 429s)."""
+    lowered = message.lower()
+    return "quota_exceeded" in lowered or ("quota" in lowered and "exceeded. limit" in lowered)
+
+
+def refusal(what: str, message: str) -> CloudError | None:
+    """A quota or allowlist refusal as one line that says which; None for anything else."""
+    if NOT_ALLOWED_MARKER in message.lower():
+        return PermissionDenied(f"{what}: the project may not use this TPU machine type: {message}", ALLOWLIST_HINT)
+    if is_quota_message(message):
+        return QuotaError(f"{what}: Compute Engine quota exceeded: {message}", QUOTA_HINT)
+    return None
 
 
 def is_capacity_message(message: str) -> bool:
@@ -38,6 +59,9 @@ def translate(err: BaseException, what: str, api: str, from_operation: bool = Fa
     if isinstance(err, gexc.GoogleAPICallError):
         code = err.code if isinstance(err.code, int) else None
         grpc_code = _grpc_code(err)
+        refused = refusal(what, message) if code != 429 else None
+        if refused is not None:
+            return refused
         if is_capacity_message(message) or (from_operation and grpc_code == 8):
             return CapacityError(f"{what}: no capacity: {message}", "try another zone or --wait-for-capacity")
         if code in TRANSIENT_HTTP or grpc_code in TRANSIENT_GRPC or isinstance(err, gexc.DeadlineExceeded):

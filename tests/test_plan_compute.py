@@ -1,0 +1,94 @@
+"""tpu.api: compute in the spec, `plan` and `tpuops catalog`: TPU7x only through Compute Engine, what Compute
+Engine would be asked to create and at what list price, and `up` refusing before anything exists."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli, write_spec
+from tpuops.errors import SpecError
+from tpuops.ops.specs import load_checked
+from tpuops.plan import make_plan
+
+IRONWOOD = """
+name: ironwood
+zone: us-central1-c
+tpu:
+  type: tpu7x-32
+  spot: true
+bucket: {name: ironwood-data}
+"""
+
+
+def test_tpu7x_slice_is_policy_template_and_group(tmp_path: Path) -> None:
+    plan = make_plan(load_checked(write_spec(tmp_path, IRONWOOD)), project="p")
+    assert [(a.kind, a.name, a.zone) for a in plan.actions[2:]] == [
+        ("workload_policy", "ironwood-wp", "us-central1"), ("instance_template", "ironwood-it", None),
+        ("instance_group", "ironwood", "us-central1-c")]
+    policy, template, group = plan.actions[2:]
+    assert policy.summary == "HIGH_THROUGHPUT, accelerator topology 2x2x4"
+    assert "tpu7x-standard-4t (4 chips)" in template.summary and "ubuntu-accel-2404-amd64-tpu-tpu7x" in template.summary
+    assert "hyperdisk-balanced 100 GB, spot, onHostMaintenance TERMINATE" in template.summary
+    assert "4 hosts of tpu7x-standard-4t, 16 chips, all at once (BULK), no repair" in group.summary
+    assert plan.cost_per_hour == 0.0 and plan.cost_note.startswith("no list price known for 4 x tpu7x-standard-4t")
+
+
+def test_v6e_as_one_compute_engine_vm_with_its_price(tmp_path: Path) -> None:
+    text = IRONWOOD.replace("us-central1-c", "us-east1-d").replace("type: tpu7x-32\n  spot: true",
+                                                                   "type: v6e-8\n  api: compute\n  flex_start: 3d")
+    plan = make_plan(load_checked(write_spec(tmp_path, text)))
+    [instance] = plan.actions[2:]
+    assert (instance.kind, instance.name) == ("tpu_instance", "ironwood")
+    assert "ct6e-standard-8t (8 chips)" in instance.summary and "flex-start for at most 3d" in instance.summary
+    assert plan.cost_per_hour == pytest.approx(8 * 2.70)
+    assert "1 x ct6e-standard-8t $21.60/h" in plan.cost_note and "flex-start" in plan.cost_note
+    on_tpu_api = text.replace("  api: compute\n  flex_start: 3d\n", "")
+    assert make_plan(load_checked(write_spec(tmp_path, on_tpu_api))).actions[2].kind == "tpu"  # v6e's default
+
+
+@pytest.mark.parametrize(("change", "field", "message"), [
+    (("spot: true", "api: tpu"), "tpu.api", "the Cloud TPU API is not supported on TPU7x and later (tpu7x-32)"),
+    (("spot: true", "queued: true"), "tpu.queued", "queued resources and Multislice belong to the Cloud TPU API"),
+    (("spot: true", "preemptible: true"), "tpu.preemptible", "Compute Engine TPUs have no preemptible model"),
+    (("spot: true", "spot: true\n  reservation: block-a"), "tpu.reservation", "spot and reservation are exclusive"),
+    (("spot: true", "flex_start: 8d"), "tpu.flex_start", "outside 10m..7d"),
+    (("type: tpu7x-32", "type: tpu7x-24"), "tpu.type", "tpu7x-24 has no Compute Engine shape"),
+    (("type: tpu7x-32\n  spot: true", "type: v4-8\n  api: compute"), "tpu.api",
+     "Compute Engine makes TPUs of tpu7x, v6e, v5p only, not v4"),
+    (("type: tpu7x-32\n  spot: true", "type: v6e-8\n  reservation: block-a"), "tpu.reservation",
+     "tpu.reservation is a Compute Engine provisioning model"),
+])
+def test_refusals_name_the_field(tmp_path: Path, change: tuple[str, str], field: str, message: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(field) + ": .*" + re.escape(message)) as caught:
+        load_checked(write_spec(tmp_path, IRONWOOD.replace(*change)))
+    assert "\n" not in str(caught.value)
+
+
+def test_plan_and_up_as_a_user_runs_them(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, IRONWOOD)
+    shown = run_cli("plan", str(spec))
+    assert shown.returncode == 0, shown.stderr
+    assert "instance_group    ironwood" in shown.stdout and "HIGH_THROUGHPUT" in shown.stdout
+    refused = run_cli("plan", str(write_spec(tmp_path, IRONWOOD.replace("spot: true", "api: tpu"), "tpu.yaml")))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "not supported on TPU7x and later" in refused.stderr
+    up = run_cli("up", str(spec), env={"CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": "http://127.0.0.1:9/"})
+    assert up.returncode == 2 and "cannot create TPUs through Compute Engine yet" in up.stderr
+    assert up.stderr.count("\n") == 1
+
+
+def test_catalog_lists_the_machine_types_with_prices(tmp_path: Path) -> None:
+    shown = run_cli("catalog", "--zone", "us-central1-c", "--json")
+    assert shown.returncode == 0, shown.stderr
+    result = json.loads(shown.stdout)
+    machines = {m["machine_type"]: m for m in result["machines"]}
+    assert machines["tpu7x-standard-4t"] == {"machine_type": "tpu7x-standard-4t", "generation": "tpu7x", "chips": 4,
+                                             "price_on_demand": None, "price_spot": None, "default_api": "compute"}
+    assert result["machines_as_of"] == "2026-11-27"
+    assert {t["type"]: t["hosts"] for t in result["types"] if t["type"].startswith("tpu7x")}["tpu7x-32"] == 4
+    text = run_cli("catalog").stdout
+    assert "ct6e-standard-8t         8     21.60      9.76  tpu (v6e)" in text

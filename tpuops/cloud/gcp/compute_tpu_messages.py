@@ -1,0 +1,177 @@
+"""compute_v1 messages for TPUs on Compute Engine, and Compute Engine's answers read back into TpuHost/TpuSlice.
+
+What each field says and where it was read: docs/compute-engine-tpus.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tpuops.cloud.compute_tpu import (
+    Provisioning,
+    SliceState,
+    TpuHost,
+    TpuSlice,
+    TpuVmRequest,
+    policy_name,
+    template_name,
+)
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+RANK_KEY = "agent-worker-number"
+PROVISIONING_MODELS: dict[Provisioning, str] = {
+    "standard": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START", "reservation-bound": "RESERVATION_BOUND",
+}
+PROVISIONING_OF = {model: name for name, model in PROVISIONING_MODELS.items()}
+STOPPED = frozenset({"STOPPING", "TERMINATED", "STOPPED", "SUSPENDING", "SUSPENDED"})
+BROKEN_TOPOLOGY = frozenset({"FAILED", "INCOMPLETE", "DEACTIVATING"})
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+
+
+def scheduling(request: TpuVmRequest) -> Any:
+    """TPU VMs cannot live-migrate: TERMINATE on host maintenance. A Spot VM stops when reclaimed (it reads
+    TERMINATED until deleted, so a preemption stays visible); flex-start and reservation-bound VMs are deleted at
+    the end of their run time or reservation."""
+    from google.cloud import compute_v1
+
+    message = compute_v1.Scheduling(on_host_maintenance="TERMINATE",
+                                    provisioning_model=PROVISIONING_MODELS[request.provisioning])
+    if request.provisioning == "spot":
+        message.instance_termination_action = "STOP"
+    elif request.provisioning in ("flex-start", "reservation-bound"):
+        message.instance_termination_action = "DELETE"
+    if request.provisioning == "flex-start" and request.max_run_seconds:
+        message.max_run_duration = compute_v1.Duration(seconds=request.max_run_seconds)
+    return message
+
+
+def _common(request: TpuVmRequest, disk_type: str) -> dict[str, Any]:
+    """The parts an instance and an instance template share."""
+    from google.cloud import compute_v1
+
+    interface = compute_v1.NetworkInterface(
+        network=f"global/networks/{request.network}",
+        access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
+    )
+    if request.subnetwork:
+        interface.subnetwork = f"regions/{request.zone.rsplit('-', 1)[0]}/subnetworks/{request.subnetwork}"
+    # guest attributes on: each host publishes its SSH host keys there, so they are pinned as on TPU VMs
+    metadata = [compute_v1.Items(key="enable-guest-attributes", value="TRUE")]
+    if request.ssh_keys:
+        metadata.append(compute_v1.Items(key="ssh-keys", value=request.ssh_keys))
+    fields: dict[str, Any] = {
+        "disks": [compute_v1.AttachedDisk(boot=True, auto_delete=True,
+                                          initialize_params=compute_v1.AttachedDiskInitializeParams(
+                                              source_image=f"projects/{request.image_project}/global/images/family/"
+                                                           f"{request.image_family}",
+                                              disk_size_gb=request.boot_disk_gb, disk_type=disk_type))],
+        "network_interfaces": [interface],
+        "metadata": compute_v1.Metadata(items=metadata),
+        "labels": {**request.labels, "tpuops-accelerator": request.accelerator_type},
+        "service_accounts": [compute_v1.ServiceAccount(email=request.service_account or "default",
+                                                       scopes=[CLOUD_PLATFORM_SCOPE])],
+        "scheduling": scheduling(request),
+    }
+    if request.provisioning == "reservation-bound" and request.reservation:
+        fields["reservation_affinity"] = compute_v1.ReservationAffinity(
+            consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_KEY, values=[request.reservation])
+    return fields
+
+
+def instance_message(request: TpuVmRequest) -> Any:
+    from google.cloud import compute_v1
+
+    zone = request.zone
+    return compute_v1.Instance(name=request.name, machine_type=f"zones/{zone}/machineTypes/{request.machine_type}",
+                               **_common(request, f"zones/{zone}/diskTypes/{request.boot_disk_type}"))
+
+
+def template_message(request: TpuVmRequest) -> Any:
+    """A global template: machine and disk types by bare name (a template is not in a zone)."""
+    from google.cloud import compute_v1
+
+    properties = compute_v1.InstanceProperties(machine_type=request.machine_type,
+                                               **_common(request, request.boot_disk_type))
+    return compute_v1.InstanceTemplate(name=template_name(request.name), properties=properties)
+
+
+def policy_message(request: TpuVmRequest) -> Any:
+    from google.cloud import compute_v1
+
+    workload = compute_v1.ResourcePolicyWorkloadPolicy(type_="HIGH_THROUGHPUT",
+                                                       accelerator_topology=request.topology or "")
+    return compute_v1.ResourcePolicy(name=policy_name(request.name), region=request.zone.rsplit("-", 1)[0],
+                                     workload_policy=workload)
+
+
+def group_message(request: TpuVmRequest, project: str) -> Any:
+    """All VMs at once (BULK: gcloud sets it, the REST API does not by default) and no repair of a single VM: a
+    slice is whole or it is re-created whole."""
+    from google.cloud import compute_v1
+
+    region = request.zone.rsplit("-", 1)[0]
+    return compute_v1.InstanceGroupManager(
+        name=request.name,
+        base_instance_name=request.name,
+        instance_template=f"projects/{project}/global/instanceTemplates/{template_name(request.name)}",
+        target_size=request.hosts,
+        target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(mode="BULK"),
+        instance_lifecycle_policy=compute_v1.InstanceGroupManagerInstanceLifecyclePolicy(
+            default_action_on_failure="DO_NOTHING"),
+        resource_policies=compute_v1.InstanceGroupManagerResourcePolicies(
+            workload_policy=f"projects/{project}/regions/{region}/resourcePolicies/{policy_name(request.name)}"),
+    )
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def metadata_of(instance: Any) -> dict[str, str]:
+    return {item.key: item.value for item in instance.metadata.items}
+
+
+def to_host(instance: Any, single: bool) -> TpuHost:
+    """Its rank from `agent-worker-number`; a single host without it is rank 0, a slice's host without it has no
+    rank yet (-1)."""
+    raw = metadata_of(instance).get(RANK_KEY, "")
+    rank = int(raw) if raw.strip().isdigit() else (0 if single else -1)
+    interfaces = list(instance.network_interfaces)
+    first = interfaces[0] if interfaces else None
+    external = next((c.nat_i_p for c in first.access_configs if c.nat_i_p), None) if first is not None else None
+    spot = instance.scheduling.provisioning_model == "SPOT"
+    return TpuHost(rank=rank, instance=instance.name, internal_ip=first.network_i_p if first is not None else "",
+                   external_ip=external, status=instance.status, preempted=spot and instance.status in STOPPED)
+
+
+def to_slice(name: str, zone: str, hosts: Sequence[TpuHost], expected: int, labels: Mapping[str, str],
+             machine_type: str, topology_state: str | None = None, provisioning_model: str = "") -> TpuSlice:
+    ordered = tuple(sorted(hosts, key=lambda host: host.rank))
+    state, detail = slice_state(ordered, expected, topology_state)
+    return TpuSlice(name=name, zone=zone, machine_type=machine_type.rsplit("/", 1)[-1], state=state, hosts=ordered,
+                    expected_hosts=expected, labels=dict(labels),
+                    provisioning=PROVISIONING_OF.get(provisioning_model, "standard"),
+                    topology_state=topology_state, detail=detail)
+
+
+def slice_state(hosts: Sequence[TpuHost], expected: int, topology_state: str | None) -> tuple[SliceState, str]:
+    """Whole (READY) only when every host runs with its own rank and the group says the topology is ACTIVE."""
+    preempted = [host.instance for host in hosts if host.preempted]
+    if preempted:
+        return "PREEMPTED", f"Spot VM {preempted[0]} was preempted"
+    stopped = [f"{host.instance} {host.status}" for host in hosts if host.status in STOPPED]
+    if stopped:
+        return "BROKEN", f"host {stopped[0]}"
+    if hosts and len(hosts) < expected:
+        return "BROKEN", f"{len(hosts)} of {expected} hosts"
+    if topology_state in BROKEN_TOPOLOGY:
+        return "BROKEN", f"accelerator topology {topology_state}"
+    if len(hosts) < expected or any(host.status != "RUNNING" for host in hosts):
+        return "CREATING", f"{sum(h.status == 'RUNNING' for h in hosts)} of {expected} hosts running"
+    ranks = sorted(host.rank for host in hosts)
+    if ranks != list(range(expected)):
+        return "CREATING", "hosts without their agent-worker-number yet"
+    if topology_state not in (None, "ACTIVE"):
+        return "CREATING", f"accelerator topology {topology_state}"
+    return "READY", ""
+

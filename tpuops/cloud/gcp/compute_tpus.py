@@ -1,0 +1,229 @@
+"""ComputeTpuApi over compute_v1 (REST): single-host TPU instances, and multi-host slices made of a regional workload
+policy, a global instance template and a zonal managed instance group (see cloud/compute_tpu.py).
+
+Each operation is waited on with the public Zone/Region/GlobalOperationsClient (`ExtendedOperation.result()` would
+build its own client and ignore a custom endpoint). The messages are built in compute_tpu_messages.py.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tpuops.cloud.base import HostKey, has_labels
+from tpuops.cloud.compute_tpu import TpuSlice, TpuVmRequest, policy_name, template_name
+from tpuops.cloud.gcp.clients import ComputeTpuClients
+from tpuops.cloud.gcp.compute import OPERATION_WAIT_S, label_filter, raise_operation_error
+from tpuops.cloud.gcp.compute_tpu_messages import (
+    group_message,
+    instance_message,
+    policy_message,
+    template_message,
+    to_host,
+    to_slice,
+)
+from tpuops.cloud.gcp.errors import none_if_missing, refusal
+from tpuops.cloud.gcp.waiting import Timing
+from tpuops.errors import CapacityError, CloudError, TpuopsError
+
+API = "compute"
+RUNNING = "RUNNING"
+
+
+def region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+class ComputeTpusApi:
+    def __init__(self, make_clients: Callable[[], ComputeTpuClients], project: str, timing: Timing) -> None:
+        self._make_clients = make_clients
+        self.project = project
+        self.timing = timing
+
+    @functools.cached_property
+    def c(self) -> ComputeTpuClients:
+        return self._make_clients()  # compute_v1 costs over a second to import: only when used
+
+    # ------------------------------------------------------------------------------------------- create
+    def create_tpu_vm(self, request: TpuVmRequest) -> TpuSlice:
+        what = f"create TPU {request.name} ({request.machine_type} x{request.hosts}) in {request.zone}"
+        try:
+            if request.multi_host:
+                self._create_slice(request, what)
+            else:
+                self._insert(lambda: self.c.instances.insert_unary(
+                    project=self.project, zone=request.zone, instance_resource=instance_message(request)),
+                    "zone", request.zone, what)
+            return self.timing.poll_until(lambda: self._usable(request, what), what)
+        except TpuopsError:
+            self.delete_tpu_vm(request.zone, request.name)  # a refused create leaves nothing that bills or holds quota
+            raise
+
+    def _create_slice(self, request: TpuVmRequest, what: str) -> None:
+        region = region_of(request.zone)
+        self._insert(lambda: self.c.policies.insert_unary(
+            project=self.project, region=region, resource_policy_resource=policy_message(request)),
+            "region", region, f"{what}: workload policy")
+        self._insert(lambda: self.c.templates.insert_unary(
+            project=self.project, instance_template_resource=template_message(request)),
+            "global", "", f"{what}: instance template")
+        group = group_message(request, self.project)
+        self._insert(lambda: self.c.groups.insert_unary(
+            project=self.project, zone=request.zone, instance_group_manager_resource=group),
+            "zone", request.zone, f"{what}: instance group")
+
+    def _insert(self, insert: Callable[[], Any], scope: str, where: str, what: str) -> None:
+        from google.api_core import exceptions as gexc
+
+        def attempt() -> None:
+            try:
+                operation = self.timing.call(insert, what, API)
+            except CloudError as err:
+                if isinstance(err.__cause__, gexc.Conflict):
+                    return  # a retried insert whose first attempt got through
+                raise
+            self._wait(operation, scope, where, what)
+
+        self.timing.retry_transient(attempt)
+
+    def _usable(self, request: TpuVmRequest, what: str) -> TpuSlice | None:
+        """The slice once every host runs with its rank; a failed creation attempt of the group raises."""
+        if request.multi_host:
+            self._raise_failed_attempt(request.zone, request.name, what)
+        found = self.get_tpu_vm(request.zone, request.name)
+        if found is None:
+            raise CloudError(f"{what}: it is gone while being created", "rerun `tpuops up`")
+        if found.state == "READY":
+            return found
+        if found.state == "CREATING":
+            return None
+        raise CloudError(f"{what}: it is {found.state} ({found.detail})", "run `tpuops down` then `tpuops up`")
+
+    def _raise_failed_attempt(self, zone: str, name: str, what: str) -> None:
+        """A BULK group waits for all its VMs at once; its last attempt's error says why it does not get them."""
+        for managed in self._managed(zone, name):
+            errors = list(managed.last_attempt.errors.errors) if managed.last_attempt else []
+            if not errors:
+                continue
+            message = "; ".join(f"{error.code}: {error.message}" for error in errors)
+            refused = refusal(what, message)
+            if refused is not None:
+                raise refused
+            if any(error.code.endswith("RESOURCE_POOL_EXHAUSTED") or "STOCKOUT" in error.code for error in errors):
+                raise CapacityError(f"{what}: no capacity: {message}", "try another zone or --wait-for-capacity")
+            raise CloudError(f"{what}: {message}")
+
+    # ---------------------------------------------------------------------------------------------- read
+    def get_tpu_vm(self, zone: str, name: str) -> TpuSlice | None:
+        group = self._get(lambda: self.c.groups.get(project=self.project, zone=zone, instance_group_manager=name),
+                          f"get instance group {name}")
+        if group is not None:
+            return self._group_slice(zone, group)
+        instance = self._get_instance(zone, name)
+        return None if instance is None else to_slice(name, zone, [to_host(instance, single=True)], 1,
+                                                      dict(instance.labels), instance.machine_type)
+
+    def _group_slice(self, zone: str, group: Any) -> TpuSlice:
+        names = [m.instance.rsplit("/", 1)[-1] for m in self._managed(zone, group.name) if m.instance]
+        instances = [found for found in (self._get_instance(zone, n) for n in names) if found is not None]
+        template = self._get(lambda: self.c.templates.get(
+            project=self.project, instance_template=group.instance_template.rsplit("/", 1)[-1]),
+            f"get instance template of {group.name}")
+        properties = template.properties if template is not None else None
+        topologies = list(group.status.applied_accelerator_topologies) if group.status else []
+        return to_slice(group.name, zone, [to_host(i, single=False) for i in instances], group.target_size,
+                        dict(properties.labels) if properties else {},
+                        properties.machine_type if properties else "",
+                        topology_state=topologies[0].state if topologies else None,
+                        provisioning_model=properties.scheduling.provisioning_model if properties else "")
+
+    def _managed(self, zone: str, name: str) -> list[Any]:
+        return self.timing.call(lambda: list(self.c.groups.list_managed_instances(
+            project=self.project, zone=zone, instance_group_manager=name)), f"list the VMs of group {name}", API)
+
+    def _get_instance(self, zone: str, name: str) -> Any:
+        return self._get(lambda: self.c.instances.get(project=self.project, zone=zone, instance=name),
+                         f"get VM {name}")
+
+    def host_keys(self, zone: str, name: str) -> list[HostKey]:
+        found = self.get_tpu_vm(zone, name)
+        keys: list[HostKey] = []
+        for host in found.hosts if found else ():
+            request = {"project": self.project, "zone": zone, "instance": host.instance, "query_path": "hostkeys/"}
+            attributes = self._get(lambda request=request: self.c.instances.get_guest_attributes(request=request),
+                                   f"read host keys of VM {host.instance}")
+            keys += [HostKey(worker=host.rank, key_type=item.key, key=item.value.strip())
+                     for item in (attributes.query_value.items if attributes else ())
+                     if item.namespace == "hostkeys" and item.value]
+        return keys
+
+    def find_tpu_vms(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[TpuSlice]:
+        """By the instances' labels (a group's VMs carry its template's), plus groups whose VMs are not made yet."""
+        found: dict[tuple[str, str], None] = {}
+        for zone, instance in self._labelled_instances(labels, zones):
+            creator = next((i.value for i in instance.metadata.items if i.key == "created-by"), "")
+            found[(zone, creator.rsplit("/", 1)[-1] if creator else instance.name)] = None
+        for zone in zones:
+            groups = self.timing.call(lambda zone=zone: list(self.c.groups.list(project=self.project, zone=zone)),
+                                      f"list instance groups in {zone}", API)
+            found.update({(zone, group.name): None for group in groups})
+        slices = [self.get_tpu_vm(zone, name) for zone, name in found]
+        return [s for s in slices if s is not None and has_labels(s.labels, labels)]
+
+    def _labelled_instances(self, labels: Mapping[str, str], zones: Sequence[str]) -> list[tuple[str, Any]]:
+        expression = label_filter(labels)
+        if zones:
+            return [(zone, i) for zone in zones for i in self.timing.call(
+                lambda zone=zone: list(self.c.instances.list(request={"project": self.project, "zone": zone,
+                                                                      "filter": expression})),
+                f"list VMs in {zone}", API)]
+        request = {"project": self.project, "filter": expression}
+        pages = self.timing.call(lambda: list(self.c.instances.aggregated_list(request=request).pages),
+                                 "list VMs in every zone", API)
+        unreachable = sorted({scope for page in pages for scope in page.unreachables})
+        if unreachable:
+            raise CloudError(f"list VMs in every zone: the API could not reach {', '.join(unreachable)}",
+                             "try again later, or search named zones with --zone")
+        return [(scope.rsplit("/", 1)[-1], i) for page in pages for scope, scoped in page.items.items()
+                for i in scoped.instances]
+
+    # -------------------------------------------------------------------------------------------- delete
+    def delete_tpu_vm(self, zone: str, name: str) -> None:
+        """Reverse order of creation: the group (its VMs with it), or the one instance; then the template and the
+        policy, which an interrupted create may have left without a group."""
+        project, region = self.project, region_of(zone)
+        steps: list[tuple[Callable[[], Any], str, str, str]] = [
+            (lambda: self.c.groups.delete_unary(project=project, zone=zone, instance_group_manager=name),
+             "zone", zone, f"delete instance group {name}"),
+            (lambda: self.c.instances.delete_unary(project=project, zone=zone, instance=name),
+             "zone", zone, f"delete VM {name}"),
+            (lambda: self.c.templates.delete_unary(project=project, instance_template=template_name(name)),
+             "global", "", f"delete instance template {template_name(name)}"),
+            (lambda: self.c.policies.delete_unary(project=project, region=region, resource_policy=policy_name(name)),
+             "region", region, f"delete workload policy {policy_name(name)}"),
+        ]
+        for delete, scope, where, what in steps:
+            operation = self._get(delete, what)
+            if operation is not None:
+                self._wait(operation, scope, where, what)
+
+    # ---------------------------------------------------------------------------------------------- misc
+    def _get(self, call: Callable[[], Any], what: str) -> Any:
+        return self.timing.call(none_if_missing(call), what, API)
+
+    def _wait(self, operation: Any, scope: str, where: str, what: str) -> None:
+        name, project = operation.name, self.project
+
+        def done() -> Any:
+            if scope == "zone":
+                current = self.c.zone_operations.wait(project=project, zone=where, operation=name)
+            elif scope == "region":
+                current = self.c.region_operations.wait(project=project, region=where, operation=name)
+            else:
+                current = self.c.global_operations.wait(project=project, operation=name)
+            return current if current.status.name == "DONE" else None
+
+        finished = self.timing.poll_until(
+            lambda: self.timing.call(done, f"{what} (waiting)", API, server_wait=OPERATION_WAIT_S), what)
+        raise_operation_error(finished, what)
