@@ -4,8 +4,8 @@ their names, a preemption and a broken slice seen as such, deletion that ends th
 from __future__ import annotations
 
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 from tpuops import catalog
