@@ -25,7 +25,7 @@ from tpuops.logs.runs import CLOCK_SLACK, Launch, RunMap, choose, created_at
 from tpuops.logs.tail import Backoff, Pollable, Tail, Warn, follow, run_of
 from tpuops.providers.blob_urls import open_blob_store
 from tpuops.remote.base import LineHandler
-from tpuops.state import bucket_of
+from tpuops.state import bucket_of, epoch_seconds
 
 if TYPE_CHECKING:
     from tpuops.providers.base import Provider
@@ -88,9 +88,10 @@ class ClusterRuns:
         return self.map.label(info)
 
     def _read(self, which: str | None, held: ClusterState | None = None) -> RunMap | None:
-        self._read_at = time.time()
-        # a guard's relaunch is a run too
-        state = held or with_guard_state(self.ctx, self.ctx.store.require(self.cluster))
+        # A held state knows the launches as of its last save (`run` holds up's, from before its launch): a file
+        # created since then may be a later launch's.
+        self._read_at = (epoch_seconds(held.updated_at) or time.time()) if held is not None else time.time()
+        state = held or with_guard_state(self.ctx, self.ctx.store.require(self.cluster))  # a guard's relaunch too
         return runs_of(state, which)
 
 
