@@ -3,11 +3,15 @@ their names, a preemption and a broken slice seen as such, deletion that ends th
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tests.helpers import run_cli, write_spec
+from tests.test_watch import FAST, finish, wait_for
 from tpuops import catalog
 from tpuops.cloud.compute_tpu import ComputeTpuApi, TpuVmRequest
 from tpuops.cloud.local import make_cloud
@@ -67,3 +71,34 @@ def test_single_host_and_broken_slice(tmp_path: Path) -> None:
     api.break_slice("ironwood")  # type: ignore[attr-defined]
     seen = api.get_tpu_vm("local", "ironwood")
     assert seen is not None and seen.state == "BROKEN"
+
+
+def test_a_slice_through_the_cli_on_the_simulator_broken_then_made_again(tmp_path: Path, tpuops_home: Path) -> None:
+    """up -> run --watch: the slice BROKEN (its topology FAILED, the trainers still running) is deleted and made
+    again whole, the run resumed on both ranks; --down deletes it at the end."""
+    log = tmp_path / "attempts"
+    command = (f'echo "rank=$TPUOPS_WORKER_ID restart=${{TPUOPS_RESTART:-0}}" >> {log}; '
+               '[ "${TPUOPS_RESTART:-0}" -ge 1 ] || sleep 300')
+    spec = write_spec(tmp_path, f"""
+        name: ironlocal
+        provider: local
+        tpu: {{type: tpu7x-16, spot: true}}
+        trainer: {{framework: jax, command: {json.dumps(command)}}}
+        """)
+
+    def starts() -> list[str]:
+        return sorted(log.read_text().splitlines()) if log.exists() else []
+
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", "run", str(spec), "--watch", "--down"],
+                               env={**os.environ, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(starts()) == 2, "the first start on both ranks", process)
+        api = make_cloud(tpuops_home / "local").compute_tpus
+        api.break_slice("ironlocal")  # type: ignore[union-attr]
+        code, _, stderr = finish(process)
+    finally:
+        run_cli("down", "ironlocal", "--yes", timeout=60)
+    assert code == 0, stderr[-3000:]
+    assert "TPU BROKEN: recovering" in stderr
+    assert starts() == ["rank=0 restart=0", "rank=0 restart=1", "rank=1 restart=0", "rank=1 restart=1"]
+    assert not (tpuops_home / "local" / "tpu_vms" / "ironlocal.json").exists()  # --down after the run succeeded
