@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import run_cli, write_spec
 from tpuops.errors import SpecError
-from tpuops.ops.specs import load_checked
+from tpuops.ops.specs import check_spec_file, load_checked
 from tpuops.plan import make_plan
 
 IRONWOOD = """
@@ -75,3 +75,13 @@ def test_plan_as_a_user_runs_it(tmp_path: Path) -> None:
     refused = run_cli("plan", str(write_spec(tmp_path, IRONWOOD.replace("spot: true", "api: tpu"), "tpu.yaml")))
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "not supported on TPU7x and later" in refused.stderr
+
+
+@pytest.mark.parametrize(("tpu_type", "warned"), [("tpu7x-16", True), ("tpu7x-8", False)])
+def test_tensorflow_on_a_compute_engine_slice_is_warned_of(tmp_path: Path, tpu_type: str, warned: bool) -> None:
+    """TPUClusterResolver finds a slice's workers through the Cloud TPU API; tpuops gives TF TPU_NAME=local."""
+    text = IRONWOOD.replace("type: tpu7x-32", f"type: {tpu_type}") + \
+        "trainer: {framework: tensorflow, command: 'true'}\n"
+    warnings = check_spec_file(write_spec(tmp_path, text)).warnings
+    assert any("TensorFlow finds a multi-host slice's workers through the Cloud TPU API" in w
+               for w in warnings) == warned
