@@ -85,3 +85,9 @@ def test_tensorflow_on_a_compute_engine_slice_is_warned_of(tmp_path: Path, tpu_t
     warnings = check_spec_file(write_spec(tmp_path, text)).warnings
     assert any("TensorFlow finds a multi-host slice's workers through the Cloud TPU API" in w
                for w in warnings) == warned
+
+
+def test_the_guard_of_a_compute_engine_tpu_needs_compute_roles(tmp_path: Path) -> None:
+    guarded = make_plan(load_checked(write_spec(tmp_path, IRONWOOD + "guard: {enabled: true}\n"))).guard
+    assert guarded is not None and guarded.guard_roles[0].startswith("roles/compute.instanceAdmin.v1")
+    assert not any("roles/tpu.admin" in role for role in guarded.guard_roles)
