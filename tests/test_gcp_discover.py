@@ -88,8 +88,8 @@ def test_finds_every_labelled_resource_in_every_zone_and_nothing_else(gcp: FakeG
     assert gcp.tpu_v2.server.calls("GET", r"/locations/-/nodes$")
     assert gcp.tpu_v2.server.calls("GET", r"/locations/-/queuedResources$")
     assert [r.parent for name, r in gcp.tpu_v1.calls if name == "ListNodes"] == [f"projects/{PROJECT}/locations/-"]
-    [aggregated] = gcp.compute_api.server.calls("GET", r"/aggregated/instances$")
-    assert aggregated.query["filter"] == f'labels.{CLUSTER_LABEL} = "{cluster}"'
+    listings = gcp.compute_api.server.calls("GET", r"/aggregated/instances$")  # plain VMs; Compute Engine TPUs
+    assert [call.query["filter"] for call in listings] == [f'labels.{CLUSTER_LABEL} = "{cluster}"'] * 2
 
 
 def test_a_queued_resources_node_is_not_counted_twice(gcp: FakeGcp) -> None:
@@ -125,8 +125,9 @@ def test_named_zones_are_searched_one_by_one(gcp: FakeGcp) -> None:
     assert found.zones == ("europe-west4-a",) and found.where == f"project {PROJECT}, europe-west4-a"
     assert not gcp.tpu_v2.server.calls("GET", r"/locations/-/") and not gcp.compute_api.server.calls(
         "GET", r"/aggregated/")
-    [listed] = gcp.compute_api.server.calls("GET", r"/zones/europe-west4-a/instances$")
-    assert listed.query["filter"] == f'labels.{CLUSTER_LABEL} = "{cluster}"'
+    listings = gcp.compute_api.server.calls("GET", r"/zones/europe-west4-a/instances$")  # VMs; Compute Engine TPUs
+    assert [call.query["filter"] for call in listings] == [f'labels.{CLUSTER_LABEL} = "{cluster}"'] * 2
+    assert gcp.compute_api.server.calls("GET", r"/zones/europe-west4-a/instanceGroupManagers$")
 
 
 def deny_tpu_vms(gcp: FakeGcp) -> None:

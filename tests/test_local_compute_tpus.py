@@ -3,11 +3,16 @@ their names, a preemption and a broken slice seen as such, deletion that ends th
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tests.helpers import run_cli, write_spec
+from tests.test_watch import FAST, finish, wait_for
 from tpuops import catalog
 from tpuops.cloud.compute_tpu import ComputeTpuApi, TpuVmRequest
 from tpuops.cloud.local import make_cloud
@@ -67,3 +72,74 @@ def test_single_host_and_broken_slice(tmp_path: Path) -> None:
     api.break_slice("ironwood")  # type: ignore[attr-defined]
     seen = api.get_tpu_vm("local", "ironwood")
     assert seen is not None and seen.state == "BROKEN"
+
+
+def test_a_slice_through_the_cli_on_the_simulator_broken_then_made_again(tmp_path: Path, tpuops_home: Path) -> None:
+    """up -> run --watch: the slice BROKEN (its topology FAILED, the trainers still running) is deleted and made
+    again whole, the run resumed on both ranks; --down deletes it at the end."""
+    log = tmp_path / "attempts"
+    command = (f'echo "rank=$TPUOPS_WORKER_ID restart=${{TPUOPS_RESTART:-0}}" >> {log}; '
+               '[ "${TPUOPS_RESTART:-0}" -ge 1 ] || sleep 300')
+    spec = write_spec(tmp_path, f"""
+        name: ironlocal
+        provider: local
+        tpu: {{type: tpu7x-16, spot: true}}
+        trainer: {{framework: jax, command: {json.dumps(command)}}}
+        """)
+
+    def starts() -> list[str]:
+        return sorted(log.read_text().splitlines()) if log.exists() else []
+
+    process = subprocess.Popen([sys.executable, "-m", "tpuops", "run", str(spec), "--watch", "--down"],
+                               env={**os.environ, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(starts()) == 2, "the first start on both ranks", process)
+        api = make_cloud(tpuops_home / "local").compute_tpus
+        api.break_slice("ironlocal")  # type: ignore[union-attr]
+        code, _, stderr = finish(process)
+    finally:
+        run_cli("down", "ironlocal", "--yes", timeout=60)
+    assert code == 0, stderr[-3000:]
+    assert "TPU BROKEN: recovering" in stderr
+    assert starts() == ["rank=0 restart=0", "rank=0 restart=1", "rank=1 restart=0", "rank=1 restart=1"]
+    assert not (tpuops_home / "local" / "tpu_vms" / "ironlocal.json").exists()  # --down after the run succeeded
+
+
+def test_the_guard_recreates_a_preempted_spot_slice_once(tmp_path: Path, tpuops_home: Path) -> None:
+    """The guard's loop (`watch --headless`): a Spot host preempted (`simulate preempt`) is seen on two polls, then
+    the whole slice deleted and made again, and the run relaunched: one preemption, one restart in its ledger."""
+    from tests.test_guard_local import FAST as GUARD_FAST
+    from tests.test_guard_local import kinds, ledger_of, wait_until
+    from tpuops.guard.lease import read_lease
+
+    spec = write_spec(tmp_path, """
+        name: irong
+        provider: local
+        tpu: {type: tpu7x-16, spot: true}
+        bucket: {name: irong-b}
+        trainer: {framework: jax, command: "sleep 300"}
+        """)
+    env = {**GUARD_FAST}
+    assert run_cli("up", str(spec), env=env).returncode == 0
+    assert run_cli("launch", "irong", env=env).returncode == 0
+    guard = subprocess.Popen([sys.executable, "-m", "tpuops", "watch", "irong", "--headless"],
+                             env={**os.environ, **GUARD_FAST}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+    ledger = ledger_of(tpuops_home, "irong-b", "irong")
+    try:
+        wait_until(lambda: read_lease(ledger.store)[0], "the guard to take the lease")
+        preempted = run_cli("simulate", "preempt", "irong", env=env)
+        assert preempted.returncode == 0, preempted.stderr
+        wait_until(lambda: "restart" in kinds(ledger), "the relaunch")
+    finally:
+        if guard.poll() is None:
+            os.killpg(guard.pid, signal.SIGTERM)
+        output = guard.communicate(timeout=30)[0]
+        events = [event for _, event in ledger.events()]
+        run_cli("down", "irong", "--yes", "--delete-bucket", "--force", env=env)
+    seen = [event.kind for event in events]
+    assert seen.count("preemption") == 1 and seen.count("restart") == 1, output
+    preemption = next(event for event in events if event.kind == "preemption")
+    assert "TPU PREEMPTED" in preemption.message, preemption
+    api = make_cloud(tpuops_home / "local").compute_tpus
+    assert api is not None and api.get_tpu_vm("local", "irong") is None  # down deleted the slice made again

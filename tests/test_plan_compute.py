@@ -1,9 +1,8 @@
 """tpu.api: compute in the spec, `plan` and `tpuops catalog`: TPU7x only through Compute Engine, what Compute
-Engine would be asked to create and at what list price, and `up` refusing before anything exists."""
+Engine would be asked to create and at what list price."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 
 from tests.helpers import run_cli, write_spec
 from tpuops.errors import SpecError
-from tpuops.ops.specs import load_checked
+from tpuops.ops.specs import check_spec_file, load_checked
 from tpuops.plan import make_plan
 
 IRONWOOD = """
@@ -24,16 +23,16 @@ bucket: {name: ironwood-data}
 """
 
 
-def test_tpu7x_slice_is_policy_template_and_group(tmp_path: Path) -> None:
+def test_tpu7x_slice_is_one_kind_naming_its_policy_template_and_group(tmp_path: Path) -> None:
     plan = make_plan(load_checked(write_spec(tmp_path, IRONWOOD)), project="p")
-    assert [(a.kind, a.name, a.zone) for a in plan.actions[2:]] == [
-        ("workload_policy", "ironwood-wp", "us-central1"), ("instance_template", "ironwood-it", None),
-        ("instance_group", "ironwood", "us-central1-c")]
-    policy, template, group = plan.actions[2:]
-    assert policy.summary == "HIGH_THROUGHPUT, accelerator topology 2x2x4"
-    assert "tpu7x-standard-4t (4 chips)" in template.summary and "ubuntu-accel-2404-amd64-tpu-tpu7x" in template.summary
-    assert "hyperdisk-balanced 100 GB, spot, onHostMaintenance TERMINATE" in template.summary
+    [group] = plan.actions[2:]
+    assert (group.kind, group.name, group.zone) == ("compute_tpu", "ironwood", "us-central1-c")
+    assert "workload policy ironwood-wp in us-central1 (HIGH_THROUGHPUT, accelerator topology 2x2x4)" in group.summary
+    assert "instance template ironwood-it (tpu7x-standard-4t (4 chips)" in group.summary
+    assert "ubuntu-accel-2404-amd64-tpu-tpu7x" in group.summary
+    assert "hyperdisk-balanced 100 GB, spot, onHostMaintenance TERMINATE" in group.summary
     assert "4 hosts of tpu7x-standard-4t, 16 chips, all at once (BULK), no repair" in group.summary
+    assert group.summary.endswith("instance group ironwood")
     assert plan.cost_per_hour == 0.0 and plan.cost_note.startswith("no list price known for 4 x tpu7x-standard-4t")
 
 
@@ -42,7 +41,7 @@ def test_v6e_as_one_compute_engine_vm_with_its_price(tmp_path: Path) -> None:
                                                                    "type: v6e-8\n  api: compute\n  flex_start: 3d")
     plan = make_plan(load_checked(write_spec(tmp_path, text)))
     [instance] = plan.actions[2:]
-    assert (instance.kind, instance.name) == ("tpu_instance", "ironwood")
+    assert (instance.kind, instance.name) == ("compute_tpu", "ironwood")
     assert "ct6e-standard-8t (8 chips)" in instance.summary and "flex-start for at most 3d" in instance.summary
     assert plan.cost_per_hour == pytest.approx(8 * 2.70)
     assert "1 x ct6e-standard-8t $21.60/h" in plan.cost_note and "flex-start" in plan.cost_note
@@ -68,27 +67,27 @@ def test_refusals_name_the_field(tmp_path: Path, change: tuple[str, str], field:
     assert "\n" not in str(caught.value)
 
 
-def test_plan_and_up_as_a_user_runs_them(tmp_path: Path) -> None:
+def test_plan_as_a_user_runs_it(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, IRONWOOD)
     shown = run_cli("plan", str(spec))
     assert shown.returncode == 0, shown.stderr
-    assert "instance_group    ironwood" in shown.stdout and "HIGH_THROUGHPUT" in shown.stdout
+    assert re.search(r"create +compute_tpu +ironwood ", shown.stdout) and "HIGH_THROUGHPUT" in shown.stdout
     refused = run_cli("plan", str(write_spec(tmp_path, IRONWOOD.replace("spot: true", "api: tpu"), "tpu.yaml")))
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "not supported on TPU7x and later" in refused.stderr
-    up = run_cli("up", str(spec), env={"CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": "http://127.0.0.1:9/"})
-    assert up.returncode == 2 and "cannot create TPUs through Compute Engine yet" in up.stderr
-    assert up.stderr.count("\n") == 1
 
 
-def test_catalog_lists_the_machine_types_with_prices(tmp_path: Path) -> None:
-    shown = run_cli("catalog", "--zone", "us-central1-c", "--json")
-    assert shown.returncode == 0, shown.stderr
-    result = json.loads(shown.stdout)
-    machines = {m["machine_type"]: m for m in result["machines"]}
-    assert machines["tpu7x-standard-4t"] == {"machine_type": "tpu7x-standard-4t", "generation": "tpu7x", "chips": 4,
-                                             "price_on_demand": None, "price_spot": None, "default_api": "compute"}
-    assert result["machines_as_of"] == "2026-11-27"
-    assert {t["type"]: t["hosts"] for t in result["types"] if t["type"].startswith("tpu7x")}["tpu7x-32"] == 4
-    text = run_cli("catalog").stdout
-    assert "ct6e-standard-8t         8     21.60      9.76  tpu (v6e)" in text
+@pytest.mark.parametrize(("tpu_type", "warned"), [("tpu7x-16", True), ("tpu7x-8", False)])
+def test_tensorflow_on_a_compute_engine_slice_is_warned_of(tmp_path: Path, tpu_type: str, warned: bool) -> None:
+    """TPUClusterResolver finds a slice's workers through the Cloud TPU API; tpuops gives TF TPU_NAME=local."""
+    text = IRONWOOD.replace("type: tpu7x-32", f"type: {tpu_type}") + \
+        "trainer: {framework: tensorflow, command: 'true'}\n"
+    warnings = check_spec_file(write_spec(tmp_path, text)).warnings
+    assert any("TensorFlow finds a multi-host slice's workers through the Cloud TPU API" in w
+               for w in warnings) == warned
+
+
+def test_the_guard_of_a_compute_engine_tpu_needs_compute_roles(tmp_path: Path) -> None:
+    guarded = make_plan(load_checked(write_spec(tmp_path, IRONWOOD + "guard: {enabled: true}\n"))).guard
+    assert guarded is not None and guarded.guard_roles[0].startswith("roles/compute.instanceAdmin.v1")
+    assert not any("roles/tpu.admin" in role for role in guarded.guard_roles)

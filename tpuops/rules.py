@@ -355,6 +355,13 @@ def compute_engine_rules(spec: Spec) -> Iterator[Problem]:
     if tpu.runtime:
         yield Problem(("tpu", "runtime"), "tpu.runtime is a Cloud TPU API runtime: Compute Engine boots the "
                       f"generation's image ({served.image_family})", "remove tpu.runtime", "warning")
+    shape = cat.compute_shape(tpu.type)
+    if spec.trainer is not None and spec.trainer.framework == "tensorflow" and shape is not None and shape.multi_host:
+        # TPUClusterResolver(tpu=NAME) asks the Cloud TPU API for the workers; "local" (what tpuops sets) is one host.
+        yield Problem(("trainer", "framework"), "TensorFlow finds a multi-host slice's workers through the Cloud "
+                      "TPU API, which does not know Compute Engine TPUs: each host would train alone",
+                      "use JAX or PyTorch/XLA, a single-host type, or tpu.api: tpu where the generation allows it",
+                      "warning")
 
 
 def scheduling(spec: Spec) -> Iterator[Problem]:

@@ -21,7 +21,7 @@ from tpuops.errors import SpecError, TpuopsError, UsageError
 from tpuops.providers.base import Login, Provider
 from tpuops.remote.base import Runner
 from tpuops.spec import Spec, load_spec
-from tpuops.state import ClusterState, WorkerRecord, epoch_seconds
+from tpuops.state import TPU_KINDS, ClusterState, WorkerRecord, epoch_seconds
 from tpuops.state.autostop import deletion_record
 
 KEY_FILE = "id_ed25519"
@@ -104,7 +104,10 @@ def _tpu_is_gone(access: ClusterAccess) -> bool:
     tpu = access.state.tpu_record()
     if tpu is None or not tpu.zone:
         return False
-    node = access.provider.cloud().tpu_api(tpu.mode or "vm").get_node(tpu.zone, tpu.node_name)
+    cloud = access.provider.cloud()
+    if tpu.kind == "compute_tpu":
+        return cloud.compute_tpus is None or cloud.compute_tpus.get_tpu_vm(tpu.zone, tpu.name) is None
+    node = cloud.tpu_api(tpu.mode or "vm").get_node(tpu.zone, tpu.node_name)
     return node is None
 
 
@@ -146,7 +149,7 @@ def tpu_paths(access: ClusterAccess, spec: Spec) -> tuple[str, str]:
 def seconds_up(state: ClusterState) -> float | None:
     """How long ago `up` last saw the SSH targets' machine ready (the TPU, or a legacy Node's client VM);
     None when it never recorded that."""
-    kinds = ("client_vm",) if any(w.role == "client_vm" for w in state.workers) else ("tpu", "queued_resource")
+    kinds = ("client_vm",) if any(w.role == "client_vm" for w in state.workers) else TPU_KINDS
     times = [epoch_seconds(r.updated_at) for r in state.resources if r.kind in kinds and r.status == "created"]
     if not times or None in times:
         return None

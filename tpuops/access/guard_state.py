@@ -30,10 +30,9 @@ from tpuops.cloud.blob_types import BlobNotFound, BlobStore
 from tpuops.context import Context
 from tpuops.errors import TpuopsError
 from tpuops.spec import Spec
-from tpuops.state import ClusterState, EventRecord, RunRecord, TpuRecord, epoch_seconds
+from tpuops.state import TPU_KINDS, ClusterState, EventRecord, RunRecord, TpuRecord, epoch_seconds
 
 STATE_BLOB, HOSTS_BLOB = "state/state.json", "state/known_hosts"  # under the guard's prefix
-TPU_KINDS = ("tpu", "queued_resource")  # what a recovery deletes and creates again
 RUN_LIVE = ("setup", "starting", "running")
 
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 TICK_ENV = "TPUOPS_AUTOSTOP_TICK"  # seconds between the agent's decisions (tests use a fraction of a second)
 METADATA_HOST_ENV = "GCE_METADATA_HOST"  # google-auth's own name for the metadata server's host[:port]
 TPU_ENDPOINT_ENV = "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"
+COMPUTE_ENDPOINT_ENV = "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"
 STORAGE_ENDPOINT_ENV = "STORAGE_EMULATOR_HOST"
 WARN_SECONDS = 60.0
 
@@ -58,10 +59,13 @@ def agent_config(
     device_glob: str,
     env: Mapping[str, str],
     local: LocalTarget | None = None,
+    api: Literal["tpu", "compute"] = "tpu",
+    group: bool = False,
 ) -> AgentConfig:
     """The agent's configuration for one cluster. Endpoints come from the same variables the CLI used, so
     the agent on the TPU reaches what the CLI reached; `device_glob` is launch's (`ops.remote.tpu_paths`);
-    `local` is the provider's `autostop_target` (None: the TPU API)."""
+    `local` is the provider's `autostop_target` (None: a Google API); `api` which Google API deletes the TPU, and
+    with `compute` whether it is a slice's group (`group`) or one instance."""
     tick = float(env.get(TICK_ENV) or DEFAULT_TICK_SECONDS)
     return AgentConfig(
         cluster=cluster,
@@ -79,6 +83,9 @@ def agent_config(
         storage_endpoint=base_url(env.get(STORAGE_ENDPOINT_ENV)),
         metadata_host=env.get(METADATA_HOST_ENV) or None,
         local=local,
+        api=api,
+        group=group,
+        compute_endpoint=base_url(env.get(COMPUTE_ENDPOINT_ENV)),
         tick_seconds=tick,
         warn_seconds=min(WARN_SECONDS, tick),  # a one-minute warning; one tick when ticks are shorter
     )

@@ -40,6 +40,9 @@ class AgentConfig:
     storage_endpoint: str | None = None  # base URL; None: https://storage.googleapis.com
     metadata_host: str | None = None  # host[:port]; None: GCE_METADATA_HOST on the worker, else the default
     local: LocalTarget | None = None
+    api: Literal["tpu", "compute"] = "tpu"  # compute: the TPU is a Compute Engine instance, or a slice's group
+    group: bool = False  # compute: a slice's managed instance group (its VMs go with it), else one instance
+    compute_endpoint: str | None = None  # base URL; None: https://compute.googleapis.com
     tick_seconds: float = DEFAULT_TICK_SECONDS
     warn_seconds: float = DEFAULT_TICK_SECONDS  # the warning logged this long before deleting
 

@@ -23,6 +23,13 @@ Provisioning = Literal["standard", "spot", "flex-start", "reservation-bound"]
 # stopped, missing or failed, or the group says the topology is not whole), DELETING.
 SliceState = Literal["CREATING", "READY", "PREEMPTED", "BROKEN", "DELETING"]
 DEAD_SLICE_STATES = frozenset({"PREEMPTED", "BROKEN"})  # only deleting and creating it again brings it back
+# Every VM of a Compute Engine TPU carries its accelerator type under this label: a client or guard VM does not.
+ACCELERATOR_LABEL = "tpuops-accelerator"
+
+
+def is_compute_tpu(labels: Mapping[str, str]) -> bool:
+    """Whether a Compute Engine VM is (a host of) a TPU tpuops made, not a plain VM."""
+    return ACCELERATOR_LABEL in labels
 
 
 def policy_name(name: str) -> str:

@@ -200,7 +200,9 @@ def config_for(ctx: Context, access: ClusterAccess, setting: AutostopSpec) -> Ag
     return agent_config(
         cluster=state.name, provider=provider.name, project=provider.project or "", zone=tpu.zone or state.zone or "",
         node=node, queued=queued, setting=setting, created_at=created_seconds(tpu) or time.time(), bucket=bucket,
-        device_glob=device_glob, env=ctx.env, local=provider.autostop_target(state.name, node, queued, bucket),
+        device_glob=device_glob, env=ctx.env,
+        local=provider.autostop_target(state.name, node, queued, bucket, compute=tpu.kind == "compute_tpu"),
+        api="compute" if tpu.kind == "compute_tpu" else "tpu", group=bool(tpu.parts),
     )
 
 

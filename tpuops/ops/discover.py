@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tpuops.cloud.base import Bucket, Cloud, QueuedResource, TpuNode, Vm
+from tpuops.cloud.compute_tpu import TpuSlice, is_compute_tpu
 from tpuops.errors import CloudError, ClusterNotFound, TpuopsError, UnreachableError
 
 if TYPE_CHECKING:
@@ -40,12 +41,13 @@ class Discovered:
     tpu_vms: tuple[TpuNode, ...] = ()
     tpu_nodes: tuple[TpuNode, ...] = ()  # legacy TPU Nodes (mode "node")
     queued: tuple[QueuedResource, ...] = ()
-    vms: tuple[Vm, ...] = ()
+    vms: tuple[Vm, ...] = ()  # plain VMs (client, guard), not the hosts of a Compute Engine TPU
     buckets: tuple[Bucket, ...] = ()
+    compute_tpus: tuple[TpuSlice, ...] = ()  # TPUs made by Compute Engine (one instance, or a slice's group)
 
     @property
     def empty(self) -> bool:
-        return not (self.tpu_vms or self.tpu_nodes or self.queued or self.vms or self.buckets)
+        return not (self.tpu_vms or self.tpu_nodes or self.queued or self.vms or self.buckets or self.compute_tpus)
 
     @property
     def where(self) -> str:
@@ -91,6 +93,9 @@ def find_cluster(name: str, project: str | None, open_cloud: Callable[[str], Clo
         Search("VMs", lambda: cloud.vms.find_vms(labels, zones)),
         Search("buckets", lambda: cloud.storage.find_buckets(labels)),
     ]
+    compute = cloud.compute_tpus
+    if compute is not None:
+        searches.append(Search("Compute Engine TPUs", lambda: compute.find_tpu_vms(labels, zones)))
     legacy = cloud.tpu_nodes
     if legacy is not None:
         searches.append(Search("TPU nodes", lambda: legacy.find_nodes(labels, zones)))
@@ -103,8 +108,9 @@ def find_cluster(name: str, project: str | None, open_cloud: Callable[[str], Clo
         tpu_vms=tuple(node for node in answers["TPU VMs"] if node.mode == "vm"),
         tpu_nodes=tuple(node for node in answers.get("TPU nodes", ()) if node.mode == "node"),
         queued=tuple(answers["queued resources"]),
-        vms=tuple(answers["VMs"]),
+        vms=tuple(vm for vm in answers["VMs"] if not is_compute_tpu(vm.labels)),
         buckets=tuple(answers["buckets"]),
+        compute_tpus=tuple(answers.get("Compute Engine TPUs", ())),
     )
 
 

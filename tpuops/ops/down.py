@@ -30,9 +30,9 @@ from tpuops.ops import guard as guard_commands
 from tpuops.ops.discover import find_in_project
 from tpuops.ops.run_records import end_runs_with_the_tpu
 from tpuops.ops.status import tpu_mode
-from tpuops.plan import Kind, make_plan
+from tpuops.plan import Kind, make_plan, tpu_kind
 from tpuops.spec import CLUSTER_LABEL, Spec, load_spec
-from tpuops.state import ClusterState, bucket_of
+from tpuops.state import TPU_KINDS, ClusterState, TpuRecord, bucket_of
 
 Progress = Callable[[str, str, str], None]
 __all__ = ["Doomed", "DownPlan", "DownResult", "delete_one", "execute", "find"]
@@ -83,12 +83,15 @@ def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = F
         return find_without_state(ctx, name, zones, delete_bucket, force)
     cloud = ctx.provider_for(spec, state).cloud()
     mode = tpu_mode(state, spec)
-    finder = Finder(cloud, name, mode)
+    finder = Finder(cloud, name, mode, compute=made_by_compute_engine(state, spec))
     searched = list(zones) or zones_to_search(state, spec)
     for zone in searched:
         finder.search_zone(zone)
     for record in state.resources if state else []:
         finder.check_recorded(record.kind, record.name, record.zone)
+        if isinstance(record, TpuRecord) and record.kind == "compute_tpu" and record.parts and record.zone:
+            # A slice's template and policy outlive its group deleted by the autostop agent: deleted with it.
+            finder.add(Doomed(record.kind, record.name, record.zone))
     if spec is not None and spec.zone:  # names `up` would use, in case state is lost
         for kind, expected in expected_names(spec):
             finder.check_recorded(kind, expected, spec.zone)
@@ -117,6 +120,8 @@ def find_without_state(ctx: Context, name: str, zones: Sequence[str], delete_buc
         finder.add(Doomed("queued_resource", queued.name, queued.zone))
     for node in (*found.tpu_vms_outside_queued(), *found.tpu_nodes):
         finder.add(Doomed("tpu", node.name, node.zone))
+    for made in found.compute_tpus:  # the group (or instance): its VMs, template and policy go with it
+        finder.add(Doomed("compute_tpu", made.name, made.zone))
     for vm in found.vms:
         finder.add(Doomed("guard_vm" if is_guard(vm.labels) else "client_vm", vm.name, vm.zone))
     kept = None
@@ -135,12 +140,12 @@ def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | Non
     state = ctx.store.load(plan.cluster)
     spec = spec_of(state) if state is not None else None
     cost = None
-    if state is not None and any(d.kind in ("tpu", "queued_resource") for d in plan.doomed):
+    if state is not None and any(d.kind in TPU_KINDS for d in plan.doomed):
         cost = held_cost(list_prices=ctx.provider_for(spec, state).list_prices, state=state, spec=spec,
                          now=time.time() if now is None else now)
     if state is not None:  # without state there is no guard process nor agent config here to stop
         stop_guard(ctx, state, spec, report)  # first: it would take the deletions below for a preemption
-        if any(d.kind in ("tpu", "queued_resource") for d in plan.doomed):
+        if any(d.kind in TPU_KINDS for d in plan.doomed):
             stop_autostop(ctx, state, spec, report)
     # The guard first: left running, it would see the TPU gone and create it again.
     for doomed in (d for d in plan.doomed if d.kind == "guard_vm"):
@@ -205,11 +210,18 @@ def forget_cluster(ctx: Context, plan: DownPlan, state: ClusterState | None) -> 
         ctx.store.delete(plan.cluster)
 
 
+def made_by_compute_engine(state: ClusterState | None, spec: Spec | None) -> bool:
+    """Whether the cluster's TPU is (or was) a Compute Engine one: only then are zones searched for those."""
+    return (spec is not None and tpu_kind(spec) == "compute_tpu") or \
+        (state is not None and state.resource("compute_tpu") is not None)
+
+
 class Finder:
-    def __init__(self, cloud: Cloud, cluster: str, mode: TpuMode) -> None:
+    def __init__(self, cloud: Cloud, cluster: str, mode: TpuMode, compute: bool = True) -> None:
         self.cloud = cloud
         self.cluster = cluster
         self.mode = mode
+        self.compute = compute  # search zones for Compute Engine TPUs too (a project may not use that API)
         self.doomed: list[Doomed] = []
         self.left_alone: list[str] = []
         self.brought_along: set[Doomed] = set()  # TPUs a queued resource deletes with itself
@@ -221,7 +233,7 @@ class Finder:
     def search_zone(self, zone: str) -> None:
         """Everything in `zone` with our label; a TPU a queued resource deletes with itself is not listed."""
         for each in HANDLERS.values():
-            if not each.zonal:
+            if not each.zonal or (each.kind == "compute_tpu" and not self.compute):
                 continue
             for finding in each.find(self.cloud, self.mode, self.cluster, zone):
                 if finding.doomed in self.brought_along:

@@ -192,7 +192,7 @@ def simulate_preempt(ctx: Context, name: str | None, slice_index: int = 0) -> st
         raise UsageError(f"--slice {slice_index}: '{state.name}' has {len(nodes)} slice(s)",
                          f"give 0..{len(nodes) - 1}")
     provider = ctx.provider_for(spec_of(state), state)
-    provider.preempt(nodes[slice_index])
+    provider.preempt(nodes[slice_index], compute=tpu.kind == "compute_tpu")
     state.log("simulate", f"preempted {nodes[slice_index]} (tpuops simulate preempt)")
     ctx.store.save(state)
     return nodes[slice_index]

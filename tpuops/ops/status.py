@@ -14,6 +14,7 @@ from tpuops.cloud.base import TpuMode
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import ResourceStatus
 from tpuops.cloud.kinds.client_vm import vm_row
+from tpuops.cloud.kinds.compute_tpu import slice_node, slice_row
 from tpuops.cloud.kinds.guard_vm import guard_row, is_guard
 from tpuops.cloud.kinds.storage import bucket_row
 from tpuops.cloud.kinds.tpu import node_row, queued_row
@@ -145,6 +146,9 @@ def status_by_label(ctx: Context, name: str, zones: Sequence[str] = ()) -> Clust
     rows = [queued_row(queued, {node: by_name.get((queued.zone, node)) for node in queued.node_names})
             for queued in found.queued]
     rows += [node_row(node) for node in nodes]
+    made = [(found_slice, slice_node(found_slice)) for found_slice in found.compute_tpus]
+    rows += [slice_row(found_slice, node) for found_slice, node in made]
+    nodes = (*nodes, *(node for _, node in made))
     rows += [guard_row(vm) if is_guard(vm.labels) else vm_row(vm) for vm in found.vms]
     rows += [bucket_row(bucket) for bucket in found.buckets]
     tpu = nodes[0] if nodes else None

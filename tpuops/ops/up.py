@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from graphlib import TopologicalSorter
 from pathlib import Path
 
-from tpuops import catalog, keys
+from tpuops import keys
 from tpuops.access import ssh_config
 from tpuops.access.cluster import ClusterAccess, access_for
 from tpuops.access.workers import number_hosts
@@ -24,14 +24,13 @@ from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, silent
 from tpuops.cloud.kinds.tpu import reachable_hosts
 from tpuops.cloud.queued import QueuedLeftBehind, withdraw_queued
 from tpuops.context import Context
-from tpuops.errors import UsageError
 from tpuops.ops import autostop as cost_guard
 from tpuops.ops import guard as guard_commands
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.specs import load_checked
-from tpuops.plan import Action, Kind, Plan, make_plan, tpu_api_of, tpu_kind
+from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
 from tpuops.providers.guard_host import GuardHostInfo
-from tpuops.spec import CLUSTER_LABEL, Spec
+from tpuops.spec import CLUSTER_LABEL
 from tpuops.spec.autostop import AutostopSpec
 from tpuops.state import ClusterState, WorkerRecord
 from tpuops.state.autostop import kept_setting
@@ -81,7 +80,6 @@ def up(
     """`autostop` (--autostop) replaces the spec's setting for this cluster until changed again. `guard`
     (--guard; None: the spec's guard.enabled) starts or adopts the guard once everything is up."""
     spec = load_checked(spec_path)
-    refuse_compute_engine(spec)
     provider = ctx.provider_for(spec)
     start_guard = spec.guard.enabled if guard is None else guard
     if start_guard:
@@ -121,15 +119,6 @@ def up(
     guard_info = guard_commands.start_guard(ctx, job.ledger.state, spec) if start_guard else None
     return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info,
                     autostop_kept=kept, access=access)
-
-
-def refuse_compute_engine(spec: Spec) -> None:
-    """Compute Engine TPUs have their adapter but no resource kinds yet: refuse before anything is created."""
-    if tpu_api_of(spec) != "compute":
-        return
-    other = "" if catalog.load().default_api(spec.tpu.type) == "compute" else "; or tpu.api: tpu"
-    raise UsageError(f"`up` cannot create TPUs through Compute Engine yet (tpu.api: compute, {spec.tpu.type})",
-                     f"`tpuops plan` shows what it will create{other}")
 
 
 def ask_the_zones(job: Job, plan: Plan) -> tuple[str, ...]:

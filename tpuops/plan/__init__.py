@@ -17,9 +17,8 @@ from tpuops.errors import ForeignResourceError
 from tpuops.plan.guard_vm import GuardPlan, guard_plan
 from tpuops.spec import CLUSTER_LABEL, Spec
 
-# The last four: a TPU made by Compute Engine (tpu.api: compute), one instance or policy + template + group.
-Kind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm", "guard_vm", "tpu_instance", "workload_policy",
-               "instance_template", "instance_group"]
+# compute_tpu: a TPU made by Compute Engine (tpu.api: compute), one instance or policy + template + group.
+Kind = Literal["bucket", "iam", "tpu", "queued_resource", "compute_tpu", "client_vm", "guard_vm"]
 Verb = Literal["create", "keep", "recreate"]
 IAM_ROLE = "roles/storage.objectAdmin"
 
@@ -101,7 +100,9 @@ def client_vm_name(spec: Spec) -> str:
 
 
 def tpu_kind(spec: Spec) -> Kind:
-    """The TPU is created directly, or through a queued resource."""
+    """The TPU is created directly, through a queued resource, or by Compute Engine."""
+    if tpu_api_of(spec) == "compute":
+        return "compute_tpu"
     return "queued_resource" if spec.tpu.through_queue else "tpu"
 
 
@@ -197,28 +198,28 @@ def provisioning_of(spec: Spec) -> str:
 
 
 def _compute_wanted(spec: Spec) -> list[tuple[Kind, str, str | None, str]]:
-    """One host: an instance. Several: a regional workload policy, a global instance template, a zonal group."""
+    """One kind, compute_tpu: one host is an instance; several are a regional workload policy, a global instance
+    template and a zonal group, made (and deleted) together, since a slice is whole or made again whole."""
     shape = catalog.load().compute_shape(spec.tpu.type)
     if shape is None:  # rules.py refused it already for `up`; plan shows what it can
-        return [("tpu_instance", tpu_name(spec), spec.zone, f"{spec.tpu.type}: no Compute Engine shape known")]
+        return [("compute_tpu", tpu_name(spec), spec.zone, f"{spec.tpu.type}: no Compute Engine shape known")]
     vm = (f"{shape.machine_type} ({shape.chips_per_host} chips), image {shape.image_project}/{shape.image_family}, "
           f"{shape.boot_disk_type} {shape.boot_disk_gb} GB, {provisioning_of(spec)}, onHostMaintenance TERMINATE")
     if not shape.multi_host:
-        return [("tpu_instance", tpu_name(spec), spec.zone, f"Compute Engine TPU VM {shape.accelerator_type}: {vm}")]
-    return [
-        ("workload_policy", policy_name(tpu_name(spec)), spec.region,
-         f"HIGH_THROUGHPUT, accelerator topology {shape.topology}"),
-        ("instance_template", template_name(tpu_name(spec)), None, vm),
-        ("instance_group", tpu_name(spec), spec.zone,
-         f"slice {shape.accelerator_type}: {shape.hosts} hosts of {shape.machine_type}, "
-         f"{shape.hosts * shape.chips_per_host} chips, all at once (BULK), no repair of single VMs"),
-    ]
+        return [("compute_tpu", tpu_name(spec), spec.zone, f"Compute Engine TPU VM {shape.accelerator_type}: {vm}")]
+    name = tpu_name(spec)
+    return [("compute_tpu", name, spec.zone,
+             f"slice {shape.accelerator_type}: {shape.hosts} hosts of {shape.machine_type}, "
+             f"{shape.hosts * shape.chips_per_host} chips, all at once (BULK), no repair of single VMs; "
+             f"workload policy {policy_name(name)} in {spec.region} (HIGH_THROUGHPUT, accelerator topology "
+             f"{shape.topology}), instance template {template_name(name)} ({vm}), instance group {name}")]
 
 
 def _decide(kind: Kind, name: str, zone: str | None, summary: str, seen: ObservedResource | None) -> Action:
     if seen is None:
         return Action("create", kind, name, zone, summary)
-    dead = DEAD_QUEUED_STATES if kind == "queued_resource" else DEAD_TPU_STATES if kind == "tpu" else frozenset()
+    dead = DEAD_QUEUED_STATES if kind == "queued_resource" else \
+        DEAD_TPU_STATES if kind in ("tpu", "compute_tpu") else frozenset()
     if seen.state in dead:
         return Action("recreate", kind, name, seen.zone or zone, summary,
                       reason=f"{seen.state}: it holds quota until deleted")

@@ -18,6 +18,12 @@ GUARD_ROLES = (
     "roles/iam.serviceAccountUser on the TPU's service account (to create a TPU that runs as it)",
     "roles/storage.objectAdmin on the bucket (bundle, lease, ledger)",
 )
+# The same for a TPU made by Compute Engine (tpu.api: compute): an instance, or a slice's template, policy and group.
+COMPUTE_GUARD_ROLES = (
+    "roles/compute.instanceAdmin.v1 (to delete and create the TPU's VMs again: its instance, or its group, "
+    "instance template and workload policy)",
+    *GUARD_ROLES[1:],
+)
 # What whoever runs `guard up` needs besides.
 CREATOR_ROLES = (
     "roles/compute.instanceAdmin.v1 (to create the VM)",
@@ -50,7 +56,9 @@ def guard_plan(spec: Spec) -> GuardPlan | None:
     network = (f"its external IP to install tpuops' dependencies from PyPI (a subnet without external IPs needs "
                f"Cloud NAT); a firewall rule letting it reach the workers on tcp:{spec.ssh.port} (checked by "
                "`plan --live` and `guard up`)")
-    return GuardPlan(f"{guard.machine_type} VM", zone, account, monthly, note, GUARD_ROLES, CREATOR_ROLES, network)
+    compute = (spec.tpu.api or catalog.load().default_api(spec.tpu.type)) == "compute"  # plan.tpu_api_of, which
+    roles = COMPUTE_GUARD_ROLES if compute else GUARD_ROLES                          # imports this module
+    return GuardPlan(f"{guard.machine_type} VM", zone, account, monthly, note, roles, CREATOR_ROLES, network)
 
 
 def monthly_price(machine_type: str, region: str | None) -> tuple[float, str]:

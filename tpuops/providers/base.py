@@ -106,7 +106,8 @@ class Provider(Protocol):
         """What the framework needs to find the TPU."""
         ...
 
-    def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget | None:
+    def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None,
+                        compute: bool = False) -> LocalTarget | None:
         """What the autostop agent deletes when it is not a TPU behind Google's API (None: the TPU API)."""
         ...
 
@@ -114,9 +115,9 @@ class Provider(Protocol):
         """Where `tpuops guard` keeps the headless watch alive (a local process, or a small VM)."""
         ...
 
-    def preempt(self, node: str) -> None:
-        """Preempt a TPU node on purpose, to rehearse recovery (`tpuops simulate preempt`); UsageError where the
-        cloud cannot."""
+    def preempt(self, node: str, compute: bool = False) -> None:
+        """Preempt a TPU node (`compute`: a Compute Engine TPU's host of rank 0) on purpose, to rehearse recovery
+        (`tpuops simulate preempt`); UsageError where the cloud cannot."""
         ...
 
 

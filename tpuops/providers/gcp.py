@@ -59,13 +59,14 @@ class GcpProvider:
     def localize(self, text: str, buckets: Sequence[str]) -> str:
         return text
 
-    def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None) -> None:
+    def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None,
+                        compute: bool = False) -> None:
         return None  # the agent deletes through the TPU REST API with the VM's token
 
     def tpu_paths(self, vfio: bool) -> tuple[str, str]:
         return tpu_paths_from(self.env, vfio)
 
-    def preempt(self, node: str) -> None:
+    def preempt(self, node: str, compute: bool = False) -> None:
         raise UsageError("Google Cloud has no API to preempt a TPU on request, so a preemption cannot be "
                          "simulated on provider: gcp",
                          "rehearse with a copy of the spec that sets `provider: local`, e.g. the quickstart")

@@ -71,26 +71,35 @@ class LocalProvider:
     def framework_env(self, site: TrainerSite) -> dict[str, str]:
         return dict(CPU_ENV.get(site.framework or "", {}))
 
-    def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget:
-        return autostop_target(self.root, cluster, node, queued, bucket)
+    def autostop_target(self, cluster: str, node: str, queued: str | None, bucket: str | None,
+                        compute: bool = False) -> LocalTarget:
+        return autostop_target(self.root, cluster, node, queued, bucket, compute)
 
     def guard_host(self) -> GuardHost:
         from tpuops.providers.local_guard_host import LocalGuardHost
 
         return LocalGuardHost(self.env, self.root)
 
-    def preempt(self, node: str) -> None:
-        """What Google does to a preemptible TPU: its hosts' processes end and the node reads PREEMPTED."""
+    def preempt(self, node: str, compute: bool = False) -> None:
+        """What Google does to a preemptible TPU: its hosts' processes end and the node reads PREEMPTED (a Compute
+        Engine TPU: its host of rank 0 stops, and the slice reads PREEMPTED if Spot, else BROKEN)."""
         from tpuops.cloud.local.apis import LocalCloud
+        from tpuops.cloud.local.compute_tpus import LocalComputeTpus
 
-        LocalCloud(self.root).preempt_node(node)
+        if compute:
+            LocalComputeTpus(self.root).preempt(node)
+        else:
+            LocalCloud(self.root).preempt_node(node)
 
 
-def autostop_target(root: Path, cluster: str, node: str, queued: str | None, bucket: str | None) -> LocalTarget:
-    """What the agent removes to delete a simulated TPU (the records LocalCloud keeps under tpus/ and queued/,
-    the workers' homes under workers/NODE), and the directory standing for gs://BUCKET/.tpuops/NAME."""
+def autostop_target(root: Path, cluster: str, node: str, queued: str | None, bucket: str | None,
+                    compute: bool = False) -> LocalTarget:
+    """What the agent removes to delete a simulated TPU (the records LocalCloud keeps under tpus/ and queued/, or
+    a Compute Engine TPU's under tpu_vms/; the workers' homes under workers/NODE), and the directory standing for
+    gs://BUCKET/.tpuops/NAME."""
     record_dir = str(bucket_path(root, f"gs://{bucket}/.tpuops/{cluster}")) if bucket else None
-    return LocalTarget(node_record=str(root / "tpus" / f"{node}.json"), workers_dir=str(root / "workers" / node),
+    records = "tpu_vms" if compute else "tpus"  # cloud/local/compute_tpus.py keeps its records apart
+    return LocalTarget(node_record=str(root / records / f"{node}.json"), workers_dir=str(root / "workers" / node),
                        record_dir=record_dir, queued_record=str(root / "queued" / f"{queued}.json") if queued else None)
 
 

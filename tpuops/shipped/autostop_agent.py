@@ -14,9 +14,9 @@
 #
 # Every tick it asks the host: is a tpuops run's process group alive (BASE/runs/RUN_ID/pid, no exit_code),
 # does any process hold the TPU devices? Neither for `idle_seconds`, or `max_hours` after the TPU was
-# created, and it deletes the TPU (the queued resource with force when there is one) with the VM's own
-# token, after a warning `warn_seconds` before. It never deletes a node without the cluster's label and
-# never touches the bucket beyond writing its record there.
+# created, and it deletes the TPU (the queued resource with force when there is one; a Compute Engine TPU's
+# instance or group) with the VM's own token, after a warning `warn_seconds` before. It never deletes a node
+# without the cluster's label and never touches the bucket beyond writing its record there.
 
 import fcntl
 import json
@@ -33,6 +33,7 @@ from tpuops.shipped.autostop_agent_host import (  # shipped: replaced by autosto
     START_TIMEOUT,
     STOP_TIMEOUT,
     DeleteFailed,
+    GcpComputeTpu,
     GcpTpu,
     Gone,
     HTTPException,
@@ -178,7 +179,9 @@ def append_log(paths, entry):
 
 
 def make_backend(config):
-    return LocalTpu(config) if config.get("provider") == "local" else GcpTpu(config)
+    if config.get("provider") == "local":
+        return LocalTpu(config)
+    return GcpComputeTpu(config) if config.get("api") == "compute" else GcpTpu(config)
 
 
 def run(paths):

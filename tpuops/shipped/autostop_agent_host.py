@@ -1,5 +1,5 @@
 # The host and the cloud as the autostop agent sees them: files, what is alive on the worker, HTTP, the
-# metadata server's token and the two backends that delete a TPU (TPU REST API, local simulator).
+# metadata server's token and the backends that delete a TPU (TPU REST API, Compute REST API, local simulator).
 #
 # Part of the agent: shipped.program('autostop_agent') puts this file's text in place of autostop_agent.py's import of
 # it, so it stays standard-library only, Python 3.8 syntax, with no `from __future__` import.
@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover  (python 2 is not supported; keep the me
 
 CLUSTER_LABEL = "tpuops-cluster"
 DELETE_ROLE = "roles/tpu.admin"
+COMPUTE_DELETE_ROLE = "roles/compute.instanceAdmin.v1"
 LOG_LIMIT_BYTES = 1024 * 1024
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
@@ -258,6 +259,54 @@ class GcpTpu:
         if status in (401, 403):
             return "grant {} to {} on project {} (and give the TPU the cloud-platform scope)".format(
                 DELETE_ROLE, self.metadata.email(), self.config["project"])
+        return ""
+
+
+class GcpComputeTpu(GcpTpu):
+    """A TPU made by Compute Engine: one instance, or a slice's managed instance group, deleted through the Compute
+    REST API with the VM's own token. Deleting a group deletes its VMs (this one too), so the slice's instance
+    template and workload policy, which cost nothing, stay for `tpuops down` (or the next `up`) to delete."""
+
+    def __init__(self, config):
+        GcpTpu.__init__(self, config)
+        endpoint = (config.get("compute_endpoint") or "https://compute.googleapis.com").rstrip("/")
+        self.project_url = "{}/compute/v1/projects/{}".format(endpoint, config["project"])
+        what = "instanceGroupManagers" if config.get("group") else "instances"
+        self.url = "{}/zones/{}/{}/{}".format(self.project_url, config["zone"], what, config["node"])
+
+    def labels(self):
+        answer = self._get(self.url, "{} {}".format(self._what(), self.config["node"]), gone_if_missing=True)
+        if not self.config.get("group"):
+            return answer.get("labels") or {}
+        # A group carries no labels: its template's are its VMs'.
+        template = answer.get("instanceTemplate", "").rsplit("/", 1)[-1]
+        found = self._get(f"{self.project_url}/global/instanceTemplates/{template}",
+                          "instance template " + template)
+        return (found.get("properties") or {}).get("labels") or {}
+
+    def delete(self):
+        status, answer = http("DELETE", self.url, self.metadata.bearer())
+        if status == 404:
+            raise Gone("{} {} no longer exists".format(self._what(), self.config["node"]))
+        if status != 200:
+            raise DeleteFailed(status, f"delete failed: HTTP {status}: {error_message(answer)}", self._hint(status))
+        return answer.get("name", "") if isinstance(answer, dict) else ""
+
+    def _get(self, url, what, gone_if_missing=False):
+        status, answer = http("GET", url, self.metadata.bearer())
+        if status == 404 and gone_if_missing:
+            raise Gone(what + " no longer exists")
+        if status != 200 or not isinstance(answer, dict):
+            raise DeleteFailed(status, f"reading {what} failed: {error_message(answer)}", self._hint(status))
+        return answer
+
+    def _what(self):
+        return "instance group" if self.config.get("group") else "VM"
+
+    def _hint(self, status):
+        if status in (401, 403):
+            return "grant {} to {} on project {} (and give the VMs the cloud-platform scope)".format(
+                COMPUTE_DELETE_ROLE, self.metadata.email(), self.config["project"])
         return ""
 
 

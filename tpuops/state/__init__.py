@@ -53,7 +53,9 @@ class StateModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-ResourceKind = Literal["bucket", "iam", "tpu", "queued_resource", "client_vm", "guard_vm"]
+ResourceKind = Literal["bucket", "iam", "tpu", "queued_resource", "compute_tpu", "client_vm", "guard_vm"]
+# The kinds that are (or make) the cluster's TPU: a recovery deletes and creates one of them again.
+TPU_KINDS: tuple[ResourceKind, ...] = ("tpu", "queued_resource", "compute_tpu")
 
 
 class ResourceBase(StateModel):
@@ -92,14 +94,17 @@ class IamRecord(ResourceBase):
 
 
 class TpuRecord(ResourceBase):
-    """A TPU, or the queued resource that makes it (`name` is then the queued resource's, `node` the TPU's)."""
+    """A TPU, or the queued resource that makes it (`name` is then the queued resource's, `node` the TPU's), or a
+    TPU made by Compute Engine (compute_tpu: one instance, or a slice whose `parts` are its policy and template)."""
 
-    kind: Literal["tpu", "queued_resource"] = "tpu"
+    kind: Literal["tpu", "queued_resource", "compute_tpu"] = "tpu"
     node: str | None = None
     mode: Literal["vm", "node"] | None = None
     node_ips: list[str] = Field(default_factory=list, description="A legacy Node's hosts (gRPC on IP:8470).")
     created_at: str | None = None  # when `up` first saw the TPU ready (uptime, cost, autostop's max_hours)
     nodes: list[str] = Field(default_factory=list, description="Multislice: every slice's node, in slice order.")
+    parts: list[str] = Field(default_factory=list, description="compute_tpu: what Compute Engine made besides the "
+                             "group or instance (a slice's workload policy and instance template).")
 
     @property
     def node_name(self) -> str:
@@ -124,8 +129,8 @@ class VmRecord(ResourceBase):
 
 ResourceRecord = Annotated[BucketRecord | IamRecord | TpuRecord | VmRecord, Field(discriminator="kind")]
 RECORD_TYPES: dict[ResourceKind, type[ResourceBase]] = {
-    "bucket": BucketRecord, "iam": IamRecord, "tpu": TpuRecord, "queued_resource": TpuRecord, "client_vm": VmRecord,
-    "guard_vm": VmRecord,
+    "bucket": BucketRecord, "iam": IamRecord, "tpu": TpuRecord, "queued_resource": TpuRecord, "compute_tpu": TpuRecord,
+    "client_vm": VmRecord, "guard_vm": VmRecord,
 }
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tpuops.cloud.compute_tpu import (
+    ACCELERATOR_LABEL,
     Provisioning,
     SliceState,
     TpuHost,
@@ -68,7 +69,7 @@ def _common(request: TpuVmRequest, disk_type: str) -> dict[str, Any]:
                                               disk_size_gb=request.boot_disk_gb, disk_type=disk_type))],
         "network_interfaces": [interface],
         "metadata": compute_v1.Metadata(items=metadata),
-        "labels": {**request.labels, "tpuops-accelerator": request.accelerator_type},
+        "labels": {**request.labels, ACCELERATOR_LABEL: request.accelerator_type},
         "service_accounts": [compute_v1.ServiceAccount(email=request.service_account or "default",
                                                        scopes=[CLOUD_PLATFORM_SCOPE])],
         "scheduling": scheduling(request),

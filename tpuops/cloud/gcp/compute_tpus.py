@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tpuops.cloud.base import HostKey, has_labels
-from tpuops.cloud.compute_tpu import TpuSlice, TpuVmRequest, policy_name, template_name
+from tpuops.cloud.compute_tpu import TpuSlice, TpuVmRequest, is_compute_tpu, policy_name, template_name
 from tpuops.cloud.gcp.clients import ComputeTpuClients
 from tpuops.cloud.gcp.compute import OPERATION_WAIT_S, label_filter, raise_operation_error
 from tpuops.cloud.gcp.compute_tpu_messages import (
@@ -162,6 +162,8 @@ class ComputeTpusApi:
         """By the instances' labels (a group's VMs carry its template's), plus groups whose VMs are not made yet."""
         found: dict[tuple[str, str], None] = {}
         for zone, instance in self._labelled_instances(labels, zones):
+            if not is_compute_tpu(instance.labels):
+                continue  # a plain VM of the same cluster (a client or guard VM)
             creator = next((i.value for i in instance.metadata.items if i.key == "created-by"), "")
             found[(zone, creator.rsplit("/", 1)[-1] if creator else instance.name)] = None
         for zone in zones:

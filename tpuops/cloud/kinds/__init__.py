@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tpuops.cloud.kinds.base import Handler
 from tpuops.cloud.kinds.client_vm import ClientVmKind
+from tpuops.cloud.kinds.compute_tpu import ComputeTpuKind
 from tpuops.cloud.kinds.guard_vm import GuardVmKind
 from tpuops.cloud.kinds.storage import BucketKind, IamKind
 from tpuops.cloud.kinds.tpu import QueuedKind, TpuKind
@@ -15,6 +16,7 @@ from tpuops.plan import Kind
 HANDLERS: dict[Kind, Handler] = {
     "queued_resource": QueuedKind(),
     "tpu": TpuKind(),
+    "compute_tpu": ComputeTpuKind(),
     "client_vm": ClientVmKind(),
     "guard_vm": GuardVmKind(),
     "bucket": BucketKind(),

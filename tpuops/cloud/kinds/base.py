@@ -1,8 +1,8 @@
 """What every resource kind's handler offers, and what it works with.
 
-A handler (bucket, iam, tpu, queued_resource, client_vm) knows one kind of resource over the `Cloud` interface:
-`observe` it for `up`'s plan, `ensure` what the plan decided, `delete` it, `describe` it for `status`, and find
-it by label for `down`. It declares what it `depends_on`; `up` schedules the handlers by that.
+A handler (bucket, iam, tpu, queued_resource, compute_tpu, client_vm, guard_vm) knows one kind of resource over the
+`Cloud` interface: `observe` it for `up`'s plan, `ensure` what the plan decided, `delete` it, `describe` it for
+`status`, and find it by label for `down`. It declares what it `depends_on`; `up` schedules the handlers by that.
 """
 
 from __future__ import annotations

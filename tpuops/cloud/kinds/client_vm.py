@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tpuops.cloud.base import Vm, VmRequest
+from tpuops.cloud.compute_tpu import is_compute_tpu
 from tpuops.cloud.kinds.base import (
     Found,
     Job,
@@ -55,7 +56,7 @@ class ClientVmKind(VmKindBase):
         return Found(ObservedResource("client_vm", action.name, None, True, zone))
 
     def is_mine(self, labels: Mapping[str, str]) -> bool:
-        return not is_guard(labels)
+        return not is_guard(labels) and not is_compute_tpu(labels)  # a TPU host is its own kind's
 
     def row(self, vm: Vm) -> ResourceStatus:
         return vm_row(vm)

@@ -1,18 +1,180 @@
-"""What the resource kinds of a Compute Engine TPU (tpu.api: compute) will work with, ready for them: the request
-a spec makes in a zone, and a slice seen as a TpuNode, so that `up`'s workers, `status`, `watch` and the guard
-read it as they read a TPU VM (ranks as worker indexes, PREEMPTED and BROKEN as dead states).
+"""The TPU made by Compute Engine (tpu.api: compute), kind compute_tpu: one instance, or a slice (workload policy,
+instance template, managed instance group) observed, ensured, described and deleted as one resource, since a slice
+is whole or made again whole. It reads as a TpuNode to `up`'s workers, `status`, `watch` and the guard: ranks as
+worker indexes, PREEMPTED and BROKEN among the dead TPU states.
 
-Not registered as a kind yet: `up` refuses tpu.api: compute (ops/up.py) until the kinds are wired.
+The zones are tried as for a TPU VM (the spec's zone, then tpu.zones, within --wait-for-capacity).
 """
 
 from __future__ import annotations
 
-from tpuops import catalog
-from tpuops.cloud.base import TpuNode, Worker
-from tpuops.cloud.compute_tpu import Provisioning, TpuSlice, TpuVmRequest
-from tpuops.errors import SpecError
-from tpuops.plan import tpu_name
-from tpuops.spec import Spec
+from collections.abc import Mapping
+
+from tpuops import catalog, retry
+from tpuops.cloud.base import Cloud, TpuMode, TpuNode, Worker
+from tpuops.cloud.compute_tpu import (
+    ACCELERATOR_LABEL,
+    ComputeTpuApi,
+    Provisioning,
+    TpuSlice,
+    TpuVmRequest,
+    policy_name,
+    template_name,
+)
+from tpuops.cloud.kinds.base import (
+    MISSING,
+    Described,
+    Doomed,
+    Finding,
+    Found,
+    Job,
+    Known,
+    ResourceStatus,
+    owned_by,
+)
+from tpuops.cloud.kinds.tpu import candidate_zones, record_created, timed_out
+from tpuops.errors import CapacityError, CloudError, SpecError
+from tpuops.plan import Action, Kind, ObservedResource, tpu_name
+from tpuops.spec import CLUSTER_LABEL, Spec
+from tpuops.state import ResourceRecord, TpuRecord
+
+READY = "READY"
+
+
+def compute_api(cloud: Cloud) -> ComputeTpuApi:
+    if cloud.compute_tpus is None:
+        raise CloudError("this provider cannot make TPUs through Compute Engine", "use tpu.api: tpu")
+    return cloud.compute_tpus
+
+
+class ComputeTpuKind:
+    kind: Kind = "compute_tpu"
+    zonal = True
+
+    def depends_on(self, spec: Spec) -> tuple[Kind, ...]:
+        return ()
+
+    def observe(self, job: Job, known: Known) -> Found:
+        api = compute_api(job.cloud)
+        for zone in candidate_zones(job.spec, job.ledger.recorded(self.kind)):
+            found = api.get_tpu_vm(zone, tpu_name(job.spec))
+            if found is not None:
+                owned = owned_by(found.labels, job.spec.name)
+                return Found(ObservedResource(self.kind, found.name, found.state, owned, zone),
+                             node=as_tpu_node(found, job.spec.tpu.type))
+        return Found()
+
+    def ensure(self, job: Job, action: Action, known: Known) -> Found:
+        if action.verb == "recreate":
+            zone = action.zone or job.spec.zone or ""
+            job.ledger.record(self.kind, action.name, zone, "deleting")
+            job.progress(self.kind, action.name, f"deleting ({action.reason})")
+            compute_api(job.cloud).delete_tpu_vm(zone, action.name)
+            job.ledger.forget_workers()
+        node = self.create(job, action) if action.verb in ("create", "recreate") else self.wait_kept(job, action)
+        job.progress(self.kind, action.name, f"{node.state} in {node.zone}")
+        return Found(ObservedResource(self.kind, action.name, node.state, True, node.zone), node=node)
+
+    def create(self, job: Job, action: Action) -> TpuNode:
+        """The spec's zone, then each of tpu.zones; with --wait-for-capacity, all of them again until it runs out.
+        A refused create leaves nothing behind (the adapter deletes what it made), so the next zone starts clean."""
+        spec = job.spec
+        zones = list(dict.fromkeys([spec.zone or "", *spec.tpu.zones]))
+        if action.verb == "create":
+            self.clear_leftovers(job)
+
+        def try_every_zone() -> TpuNode:
+            failures: list[str] = []
+            for zone in zones:
+                request = compute_request(spec, zone, job.ssh_keys)
+                job.ledger.record(self.kind, action.name, zone, "creating", node=request.name, mode="vm",
+                                  parts=parts_of(request))
+                job.progress(self.kind, action.name, f"creating in {zone}")
+                try:
+                    made = compute_api(job.cloud).create_tpu_vm(request)
+                except CapacityError as err:
+                    failures.append(f"{zone}: {err.message}")
+                    job.progress(self.kind, action.name, f"no capacity in {zone}")
+                    continue
+                node = as_tpu_node(made, spec.tpu.type)
+                record_created(job, action, zone, node)
+                return node
+            raise CapacityError(
+                f"no capacity for {spec.tpu.type} ({'; '.join(failures)})",
+                "rerun with --wait-for-capacity 2h to keep trying, or add zones in the region to tpu.zones",
+            )
+
+        if job.knobs.wait_for_capacity <= 0:
+            return try_every_zone()
+        return retry.bounded_by(job.knobs.wait_for_capacity, initial=job.knobs.capacity_backoff,
+                                retry_on=CapacityError)(try_every_zone)
+
+    def clear_leftovers(self, job: Job) -> None:
+        """A slice's template and policy outlive a group the autostop agent deleted (or an interrupted `up`): a
+        create would take them as made by its own earlier attempt, with what they said then. Delete them first."""
+        recorded = job.ledger.recorded(self.kind)
+        if isinstance(recorded, TpuRecord) and recorded.parts and recorded.zone:
+            left = ", ".join(recorded.parts)
+            job.progress(self.kind, recorded.name, f"deleting what the earlier slice left ({left})")
+            compute_api(job.cloud).delete_tpu_vm(recorded.zone, recorded.name)
+
+    def wait_kept(self, job: Job, action: Action) -> TpuNode:
+        """A kept TPU: maybe still CREATING after an interrupted `up`."""
+        zone = action.zone or job.spec.zone or ""
+        api = compute_api(job.cloud)
+        found = retry.poll(lambda: api.get_tpu_vm(zone, action.name),
+                           lambda s: s is None or s.state != "CREATING",
+                           interval=job.knobs.poll_interval, timeout=job.knobs.operation_timeout,
+                           on_timeout=timed_out(f"TPU {action.name} to be ready", job.knobs.operation_timeout))
+        if found is None:
+            raise CloudError(f"TPU {action.name} disappeared while it was being created", "rerun `tpuops up`")
+        if found.state != READY:
+            raise CloudError(f"TPU {action.name} is {found.state} ({found.detail}), not READY",
+                             "run `tpuops down` then `tpuops up`")
+        node = as_tpu_node(found, job.spec.tpu.type)
+        record_created(job, action, zone, node)
+        return node
+
+    def delete(self, cloud: Cloud, mode: TpuMode, doomed: Doomed) -> None:
+        compute_api(cloud).delete_tpu_vm(doomed.zone or "", doomed.name)
+
+    def describe(self, cloud: Cloud, record: ResourceRecord, mode: TpuMode) -> Described:
+        zone = record.zone or ""
+        found = compute_api(cloud).get_tpu_vm(zone, record.name) if zone else None
+        if found is None:
+            return Described(ResourceStatus(self.kind, record.name, zone, MISSING))
+        node = slice_node(found)
+        return Described(slice_row(found, node), node)
+
+    def find(self, cloud: Cloud, mode: TpuMode, cluster: str, zone: str) -> list[Finding]:
+        if cloud.compute_tpus is None or mode != "vm":
+            return []
+        return [Finding(Doomed(self.kind, found.name, zone))
+                for found in cloud.compute_tpus.find_tpu_vms({CLUSTER_LABEL: cluster}, [zone])]
+
+    def labels(self, cloud: Cloud, mode: TpuMode, name: str, zone: str) -> Mapping[str, str] | None:
+        found = compute_api(cloud).get_tpu_vm(zone, name)
+        return None if found is None else found.labels
+
+
+def slice_node(found: TpuSlice) -> TpuNode:
+    """A slice found without its spec: its accelerator type from its label."""
+    return as_tpu_node(found, found.labels.get(ACCELERATOR_LABEL, found.machine_type))
+
+
+def slice_row(found: TpuSlice, node: TpuNode) -> ResourceStatus:
+    """`status`: whole (READY) or not, and why; the group's accelerator topology for a slice."""
+    what = f"{node.accelerator_type} as {len(found.hosts)} of {found.expected_hosts} x {found.machine_type}"
+    topology = f", topology {found.topology_state}" if found.multi_host else ""
+    why = f", {found.detail}" if found.detail else ""
+    return ResourceStatus("compute_tpu", found.name, found.zone, found.state,
+                          f"{what}, {found.provisioning}{topology}{why}")
+
+
+def parts_of(request: TpuVmRequest) -> list[str]:
+    """What Compute Engine makes besides the group or the instance named after the TPU."""
+    return [f"workload policy {policy_name(request.name)}", f"instance template {template_name(request.name)}"] \
+        if request.multi_host else []
 
 
 def provisioning(spec: Spec) -> Provisioning:
@@ -46,4 +208,5 @@ def as_tpu_node(found: TpuSlice, accelerator_type: str) -> TpuNode:
                            home=host.home) for host in found.hosts)
     health = "HEALTHY" if found.state == "READY" else "UNHEALTHY" if found.state in ("BROKEN", "PREEMPTED") else None
     return TpuNode(name=found.name, zone=found.zone, accelerator_type=accelerator_type, state=found.state,
-                   mode="vm", health=health, runtime=None, workers=workers, labels=found.labels)
+                   mode="vm", health=health, runtime=None, workers=workers, labels=found.labels,
+                   spot=found.provisioning == "spot")

@@ -34,7 +34,16 @@ from tpuops.cloud.kinds.base import (
 from tpuops.cloud.queued import create_queued_within, waiting_age, withdraw_queued
 from tpuops.durations import format_duration
 from tpuops.errors import CapacityError, CloudError
-from tpuops.plan import Action, Kind, ObservedResource, client_vm_name, node_names, queued_resource_name, tpu_name
+from tpuops.plan import (
+    Action,
+    Kind,
+    ObservedResource,
+    client_vm_name,
+    node_names,
+    queued_resource_name,
+    tpu_kind,
+    tpu_name,
+)
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ResourceRecord, TpuRecord, now_iso
 
@@ -312,7 +321,8 @@ def reachable_hosts(cloud: Cloud, spec: Spec, node: TpuNode) -> tuple[list[Worke
     """The hosts tpuops connects to and their host keys: the TPU VM's workers, or a legacy Node's client VM
     (the Node's own hosts cannot be reached)."""
     if spec.tpu.mode == "vm":
-        return list(node.workers), cloud.tpus.host_keys(node.zone, node.name)
+        api = cloud.compute_tpus if tpu_kind(spec) == "compute_tpu" else cloud.tpus
+        return list(node.workers), api.host_keys(node.zone, node.name)  # type: ignore[union-attr]
     vm = cloud.vms.get_vm(node.zone, client_vm_name(spec)) if spec.client_vm else None
     if vm is None:
         return [], []

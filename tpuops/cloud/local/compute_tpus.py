@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tpuops.atomic import write_atomic
 from tpuops.cloud.base import HostKey, has_labels
-from tpuops.cloud.compute_tpu import SliceState, TpuHost, TpuSlice, TpuVmRequest
+from tpuops.cloud.compute_tpu import ACCELERATOR_LABEL, SliceState, TpuHost, TpuSlice, TpuVmRequest
 from tpuops.cloud.local.apis import LOOPBACK, stop_processes_under
 from tpuops.errors import CloudError
 
@@ -60,7 +60,8 @@ class LocalComputeTpus:
             self._home(request.name, rank).mkdir(parents=True, exist_ok=True)
             hosts.append({"rank": rank, "instance": instance, "status": "RUNNING"})
         record = {"name": request.name, "zone": request.zone, "machine_type": request.machine_type,
-                  "expected": request.hosts, "labels": dict(request.labels), "provisioning": request.provisioning,
+                  "expected": request.hosts, "labels": {**request.labels, ACCELERATOR_LABEL: request.accelerator_type},
+                  "provisioning": request.provisioning,
                   "topology_state": "ACTIVE" if request.multi_host else None, "hosts": hosts}
         self._write(record)
         return self._slice(record)
