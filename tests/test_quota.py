@@ -191,7 +191,7 @@ trainer: {framework: jax, command: python3 train.py}
 """
 
 
-def test_plan_shows_every_pool_and_up_refuses_several(fakes: Fakes, tmp_path: Path) -> None:
+def test_plan_shows_every_pool_with_region_price_and_bucket(fakes: Fakes, tmp_path: Path) -> None:
     path = write_spec(tmp_path, THREE_POOLS)
     result = run_cli("plan", str(path), env=fakes.env(tmp_path))
     assert result.returncode == 0, result.stderr
@@ -202,12 +202,47 @@ def test_plan_shows_every_pool_and_up_refuses_several(fakes: Fakes, tmp_path: Pa
          "three-us-central1"],
         ["3.", "v4-32", "us-central2-b", "region", "us-central2", "on-demand", "$51.52/h", "bucket",
          "three-us-central2"]]
-    assert "`up` refuses more than one for now" in result.stdout
-    up = run_cli("up", str(path), env=fakes.env(tmp_path))
-    assert up.returncode == 2
-    assert up.stderr.startswith(f"tpuops: error: {path}: tpu.pools names 3 pools, and creating across pools is "
-                                "not built yet")
     assert not fakes.tpu_api.server.requests and not fakes.quotas_api.server.requests
+
+
+ACROSS_POOLS = """
+name: across
+project: trc-project
+tpu:
+  pools:
+    - {type: v6e-8, zone: europe-west4-a, provisioning: spot}
+    - {type: v6e-8, zone: us-east1-d, provisioning: spot}
+    - {type: v5litepod-8, zone: us-central1-a, provisioning: spot}
+trainer: {framework: jax, command: python3 train.py}
+"""
+
+
+def test_up_skips_a_full_pool_and_one_without_quota_and_lands_in_the_third(fakes: Fakes, tmp_path: Path) -> None:
+    a_trc_grant(fakes)  # v6e spot in europe-west4-a, v5e spot in us-central1-a; nothing in us-east1-d
+    fakes.tpu.capacity_failures[ZONE] = -1
+    try:
+        result = run_cli("up", str(write_spec(tmp_path, ACROSS_POOLS)), "--json", env=fakes.env(tmp_path))
+    finally:
+        fakes.tpu.capacity_failures.clear()
+    assert result.returncode == 0, result.stderr
+    up = json.loads(result.stdout)
+    assert up["pool"] == "v5litepod-8 spot in us-central1-a"
+    no_quota, full = up["skipped_pools"]  # the quota is read before any pool is tried
+    assert no_quota == f"v6e-8 spot in us-east1-d: no quota (needs 8 chips, 0 of 0 free in us-east1-d ({SPOT_ZONE}))"
+    assert full.startswith(f"v6e-8 spot in {ZONE}: no capacity for v6e-8")
+    assert list(fakes.tpu.nodes) == [("us-central1-a", "across")]
+    creates = [request.path for request in fakes.tpu_api.server.calls("POST", r"/nodes$")]
+    assert [path.split("/locations/")[1].split("/")[0] for path in creates] == [ZONE, "us-central1-a"], creates
+    state = json.loads((tmp_path / "clusters" / "across" / "state.json").read_text())
+    assert (state["zone"], state["pool"]) == ("us-central1-a", "v5litepod-8 spot in us-central1-a")
+
+
+def test_up_refuses_with_nothing_created_when_no_pool_has_quota(fakes: Fakes, tmp_path: Path) -> None:
+    fakes.quotas.grant(SPOT_ZONE, {})  # every pool at Google's default of nothing
+    result = run_cli("up", str(write_spec(tmp_path, ACROSS_POOLS)), env=fakes.env(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert "no pool of across has quota for its TPU" in result.stderr and "`tpuops quota`" in result.stderr
+    assert not fakes.tpu_api.server.calls("POST", r"")
 
 
 # ------------------------------------------------------------------------------------------ pools in the spec

@@ -67,24 +67,19 @@ def check_local_inputs(path: str | Path) -> Spec:
 
 def load_checked(path: str | Path, one_pool: bool = True) -> Spec:
     """The spec a command that creates works from: check_spec_file, its warnings left to `plan`. With
-    `one_pool` (creating a TPU) a spec that names several pools, or a reservation, is refused: `up` does not
-    move across pools or use reservations yet, and must not pretend to."""
+    `one_pool` (creating a TPU) a pool naming a reservation is refused: `up` does not create from reservations
+    yet, and must not pretend to."""
     spec = check_spec_file(path).spec
     if one_pool:
-        require_one_pool(spec, str(path))
+        require_no_reservation(spec, str(path))
     return spec
 
 
-def require_one_pool(spec: Spec, source: str) -> None:
-    pools = spec.tpu.pools
-    if len(pools) > 1:
-        raise UsageError(f"{source}: tpu.pools names {len(pools)} pools, and creating across pools is not built "
-                         "yet: `up` would only ever try the first",
-                         "keep one pool (or the single form tpu: {type, ...}) in the spec you bring up; `tpuops "
-                         "plan` and `tpuops quota` show them all")
-    if pools and pools[0].reservation:
-        raise UsageError(f"{source}: tpu.pools.0.reservation: creating from a reservation is not built yet",
-                         "drop reservation for now")
+def require_no_reservation(spec: Spec, source: str) -> None:
+    for index, pool in enumerate(spec.tpu.pools):
+        if pool.reservation:
+            raise UsageError(f"{source}: tpu.pools.{index}.reservation: creating from a reservation is not built "
+                             "yet", "drop reservation for now")
 
 
 def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:

@@ -249,9 +249,6 @@ def _warnings(spec: Spec, accelerator: catalog.Accelerator | None) -> list[str]:
         warnings.append(f"runtime {runtime} is a TensorFlow image but the trainer is {framework}")
     if accelerator and accelerator.multi_host and "-tf-" in runtime and "-pod" not in runtime:
         warnings.append(f"{accelerator.type} spans {accelerator.hosts} hosts: use the -pod runtime variant")
-    if len(spec.tpu.pools) > 1:
-        warnings.append(f"tpu.pools names {len(spec.tpu.pools)} pools: `up` refuses more than one for now (moving "
-                        "across pools is not built yet); `plan` and `tpuops quota` read them all")
     if spec.provider == "gcp" and spec.logs.tensorboard and not spec.logs.tensorboard.startswith("gs://"):
         warnings.append("logs.tensorboard is not on gs://: `tpuops logs` cannot read it from here")
     return warnings

@@ -21,7 +21,9 @@ from tpuops.spec.autostop import AutostopSpec
 from tpuops.spec.check import CheckSpec
 from tpuops.spec.guard import GuardSpec
 from tpuops.spec.pools import (
+    DEFAULT_MOVE_AFTER,
     REGION_FIELD,
+    MoveAfter,
     PoolSpec,
     bucket_of_first_region,
     first_pool_fields,
@@ -77,6 +79,10 @@ class TpuSpec(Model):
     network: str = Field("default", description="The VPC network of the TPU, the client VM and the guard VM.")
     subnetwork: str | None = Field(None, description="The subnetwork in the zone's region; default: Google's choice "
                                                    "for the network and region.")
+    move_after: MoveAfter = Field(
+        DEFAULT_MOVE_AFTER,
+        description="With several pools: how long recovery keeps failing to re-create the TPU in its own pool "
+        "before it moves the run to the next pool (a duration like 15m).")
     pools: list[PoolSpec] = Field(
         default_factory=list, min_length=1,
         description="Where the TPU may run, in order of preference: each {type, zone, provisioning, runtime, "
@@ -145,6 +151,17 @@ class TrainerSpec(Model):
                                      "directory.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for setup and "
                                                                   "the trainer (names and values as strings).")
+    checkpoints: str | None = Field(
+        None, description="Where the run checkpoints (gs://BUCKET/PATH, in the spec's bucket): handed to the "
+        "trainer as TPUOPS_CHECKPOINT_DIR with the TPU's region's bucket in it, and copied to the next region's "
+        "bucket before a run moves there.")
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _gcs_checkpoints(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("gs://"):
+            raise ValueError(f"trainer.checkpoints must be a gs://BUCKET/PATH URL, got {value!r}")
+        return value
 
     @field_validator("command")
     @classmethod
@@ -253,6 +270,45 @@ class Spec(Model):
     def pools(self) -> tuple[PoolSpec, ...]:
         """Where the TPU may run, in order: `tpu.pools`, or the single form as one pool."""
         return tuple(self.tpu.pools) or (single_pool(self.tpu, self.zone or LOCAL_ZONE),)
+
+    def in_pool(self, pool: PoolSpec) -> Spec:
+        """This spec as if it named only `pool`: its type, zone, provisioning and runtime, and its region's
+        bucket; what `up`, `launch` and the guard work from once the TPU is placed there."""
+        tpu = self.tpu.model_copy(update={
+            "type": pool.type, "runtime": pool.runtime, "spot": pool.spot, "preemptible": pool.preemptible,
+            "zones": [] if self.tpu.pools else self.tpu.zones, "pools": [pool] if self.tpu.pools else []})
+        bucket = self.bucket.model_copy(update={"name": self.bucket_for(pool.region)}) if self.bucket else None
+        trainer = self.trainer.model_copy(update={"checkpoints": self.checkpoints_for(pool.region)}) \
+            if self.trainer else None
+        data = [item.model_copy(update={"to": self.in_region(item.to, pool.region)}) for item in self.data]
+        placed = self.model_copy(update={"tpu": tpu, "zone": pool.zone, "bucket": bucket, "trainer": trainer,
+                                         "data": data})
+        placed._bucket_pattern = self._bucket_pattern
+        return placed
+
+    def pool_at(self, zone: str | None, accelerator_type: str | None = None) -> PoolSpec | None:
+        """The pool a TPU in `zone` (of that type) belongs to: a fallback zone belongs to its single pool."""
+        for pool in self.pools():
+            if pool.zone == zone and accelerator_type in (None, pool.type):
+                return pool
+        return self.pools()[0] if not self.tpu.pools and zone in self.tpu.zones else None
+
+    def checkpoints_for(self, region: str) -> str | None:
+        """trainer.checkpoints with `region`'s bucket in it."""
+        given = self.trainer.checkpoints if self.trainer else None
+        return self.in_region(given, region) if given is not None else None
+
+    def in_region(self, url: str, region: str) -> str:
+        """A gs:// URL in the spec's bucket, moved to `region`'s bucket: {region} filled in, or the first
+        region's bucket (what bucket.name reads as) replaced by `region`'s. Other URLs and paths stay."""
+        if not url.startswith("gs://"):
+            return url
+        if REGION_FIELD in url:
+            return url.replace(REGION_FIELD, region)
+        first, wanted = (self.bucket.name if self.bucket else None), self.bucket_for(region)
+        if first and wanted and (url == f"gs://{first}" or url.startswith(f"gs://{first}/")):
+            return f"gs://{wanted}" + url[len(f"gs://{first}"):]
+        return url
 
     def bucket_for(self, region: str) -> str | None:
         """The bucket a TPU in `region` reads and writes: bucket.name, with {region} filled in when it has one."""

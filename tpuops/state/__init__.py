@@ -172,6 +172,7 @@ class ClusterState(StateModel):
     provider: Literal["gcp", "local"]
     project: str | None = None
     zone: str | None = None
+    pool: str | None = None  # with tpu.pools: the pool the TPU is in (its label, `v6e-8 spot in europe-west4-a`)
     spec_path: str
     resources: list[ResourceRecord] = Field(default_factory=list)
     workers: list[WorkerRecord] = Field(default_factory=list)
