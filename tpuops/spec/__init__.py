@@ -215,6 +215,7 @@ class Spec(Model):
     guard: GuardSpec = Field(default_factory=GuardSpec, description="Recovery that outlives the laptop.")
     check: CheckSpec = Field(default_factory=CheckSpec, description="How `tpuops check` runs the trainer here.")
     _bucket_pattern: str | None = PrivateAttr(None)  # bucket.name as written, when it holds {region}
+    _home_bucket: str | None = PrivateAttr(None)  # placed in a pool: the first pool's bucket (see home_bucket)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -284,7 +285,14 @@ class Spec(Model):
         placed = self.model_copy(update={"tpu": tpu, "zone": pool.zone, "bucket": bucket, "trainer": trainer,
                                          "data": data})
         placed._bucket_pattern = self._bucket_pattern
+        placed._home_bucket = self.home_bucket
         return placed
+
+    @property
+    def home_bucket(self) -> str | None:
+        """The first pool's region's bucket, wherever the TPU is: the guard's lease and ledger stay there, so a
+        run that moves across regions keeps one history."""
+        return self._home_bucket or (self.bucket.name if self.bucket else None)
 
     def pool_at(self, zone: str | None, accelerator_type: str | None = None) -> PoolSpec | None:
         """The pool a TPU in `zone` (of that type) belongs to: a fallback zone belongs to its single pool."""

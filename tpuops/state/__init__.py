@@ -49,6 +49,9 @@ def tpuops_home(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
     return config / "tpuops"
 
 
+MOVED_EVENT = "moved"  # an event: recovery moved the run to another pool (its message says from, to and why)
+
+
 class StateModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
