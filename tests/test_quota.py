@@ -317,3 +317,26 @@ def test_the_simulator_answers_quota_from_its_grant(tmp_path: Path) -> None:
     (tmp_path / "local" / "quota.json").write_text("{not json")
     broken = run_cli("quota", "--local", env=env)
     assert broken.returncode == 1 and "quota.json is unreadable" in broken.stderr
+
+
+def test_plan_prices_a_move_and_warns_of_a_bucket_in_another_region(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    with open(tmp_path / "data" / "train.bin", "wb") as sparse:  # 40 GiB as its size says, nothing on disk
+        sparse.truncate(40 << 30)
+    spec = THREE_POOLS.replace("trainer: {framework: jax, command: python3 train.py}", """data: [{from: data, to: "gs://three-{region}/data"}]
+trainer:
+  framework: jax
+  command: python3 train.py --data gs://three-europe-west4/data/train.bin
+  checkpoints: "gs://three-{region}/ckpt"
+""")
+    result = run_cli("plan", str(write_spec(tmp_path, spec)), "--json", env={"TPUOPS_HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    moves = [pool["move"] for pool in plan["pools"]]
+    assert moves[0] is None
+    assert moves[1] == ("from europe-west4: data gs://three-europe-west4/data 40.0 GiB = $2.00 at $0.05/GiB "
+                        "(size unknown: checkpoints gs://three-europe-west4/ckpt)")
+    assert moves[2].startswith("from europe-west4: data gs://three-europe-west4/data 40.0 GiB = $2.00 at $0.05/GiB")
+    reads = [w for w in plan["warnings"] if "reads gs://three-europe-west4/data/train.bin" in w]
+    assert [w.split("TPU runs in ")[1].split(":")[0] for w in reads] == ["us-central1", "us-central2"]
+    assert "$0.05/GiB, $2.00 per epoch over 40.0 GiB at list price" in reads[0]

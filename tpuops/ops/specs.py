@@ -87,19 +87,26 @@ def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:
 
     Without `live` no credentials are needed; with it the zone (and each fallback zone) is asked what it offers,
     as `up` does, and a type or runtime it does not offer is an error."""
+    from tpuops.ops.plan_egress import cross_region_reads, with_move_costs
+
     checked = check_spec_file(path)
     spec = checked.spec
     warnings = checked.warnings
+    provider = cloud = None
     if live:
         from tpuops.ops.offerings import verify_spec_zones
         from tpuops.plan.guard_vm import reach_warnings
 
-        cloud = ctx.provider_for(spec).cloud()
+        provider = ctx.provider_for(spec)
+        cloud = provider.cloud()
         warnings += tuple(verify_spec_zones(cloud, spec))
         warnings += tuple(reach_warnings(cloud, spec))
     plan = make_plan(spec, project=ctx.project_for(spec))
     if live:
         plan = dataclasses.replace(plan, pools=quota_of_pools(ctx, spec, plan.pools))
+    base_dir = Path(path).resolve().parent
+    warnings += tuple(cross_region_reads(spec, base_dir, plan.pools, provider, cloud))
+    plan = dataclasses.replace(plan, pools=with_move_costs(spec, base_dir, plan.pools, provider))
     return dataclasses.replace(plan, warnings=warnings + plan.warnings)
 
 

@@ -54,6 +54,7 @@ class PoolPlan:
     price_per_hour: float | None  # list price; None where the catalog has none (or the simulator: 0)
     bucket: str | None
     quota: str | None = None  # "covered: ..." / "NOT covered: ..." (plan --live)
+    move: str | None = None  # what moving the run here from the first pool costs in inter-region transfer
 
 
 @dataclass(frozen=True)
