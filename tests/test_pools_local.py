@@ -84,3 +84,46 @@ def test_a_zone_out_of_capacity_moves_the_run_to_the_next_pool(tmp_path: Path, t
 
             stop_process_group(pid)
         assert processes_under(tpuops_home / "local" / "workers") == []
+
+
+def test_a_guard_whose_status_calls_fail_never_moves(tmp_path: Path, tpuops_home: Path) -> None:
+    from tests.test_guard_local import kinds
+    from tpuops.context import Context
+    from tpuops.ops.guard_loop import GuardedWatcher
+    from tpuops.ops.watch import WatchOptions
+
+    grant = [{"generation": "v2", "kind": "spot", "zone": zone, "limit": 8} for zone in (FIRST, NEXT)]
+    (tpuops_home / "local").mkdir(parents=True, exist_ok=True)
+    (tpuops_home / "local" / "quota.json").write_text(json.dumps({"limits": grant}))
+    spec = tmp_path / "blind.yaml"
+    spec.write_text(f"""
+name: blind
+provider: local
+tpu:
+  pools: [{{type: v2-8, zone: {FIRST}, provisioning: spot}}, {{type: v2-8, zone: {NEXT}, provisioning: spot}}]
+  move_after: 0s
+bucket: {{name: "blind-{{region}}"}}
+trainer: {{framework: jax, command: "sleep 300"}}
+""")
+    assert cli("up", str(spec)).returncode == 0
+    assert cli("launch", "blind").returncode == 0
+    assert cli("simulate", "stockout", FIRST, "--for", "10m").returncode == 0  # a move would have somewhere to go
+    record = tpuops_home / "local" / "tpus" / "blind.json"
+    ready = record.read_text()
+    ledger = ledger_of(tpuops_home, "blind-sim-west1", "blind")
+    watcher = GuardedWatcher(Context.from_env(), "blind", WatchOptions(poll_interval=0.01, backoff=0.01),
+                             ledger=ledger)
+    try:
+        for _ in range(3):  # the status call fails, poll after poll (the API answers garbage)
+            record.write_text("{not json")
+            assert watcher.step() is None
+        record.write_text(ready)
+        assert watcher.step() is None
+        seen = kinds(ledger)
+        state = json.loads((tpuops_home / "clusters" / "blind" / "state.json").read_text())
+    finally:
+        record.write_text(ready)
+        cli("simulate", "stockout", FIRST, "--for", "0")
+        cli("down", "blind", "--yes")
+    assert not {"preemption", "preempted", "recovery", "moved", "restart"} & set(seen), seen
+    assert (state["zone"], state["pool"]) == (FIRST, f"v2-8 spot in {FIRST}")
