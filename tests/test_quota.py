@@ -340,3 +340,25 @@ trainer:
     reads = [w for w in plan["warnings"] if "reads gs://three-europe-west4/data/train.bin" in w]
     assert [w.split("TPU runs in ")[1].split(":")[0] for w in reads] == ["us-central1", "us-central2"]
     assert "$0.05/GiB, $2.00 per epoch over 40.0 GiB at list price" in reads[0]
+
+
+def test_a_pool_with_a_reservation_is_queued_from_it_and_needs_a_queued_resource(fakes: Fakes,
+                                                                                  tmp_path: Path) -> None:
+    reserved = """
+name: reserved
+project: trc-project
+tpu:
+  queued: true
+  pools:
+    - {type: v6e-8, zone: europe-west4-a, provisioning: on-demand, reservation: my-reservation}
+trainer: {framework: jax, command: python3 train.py}
+"""
+    no_queue = run_cli("up", str(write_spec(tmp_path, reserved.replace("  queued: true\n", ""))),
+                       env=fakes.env(tmp_path))
+    assert no_queue.returncode == 2 and "through a queued resource: set tpu.queued: true" in no_queue.stderr
+    assert not fakes.tpu_api.server.requests
+    result = run_cli("up", str(write_spec(tmp_path, reserved)), env=fakes.env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    queued = fakes.tpu.queued[(ZONE, "reserved-qr")]
+    assert queued.reservation == f"projects/{PROJECT}/locations/{ZONE}/reservations/my-reservation"
+    assert not fakes.quotas_api.server.requests  # one pool: no placement, no quota asked

@@ -108,6 +108,9 @@ def with_quota(job: Job, pools: list[PoolSpec], project: str | None) -> tuple[li
         return pools, ()
     covered, skipped = [], []
     for pool in pools:
+        if pool.reservation:  # a reservation holds its own capacity: the project's quota does not say
+            covered.append(pool)
+            continue
         kind = "on-demand" if pool.provisioning == "on-demand" else "spot"
         coverage = report.coverage(pool.type, pool.zone, kind, job.spec.tpu.slices)  # type: ignore[arg-type]
         if coverage.covered:

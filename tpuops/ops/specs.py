@@ -65,21 +65,9 @@ def check_local_inputs(path: str | Path) -> Spec:
     return spec
 
 
-def load_checked(path: str | Path, one_pool: bool = True) -> Spec:
-    """The spec a command that creates works from: check_spec_file, its warnings left to `plan`. With
-    `one_pool` (creating a TPU) a pool naming a reservation is refused: `up` does not create from reservations
-    yet, and must not pretend to."""
-    spec = check_spec_file(path).spec
-    if one_pool:
-        require_no_reservation(spec, str(path))
-    return spec
-
-
-def require_no_reservation(spec: Spec, source: str) -> None:
-    for index, pool in enumerate(spec.tpu.pools):
-        if pool.reservation:
-            raise UsageError(f"{source}: tpu.pools.{index}.reservation: creating from a reservation is not built "
-                             "yet", "drop reservation for now")
+def load_checked(path: str | Path) -> Spec:
+    """The spec a command that creates works from: check_spec_file, its warnings left to `plan`."""
+    return check_spec_file(path).spec
 
 
 def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:

@@ -94,6 +94,14 @@ class TpuSpec(Model):
     def _first_pool(cls, data: Any) -> Any:
         return first_pool_fields(data)
 
+    @model_validator(mode="after")
+    def _reservation_is_queued(self) -> TpuSpec:
+        reserved = [index for index, pool in enumerate(self.pools) if pool.reservation]
+        if reserved and not self.through_queue:
+            raise ValueError(f"tpu.pools.{reserved[0]}.reservation: a TPU is created from a reservation through a "
+                             "queued resource: set tpu.queued: true")
+        return self
+
     @property
     def through_queue(self) -> bool:
         """Created through a queued resource: asked for, or Multislice (which only a queued resource makes)."""
