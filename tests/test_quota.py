@@ -362,3 +362,31 @@ trainer: {framework: jax, command: python3 train.py}
     queued = fakes.tpu.queued[(ZONE, "reserved-qr")]
     assert queued.reservation == f"projects/{PROJECT}/locations/{ZONE}/reservations/my-reservation"
     assert not fakes.quotas_api.server.requests  # one pool: no placement, no quota asked
+
+
+def test_pool_health_counts_preemptions_and_waits_and_orders_the_pools(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from tpuops.ops.pool_health import by_health, pool_health
+    from tpuops.state import ClusterState, EventRecord
+
+    now = datetime(2026, 11, 27, 12, tzinfo=timezone.utc)
+
+    def at(hours_ago: float) -> str:
+        return (now - timedelta(hours=hours_ago)).isoformat()
+
+    west, east = "v6e-8 spot in europe-west4-a", "v5litepod-8 spot in us-central1-a"
+    events = [EventRecord(at=at(48), kind="placed", message=f"in pool {west} after 30.0s"),
+              *(EventRecord(at=at(h), kind="preempted", message=f"TPU PREEMPTED in pool {west}") for h in (40, 20, 2)),
+              EventRecord(at=at(1), kind="placed", message=f"in pool {east} after 600.0s"),
+              EventRecord(at=at(200), kind="preempted", message=f"TPU PREEMPTED in pool {east}")]  # older than a week
+    state = ClusterState(name="a", provider="gcp", project=PROJECT, spec_path="x", events=events)
+    health = {h.pool: h for h in pool_health([state], now.timestamp())}
+    assert (health[west].preemptions, round(health[west].days, 1), health[west].capacity_seconds) == (3, 2.0, 30.0)
+    assert health[west].preemptions_per_day == 1.5
+    assert (health[east].preemptions, health[east].capacity_seconds) == (0, 600.0)
+    spec = load_spec(write_spec(tmp_path, ACROSS_POOLS.replace("  pools:", "  order: health\n  pools:")))
+    assert spec.tpu.order == "health"
+    ordered = [pool.label for pool in by_health(spec.pools(), [state], now.timestamp())]
+    # never used (no history) and the v5e pool (no preemption this week) before the pool that preempts daily
+    assert ordered == ["v6e-8 spot in us-east1-d", east, west]

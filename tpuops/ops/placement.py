@@ -22,9 +22,11 @@ from tpuops.cloud.kinds.base import MISSING, Doomed, Job
 from tpuops.cloud.kinds.tpu import create_in_some_zone
 from tpuops.errors import CapacityError, CloudError, SpecError, TpuopsError, UsageError
 from tpuops.ops.offerings import verify_spec_zones
+from tpuops.ops.pool_health import PLACED_EVENT, by_health, history, placed_line
 from tpuops.plan import Action, tpu_kind
 from tpuops.spec import Spec
 from tpuops.spec.pools import PoolSpec
+from tpuops.state import ClusterState
 
 Sleep = Callable[[float], None]
 
@@ -67,7 +69,9 @@ def place(job: Job, project: str | None, order: PoolOrder | None = None, sleep: 
     kept = kept_pool(job)
     if kept is not None:
         return Placement(kept, spec.in_pool(kept))
-    pools, skipped = with_quota(job, ordered(spec.pools(), order), project)
+    preferred = by_health(spec.pools(), history(job.ledger.store)) if spec.tpu.order == "health" else spec.pools()
+    pools, skipped = with_quota(job, ordered(preferred, order), project)
+    started = time.monotonic()
     job.progress("pools", spec.name, f"trying {len(pools)} pool(s) in order: "
                  + ", ".join(pool.label for pool in pools))
     deadline = time.monotonic() + job.knobs.wait_for_capacity
@@ -77,7 +81,7 @@ def place(job: Job, project: str | None, order: PoolOrder | None = None, sleep: 
         for index, pool in enumerate(pools):
             share = (deadline - time.monotonic()) / (len(pools) - index)
             try:
-                placed = create_in_pool(job, pool, max(share, 0.0))
+                placed = create_in_pool(job, pool, max(share, 0.0), started)
             except TpuopsError as err:
                 if not (moves_on(err) or isinstance(err, SpecError)):
                     raise
@@ -124,7 +128,7 @@ def with_quota(job: Job, pools: list[PoolSpec], project: str | None) -> tuple[li
     return covered, tuple(skipped)
 
 
-def create_in_pool(job: Job, pool: PoolSpec, share: float) -> Placement:
+def create_in_pool(job: Job, pool: PoolSpec, share: float, started: float) -> Placement:
     """Create the TPU in one pool (its zone asked first whether it offers the type). A queued resource waits
     at most `share` there (withdrawn after); a TPU made directly is tried once."""
     spec = job.spec.in_pool(pool)
@@ -135,7 +139,13 @@ def create_in_pool(job: Job, pool: PoolSpec, share: float) -> Placement:
     action = Action("create", kind, _name(spec), pool.zone, f"{kind} in pool {pool.label}")
     job.progress(kind, action.name, f"pool {pool.label}")
     create_in_some_zone(in_pool, action, handler(kind).create_in)  # type: ignore[attr-defined]
-    job.ledger.update(lambda state: setattr(state, "pool", pool.label))
+    took = time.monotonic() - started
+
+    def record(state: ClusterState) -> None:
+        state.pool = pool.label
+        state.log(PLACED_EVENT, placed_line(pool.label, took))  # what pool health's time to capacity reads
+
+    job.ledger.update(record)
     return Placement(pool, spec)
 
 

@@ -78,8 +78,8 @@ def health_key(health: PoolHealth) -> tuple[float, float]:
     return (health.preemptions_per_day, health.capacity_seconds if health.capacity_seconds is not None else 0.0)
 
 
-def by_health(pools: Sequence[PoolSpec], states: Iterable[ClusterState]) -> list[PoolSpec]:
+def by_health(pools: Sequence[PoolSpec], states: Iterable[ClusterState], now: float | None = None) -> list[PoolSpec]:
     """The pools, fewest preemptions per day first, then quickest to get capacity; a pool without history keeps
     its place among those that tie (the order written is the tie-break)."""
-    known = {health.pool: health_key(health) for health in pool_health(states)}
+    known = {health.pool: health_key(health) for health in pool_health(states, now)}
     return sorted(pools, key=lambda pool: known.get(pool.label, (0.0, 0.0)))

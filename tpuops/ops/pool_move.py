@@ -17,12 +17,12 @@ from tpuops.context import Context
 from tpuops.durations import format_duration
 from tpuops.errors import CloudError
 from tpuops.ops.placement import PoolOrder
+from tpuops.ops.pool_health import PREEMPTED_EVENT
 from tpuops.spec import Spec, region_of
 from tpuops.state import ClusterState, epoch_seconds
 
 CHURN_PREEMPTIONS = 3
 CHURN_WINDOW_S = 6 * 3600.0
-PREEMPTED_EVENT = "preempted"  # in the state: "<why> in pool <label>", one per recovery from a dead TPU
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,9 @@ class TpuSpec(Model):
     network: str = Field("default", description="The VPC network of the TPU, the client VM and the guard VM.")
     subnetwork: str | None = Field(None, description="The subnetwork in the zone's region; default: Google's choice "
                                                    "for the network and region.")
+    order: Literal["listed", "health"] = Field(
+        "listed", description="With several pools: try them as listed, or healthiest first (fewest preemptions "
+        "per day, then quickest to get capacity, from this machine's clusters' history; `tpuops quota` shows it).")
     move_after: MoveAfter = Field(
         DEFAULT_MOVE_AFTER,
         description="With several pools: how long recovery keeps failing to re-create the TPU in its own pool "
