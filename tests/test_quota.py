@@ -227,6 +227,8 @@ def test_up_skips_a_full_pool_and_one_without_quota_and_lands_in_the_third(fakes
     assert result.returncode == 0, result.stderr
     up = json.loads(result.stdout)
     assert up["pool"] == "v5litepod-8 spot in us-central1-a"
+    assert [(action["verb"], action["kind"], action["zone"]) for action in up["created"]] == [
+        ("create", "tpu", "us-central1-a")]
     no_quota, full = up["skipped_pools"]  # the quota is read before any pool is tried
     assert no_quota == f"v6e-8 spot in us-east1-d: no quota (needs 8 chips, 0 of 0 free in us-east1-d ({SPOT_ZONE}))"
     assert full.startswith(f"v6e-8 spot in {ZONE}: no capacity for v6e-8")

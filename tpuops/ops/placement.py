@@ -44,6 +44,7 @@ class Placement:
     pool: PoolSpec
     spec: Spec  # the spec as the pool sees it
     skipped: tuple[str, ...] = ()  # one line per pool skipped, saying why
+    created: Action | None = None  # the TPU or queued resource created in the pool (None: one kept)
 
 
 def moves_on(err: TpuopsError) -> bool:
@@ -146,7 +147,7 @@ def create_in_pool(job: Job, pool: PoolSpec, share: float, started: float) -> Pl
         state.log(PLACED_EVENT, placed_line(pool.label, took))  # what pool health's time to capacity reads
 
     job.ledger.update(record)
-    return Placement(pool, spec)
+    return Placement(pool, spec, created=action)
 
 
 def _name(spec: Spec) -> str:

@@ -101,9 +101,11 @@ def up(
     job = replace(job, ssh_keys=keys.ssh_keys_metadata(user, key))
     job.ledger.update(lambda state: setattr(state, "ssh_user", user))
     skipped: tuple[str, ...] = ()
+    placed: tuple[Action, ...] = ()
     if len(spec.pools()) > 1:
         placement = place(job, provider.project, order)
         spec, skipped = placement.spec, placement.skipped
+        placed = (placement.created,) if placement.created else ()
         job = replace(job, spec=spec)
 
     known = observe(job, [action.kind for action in make_plan(spec).actions])
@@ -127,7 +129,7 @@ def up(
     access = access_for(ctx, job.ledger.state, spec)
     agent = cost_guard.install(ctx, access)
     guard_info = guard_commands.start_guard(ctx, job.ledger.state, spec) if start_guard else None
-    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info,
+    return UpResult(spec.name, plan, (*placed, *plan.changes), workers, known_hosts, offer_warnings, agent, guard_info,
                     autostop_kept=kept, access=access, skipped_pools=skipped)
 
 
