@@ -71,7 +71,7 @@ def place(job: Job, project: str | None, order: PoolOrder | None = None, sleep: 
     if kept is not None:
         return Placement(kept, spec.in_pool(kept))
     preferred = by_health(spec.pools(), history(job.ledger.store)) if spec.tpu.order == "health" else spec.pools()
-    pools, skipped = with_quota(job, ordered(preferred, order), project)
+    pools, skipped = with_quota(job, ordered(preferred, order), project, recovering=order is not None)
     started = time.monotonic()
     job.progress("pools", spec.name, f"trying {len(pools)} pool(s) in order: "
                  + ", ".join(pool.label for pool in pools))
@@ -102,7 +102,8 @@ def place(job: Job, project: str | None, order: PoolOrder | None = None, sleep: 
         backoff = min(backoff * 2, 600.0)
 
 
-def with_quota(job: Job, pools: list[PoolSpec], project: str | None) -> tuple[list[PoolSpec], tuple[str, ...]]:
+def with_quota(job: Job, pools: list[PoolSpec], project: str | None,
+               recovering: bool = False) -> tuple[list[PoolSpec], tuple[str, ...]]:
     """The pools the quota covers (all of them when it cannot be read), and one line per pool left out."""
     from tpuops.ops.quota import quota_of
 
@@ -123,9 +124,10 @@ def with_quota(job: Job, pools: list[PoolSpec], project: str | None) -> tuple[li
             continue
         skipped.append(f"{pool.label}: no quota ({coverage.why})")
         job.progress("pools", job.spec.name, f"skipped {skipped[-1]}")
-    if not covered:
-        raise UsageError(f"no pool of {job.spec.name} has quota for its TPU: {'; '.join(skipped)}",
-                         "`tpuops quota` shows where the project has quota; nothing was created")
+    if not covered:  # `up` refuses; recovery (`order`) tries again later, as after a capacity error
+        refusal = UsageError if not recovering else CapacityError
+        raise refusal(f"no pool of {job.spec.name} has quota for its TPU: {'; '.join(skipped)}",
+                      "`tpuops quota` shows where the project has quota; nothing was created")
     return covered, tuple(skipped)
 
 

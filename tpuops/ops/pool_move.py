@@ -18,7 +18,7 @@ from tpuops.durations import format_duration
 from tpuops.errors import CloudError
 from tpuops.ops.placement import PoolOrder
 from tpuops.ops.pool_health import PREEMPTED_EVENT
-from tpuops.spec import Spec, region_of
+from tpuops.spec import Spec, load_spec, region_of
 from tpuops.state import ClusterState, epoch_seconds
 
 CHURN_PREEMPTIONS = 3
@@ -68,6 +68,17 @@ class CheckpointCopy:
     def line(self) -> str:
         return (f"checkpoints copied {self.source} -> {self.dest}: {self.objects} object(s), "
                 f"{self.bytes} bytes in {self.seconds:.1f}s")
+
+
+def follow(ctx: Context, before: ClusterState, after: ClusterState, why: str) -> tuple[str, dict[str, object]]:
+    """The run moved from `before`'s pool to `after`'s: its checkpoints copied there; the `moved` event's
+    message and facts (for the ledger and guard.notify)."""
+    copied = copy_checkpoints(ctx, after, load_spec(after.spec_path), before.zone or "", after.zone or "")
+    facts: dict[str, object] = {"from_pool": before.pool, "to_pool": after.pool, "why": why}
+    if copied is not None:
+        facts |= {"checkpoint_bytes": copied.bytes, "checkpoint_objects": copied.objects,
+                  "copy_seconds": round(copied.seconds, 3)}
+    return f"from pool {before.pool} to pool {after.pool}: {why}" + (f"; {copied.line()}" if copied else ""), facts
 
 
 def copy_checkpoints(ctx: Context, state: ClusterState, spec: Spec, from_zone: str,

@@ -318,7 +318,8 @@ class Watcher:
         self.event("recovery", f"{verdict.reason}: recovering (restart {self.restarts + 1} "
                                f"of at most {self.options.max_restarts})")
         pool = self.state().pool
-        if pool and verdict.recreate and not verdict.confirmed and not self.pending_recreate:
+        dead = verdict.reason.startswith(("TPU ", "queued resource ", "slice "))  # judge_tpu's: the API said so
+        if pool and dead and verdict.recreate and not verdict.confirmed and not self.pending_recreate:
             self.event(pool_move.PREEMPTED_EVENT, f"{verdict.reason} in pool {pool}")  # what churn counts
         self.pending_recreate = self.pending_recreate or verdict.recreate
         policy = Retrying(
@@ -400,14 +401,8 @@ class Watcher:
 
     def moved(self, before: ClusterState, after: ClusterState, why: str) -> None:
         """The run now lives in another pool: its checkpoints follow it to that region, and it is said where."""
-        copied = pool_move.copy_checkpoints(self.ctx, after, load_spec(after.spec_path), before.zone or "",
-                                            after.zone or "")
-        facts = {"from_pool": before.pool, "to_pool": after.pool, "why": why}
-        if copied is not None:
-            facts |= {"checkpoint_bytes": copied.bytes, "checkpoint_objects": copied.objects,
-                      "copy_seconds": round(copied.seconds, 3)}
-        self.event(MOVED_EVENT, f"from pool {before.pool} to pool {after.pool}: {why}"
-                   + (f"; {copied.line()}" if copied else ""), **facts)
+        message, facts = pool_move.follow(self.ctx, before, after, why)
+        self.event(MOVED_EVENT, message, **facts)
 
     def forget_workers(self) -> None:
         self.ctx.store.forget_workers(self.state())

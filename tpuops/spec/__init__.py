@@ -27,9 +27,11 @@ from tpuops.spec.pools import (
     PoolSpec,
     bucket_of_first_region,
     first_pool_fields,
+    placed_fields,
     region_of,
     single_pool,
     type_not_required,
+    url_in_region,
     zone_of_first_pool,
 )
 from tpuops.spec.watch import WatchSpec
@@ -285,16 +287,8 @@ class Spec(Model):
 
     def in_pool(self, pool: PoolSpec) -> Spec:
         """This spec as if it named only `pool`: its type, zone, provisioning and runtime, and its region's
-        bucket; what `up`, `launch` and the guard work from once the TPU is placed there."""
-        tpu = self.tpu.model_copy(update={
-            "type": pool.type, "runtime": pool.runtime, "spot": pool.spot, "preemptible": pool.preemptible,
-            "zones": [] if self.tpu.pools else self.tpu.zones, "pools": [pool] if self.tpu.pools else []})
-        bucket = self.bucket.model_copy(update={"name": self.bucket_for(pool.region)}) if self.bucket else None
-        trainer = self.trainer.model_copy(update={"checkpoints": self.checkpoints_for(pool.region)}) \
-            if self.trainer else None
-        data = [item.model_copy(update={"to": self.in_region(item.to, pool.region)}) for item in self.data]
-        placed = self.model_copy(update={"tpu": tpu, "zone": pool.zone, "bucket": bucket, "trainer": trainer,
-                                         "data": data})
+        bucket, data and checkpoints; what `up`, `launch` and the guard work from once the TPU is placed there."""
+        placed = self.model_copy(update=placed_fields(self, pool))
         placed._bucket_pattern = self._bucket_pattern
         placed._home_bucket = self.home_bucket
         return placed
@@ -318,16 +312,8 @@ class Spec(Model):
         return self.in_region(given, region) if given is not None else None
 
     def in_region(self, url: str, region: str) -> str:
-        """A gs:// URL in the spec's bucket, moved to `region`'s bucket: {region} filled in, or the first
-        region's bucket (what bucket.name reads as) replaced by `region`'s. Other URLs and paths stay."""
-        if not url.startswith("gs://"):
-            return url
-        if REGION_FIELD in url:
-            return url.replace(REGION_FIELD, region)
-        first, wanted = (self.bucket.name if self.bucket else None), self.bucket_for(region)
-        if first and wanted and (url == f"gs://{first}" or url.startswith(f"gs://{first}/")):
-            return f"gs://{wanted}" + url[len(f"gs://{first}"):]
-        return url
+        """A gs:// URL in the spec's bucket, moved to `region`'s bucket (spec/pools.py: url_in_region)."""
+        return url_in_region(url, region, self.bucket.name if self.bucket else None, self.bucket_for(region))
 
     def bucket_for(self, region: str) -> str | None:
         """The bucket a TPU in `region` reads and writes: bucket.name, with {region} filled in when it has one."""

@@ -129,3 +129,27 @@ def single_pool(tpu: Any, zone: str) -> PoolSpec:
     provisioning = "spot" if tpu.spot else "preemptible" if tpu.preemptible else "on-demand"
     return PoolSpec.model_construct(type=tpu.type, zone=zone, provisioning=provisioning, runtime=tpu.runtime,
                                     reservation=None)
+
+
+def placed_fields(spec: Any, pool: PoolSpec) -> dict[str, Any]:
+    """The fields of `spec` (a Spec) that change when its TPU is placed in `pool` (Spec.in_pool)."""
+    tpu = spec.tpu.model_copy(update={
+        "type": pool.type, "runtime": pool.runtime, "spot": pool.spot, "preemptible": pool.preemptible,
+        "zones": [] if spec.tpu.pools else spec.tpu.zones, "pools": [pool] if spec.tpu.pools else []})
+    bucket = spec.bucket.model_copy(update={"name": spec.bucket_for(pool.region)}) if spec.bucket else None
+    trainer = spec.trainer.model_copy(update={"checkpoints": spec.checkpoints_for(pool.region)}) \
+        if spec.trainer else None
+    data = [item.model_copy(update={"to": spec.in_region(item.to, pool.region)}) for item in spec.data]
+    return {"tpu": tpu, "zone": pool.zone, "bucket": bucket, "trainer": trainer, "data": data}
+
+
+def url_in_region(url: str, region: str, first: str | None, wanted: str | None) -> str:
+    """A gs:// URL moved to `region`'s bucket: {region} filled in, or the first region's bucket `first` (what
+    bucket.name reads as) replaced by `wanted`. Other URLs and paths stay as they are."""
+    if not url.startswith("gs://"):
+        return url
+    if REGION_FIELD in url:
+        return url.replace(REGION_FIELD, region)
+    if first and wanted and (url == f"gs://{first}" or url.startswith(f"gs://{first}/")):
+        return f"gs://{wanted}" + url[len(f"gs://{first}"):]
+    return url
