@@ -239,6 +239,23 @@ def test_up_skips_a_full_pool_and_one_without_quota_and_lands_in_the_third(fakes
     assert (state["zone"], state["pool"]) == ("us-central1-a", "v5litepod-8 spot in us-central1-a")
 
 
+def test_up_deletes_a_tpu_in_a_pool_the_spec_no_longer_names(fakes: Fakes, tmp_path: Path) -> None:
+    a_trc_grant(fakes)
+    fakes.tpu.capacity_failures[ZONE] = -1
+    try:
+        first = run_cli("up", str(write_spec(tmp_path, ACROSS_POOLS)), env=fakes.env(tmp_path))
+    finally:
+        fakes.tpu.capacity_failures.clear()
+    assert first.returncode == 0, first.stderr
+    assert list(fakes.tpu.nodes) == [("us-central1-a", "across")]
+    without_v5e = ACROSS_POOLS.replace("    - {type: v5litepod-8, zone: us-central1-a, provisioning: spot}\n", "")
+    again = run_cli("up", str(write_spec(tmp_path, without_v5e)), "--json", env=fakes.env(tmp_path))
+    assert again.returncode == 0, again.stderr
+    deletes = [request.path for request in fakes.tpu_api.server.calls("DELETE", r"/nodes/across$")]
+    assert deletes == [f"/v2/projects/{PROJECT}/locations/us-central1-a/nodes/across"]
+    assert list(fakes.tpu.nodes) == [(ZONE, "across")] and json.loads(again.stdout)["pool"] == f"v6e-8 spot in {ZONE}"
+
+
 def test_up_refuses_with_nothing_created_when_no_pool_has_quota(fakes: Fakes, tmp_path: Path) -> None:
     fakes.quotas.grant(SPOT_ZONE, {})  # every pool at Google's default of nothing
     result = run_cli("up", str(write_spec(tmp_path, ACROSS_POOLS)), env=fakes.env(tmp_path))
