@@ -225,3 +225,23 @@ def test_gcs_503s_are_retried_and_then_succeed(gcs_emulator: GcsEmulator, tmp_pa
             store.read_range("f.bin", 0, 2)
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("kind", ["dir", "gcs"])
+def test_copy_to_copies_every_object_once_server_side(kind: str, tmp_path: Path,
+                                                     request: pytest.FixtureRequest) -> None:
+    if kind == "dir":
+        source: BlobStore = DirBlobStore(tmp_path / "west" / "ckpt")
+        dest: BlobStore = DirBlobStore(tmp_path / "east" / "ckpt")
+    else:
+        gcs: GcsEmulator = request.getfixturevalue("gcs_emulator")
+        source = GcsBlobStore(gcs.new_bucket(), "ckpt", env=gcs.env, policy=no_wait_policy)
+        dest = GcsBlobStore(gcs.new_bucket(), "ckpt", env=gcs.env, policy=no_wait_policy)
+    upload_bytes(source, tmp_path, "step-100/state.bin", b"s" * 1000)
+    upload_bytes(source, tmp_path, "latest", b"step-100")
+    assert source.copy_to(dest) == (2, 1008)  # type: ignore[attr-defined]
+    assert dest.read_range("step-100/state.bin", 0, 2000) == b"s" * 1000 and dest.read_range("latest", 0, 99) == \
+        b"step-100"
+    upload_bytes(source, tmp_path, "latest", b"step-200")  # changed: copied again; the rest is already there
+    assert source.copy_to(dest) == (1, 8)  # type: ignore[attr-defined]
+    assert dest.read_range("latest", 0, 99) == b"step-200"

@@ -191,7 +191,7 @@ trainer: {framework: jax, command: python3 train.py}
 """
 
 
-def test_plan_shows_every_pool_and_up_refuses_several(fakes: Fakes, tmp_path: Path) -> None:
+def test_plan_shows_every_pool_with_region_price_and_bucket(fakes: Fakes, tmp_path: Path) -> None:
     path = write_spec(tmp_path, THREE_POOLS)
     result = run_cli("plan", str(path), env=fakes.env(tmp_path))
     assert result.returncode == 0, result.stderr
@@ -202,12 +202,66 @@ def test_plan_shows_every_pool_and_up_refuses_several(fakes: Fakes, tmp_path: Pa
          "three-us-central1"],
         ["3.", "v4-32", "us-central2-b", "region", "us-central2", "on-demand", "$51.52/h", "bucket",
          "three-us-central2"]]
-    assert "`up` refuses more than one for now" in result.stdout
-    up = run_cli("up", str(path), env=fakes.env(tmp_path))
-    assert up.returncode == 2
-    assert up.stderr.startswith(f"tpuops: error: {path}: tpu.pools names 3 pools, and creating across pools is "
-                                "not built yet")
     assert not fakes.tpu_api.server.requests and not fakes.quotas_api.server.requests
+
+
+ACROSS_POOLS = """
+name: across
+project: trc-project
+tpu:
+  pools:
+    - {type: v6e-8, zone: europe-west4-a, provisioning: spot}
+    - {type: v6e-8, zone: us-east1-d, provisioning: spot}
+    - {type: v5litepod-8, zone: us-central1-a, provisioning: spot}
+trainer: {framework: jax, command: python3 train.py}
+"""
+
+
+def test_up_skips_a_full_pool_and_one_without_quota_and_lands_in_the_third(fakes: Fakes, tmp_path: Path) -> None:
+    a_trc_grant(fakes)  # v6e spot in europe-west4-a, v5e spot in us-central1-a; nothing in us-east1-d
+    fakes.tpu.capacity_failures[ZONE] = -1
+    try:
+        result = run_cli("up", str(write_spec(tmp_path, ACROSS_POOLS)), "--json", env=fakes.env(tmp_path))
+    finally:
+        fakes.tpu.capacity_failures.clear()
+    assert result.returncode == 0, result.stderr
+    up = json.loads(result.stdout)
+    assert up["pool"] == "v5litepod-8 spot in us-central1-a"
+    assert [(action["verb"], action["kind"], action["zone"]) for action in up["created"]] == [
+        ("create", "tpu", "us-central1-a")]
+    no_quota, full = up["skipped_pools"]  # the quota is read before any pool is tried
+    assert no_quota == f"v6e-8 spot in us-east1-d: no quota (needs 8 chips, 0 of 0 free in us-east1-d ({SPOT_ZONE}))"
+    assert full.startswith(f"v6e-8 spot in {ZONE}: no capacity for v6e-8")
+    assert list(fakes.tpu.nodes) == [("us-central1-a", "across")]
+    creates = [request.path for request in fakes.tpu_api.server.calls("POST", r"/nodes$")]
+    assert [path.split("/locations/")[1].split("/")[0] for path in creates] == [ZONE, "us-central1-a"], creates
+    state = json.loads((tmp_path / "clusters" / "across" / "state.json").read_text())
+    assert (state["zone"], state["pool"]) == ("us-central1-a", "v5litepod-8 spot in us-central1-a")
+
+
+def test_up_deletes_a_tpu_in_a_pool_the_spec_no_longer_names(fakes: Fakes, tmp_path: Path) -> None:
+    a_trc_grant(fakes)
+    fakes.tpu.capacity_failures[ZONE] = -1
+    try:
+        first = run_cli("up", str(write_spec(tmp_path, ACROSS_POOLS)), env=fakes.env(tmp_path))
+    finally:
+        fakes.tpu.capacity_failures.clear()
+    assert first.returncode == 0, first.stderr
+    assert list(fakes.tpu.nodes) == [("us-central1-a", "across")]
+    without_v5e = ACROSS_POOLS.replace("    - {type: v5litepod-8, zone: us-central1-a, provisioning: spot}\n", "")
+    again = run_cli("up", str(write_spec(tmp_path, without_v5e)), "--json", env=fakes.env(tmp_path))
+    assert again.returncode == 0, again.stderr
+    deletes = [request.path for request in fakes.tpu_api.server.calls("DELETE", r"/nodes/across$")]
+    assert deletes == [f"/v2/projects/{PROJECT}/locations/us-central1-a/nodes/across"]
+    assert list(fakes.tpu.nodes) == [(ZONE, "across")] and json.loads(again.stdout)["pool"] == f"v6e-8 spot in {ZONE}"
+
+
+def test_up_refuses_with_nothing_created_when_no_pool_has_quota(fakes: Fakes, tmp_path: Path) -> None:
+    fakes.quotas.grant(SPOT_ZONE, {})  # every pool at Google's default of nothing
+    result = run_cli("up", str(write_spec(tmp_path, ACROSS_POOLS)), env=fakes.env(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert "no pool of across has quota for its TPU" in result.stderr and "`tpuops quota`" in result.stderr
+    assert not fakes.tpu_api.server.calls("POST", r"")
 
 
 # ------------------------------------------------------------------------------------------ pools in the spec
@@ -282,3 +336,76 @@ def test_the_simulator_answers_quota_from_its_grant(tmp_path: Path) -> None:
     (tmp_path / "local" / "quota.json").write_text("{not json")
     broken = run_cli("quota", "--local", env=env)
     assert broken.returncode == 1 and "quota.json is unreadable" in broken.stderr
+
+
+def test_plan_prices_a_move_and_warns_of_a_bucket_in_another_region(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    with open(tmp_path / "data" / "train.bin", "wb") as sparse:  # 40 GiB as its size says, nothing on disk
+        sparse.truncate(40 << 30)
+    spec = THREE_POOLS.replace("trainer: {framework: jax, command: python3 train.py}", """data: [{from: data, to: "gs://three-{region}/data"}]
+trainer:
+  framework: jax
+  command: python3 train.py --data gs://three-europe-west4/data/train.bin
+  checkpoints: "gs://three-{region}/ckpt"
+""")
+    result = run_cli("plan", str(write_spec(tmp_path, spec)), "--json", env={"TPUOPS_HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    moves = [pool["move"] for pool in plan["pools"]]
+    assert moves[0] is None
+    assert moves[1] == ("from europe-west4: data gs://three-europe-west4/data 40.0 GiB = $2.00 at $0.05/GiB "
+                        "(size unknown: checkpoints gs://three-europe-west4/ckpt)")
+    assert moves[2].startswith("from europe-west4: data gs://three-europe-west4/data 40.0 GiB = $2.00 at $0.05/GiB")
+    reads = [w for w in plan["warnings"] if "reads gs://three-europe-west4/data/train.bin" in w]
+    assert [w.split("TPU runs in ")[1].split(":")[0] for w in reads] == ["us-central1", "us-central2"]
+    assert "$0.05/GiB, $2.00 per epoch over 40.0 GiB at list price" in reads[0]
+
+
+def test_a_pool_with_a_reservation_is_queued_from_it_and_needs_a_queued_resource(fakes: Fakes,
+                                                                                  tmp_path: Path) -> None:
+    reserved = """
+name: reserved
+project: trc-project
+tpu:
+  queued: true
+  pools:
+    - {type: v6e-8, zone: europe-west4-a, provisioning: on-demand, reservation: my-reservation}
+trainer: {framework: jax, command: python3 train.py}
+"""
+    no_queue = run_cli("up", str(write_spec(tmp_path, reserved.replace("  queued: true\n", ""))),
+                       env=fakes.env(tmp_path))
+    assert no_queue.returncode == 2 and "through a queued resource: set tpu.queued: true" in no_queue.stderr
+    assert not fakes.tpu_api.server.requests
+    result = run_cli("up", str(write_spec(tmp_path, reserved)), env=fakes.env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    queued = fakes.tpu.queued[(ZONE, "reserved-qr")]
+    assert queued.reservation == f"projects/{PROJECT}/locations/{ZONE}/reservations/my-reservation"
+    assert not fakes.quotas_api.server.requests  # one pool: no placement, no quota asked
+
+
+def test_pool_health_counts_preemptions_and_waits_and_orders_the_pools(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from tpuops.ops.pool_health import by_health, pool_health
+    from tpuops.state import ClusterState, EventRecord
+
+    now = datetime(2026, 11, 27, 12, tzinfo=timezone.utc)
+
+    def at(hours_ago: float) -> str:
+        return (now - timedelta(hours=hours_ago)).isoformat()
+
+    west, east = "v6e-8 spot in europe-west4-a", "v5litepod-8 spot in us-central1-a"
+    events = [EventRecord(at=at(48), kind="placed", message=f"in pool {west} after 30.0s"),
+              *(EventRecord(at=at(h), kind="preempted", message=f"TPU PREEMPTED in pool {west}") for h in (40, 20, 2)),
+              EventRecord(at=at(1), kind="placed", message=f"in pool {east} after 600.0s"),
+              EventRecord(at=at(200), kind="preempted", message=f"TPU PREEMPTED in pool {east}")]  # older than a week
+    state = ClusterState(name="a", provider="gcp", project=PROJECT, spec_path="x", events=events)
+    health = {h.pool: h for h in pool_health([state], now.timestamp())}
+    assert (health[west].preemptions, round(health[west].days, 1), health[west].capacity_seconds) == (3, 2.0, 30.0)
+    assert health[west].preemptions_per_day == 1.5
+    assert (health[east].preemptions, health[east].capacity_seconds) == (0, 600.0)
+    spec = load_spec(write_spec(tmp_path, ACROSS_POOLS.replace("  pools:", "  order: health\n  pools:")))
+    assert spec.tpu.order == "health"
+    ordered = [pool.label for pool in by_health(spec.pools(), [state], now.timestamp())]
+    # never used (no history) and the v5e pool (no preemption this week) before the pool that preempts daily
+    assert ordered == ["v6e-8 spot in us-east1-d", east, west]

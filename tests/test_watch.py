@@ -411,3 +411,46 @@ def test_recovery_attempts_without_capacity_are_bounded_by_max_restarts(
     assert node_calls(gcp, "POST") == 3  # the first create, then one per recovery attempt
     assert (ZONE, name) not in gcp.tpu.nodes
     assert attempts(sshd2, name) == [["restart=0 resume=0"]] * 2
+
+
+@needs_sshd
+def test_watch_moves_a_run_whose_zone_stays_full_to_the_next_pool_with_its_checkpoint(
+        gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+    from tpuops.cloud.gcp.gcs_blobs import GcsBlobStore
+
+    marker = f"tpuops-watch-{uuid.uuid4().hex[:8]}"
+    other = "us-east5-a"
+    gcp.quotas.model.grant("TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI", {ZONE: 32, other: 32})
+    command = (f'echo "restart=${{TPUOPS_RESTART:-0}} resume=${{TPUOPS_RESUME:-0}} ckpt=$TPUOPS_CHECKPOINT_DIR" '
+               f'>> ~/attempts-$TPUOPS_CLUSTER; [ "${{TPUOPS_RESTART:-0}}" -ge 1 ] || sleep 300 # {marker}')
+    name, spec = make_cluster(sshd2, tpuops_home, tmp_path, command)
+    pools = (f"  pools:\n    - {{type: v4-16, zone: {ZONE}, provisioning: spot, runtime: tpu-ubuntu2204-base}}\n"
+             f"    - {{type: v4-16, zone: {other}, provisioning: spot, runtime: tpu-ubuntu2204-base}}\n"
+             "  move_after: 0s\n")
+    text = spec.read_text().replace(f"zone: {ZONE}\n", "").replace(
+        "tpu: {type: v4-16, runtime: tpu-ubuntu2204-base, preemptible: true}", "tpu:\n" + pools)
+    spec.write_text(text + f'bucket: {{name: "{name}-{{region}}"}}\n'
+                    + f'logs: {{tensorboard: "gs://{name}-us-central2/logs"}}\n')
+    spec.write_text(spec.read_text().replace("  command:", f'  checkpoints: "gs://{name}-{{region}}/ckpt"\n  command:'))
+    process = start_cli(gcp, "run", str(spec), "--watch")
+    try:
+        wait_for(lambda: all(len(lines) == 1 for lines in attempts(sshd2, name)), "the first start", process)
+        saved = tmp_path / "step-100.bin"
+        saved.write_bytes(b"w" * 4096)  # the trainer's checkpoint in the first region's bucket
+        GcsBlobStore(f"{name}-us-central2", "ckpt", env=gcp.env).upload_file(saved, "step-100.bin")
+        gcp.tpu.capacity_failures[ZONE] = -1  # the zone stays full once the TPU is preempted
+        gcp.tpu.preempt(ZONE, name)
+        code, _, stderr = finish(process)
+    finally:
+        stop_leftovers(gcp, name, marker)
+    assert code == 0, stderr[-3000:]
+    assert list(gcp.tpu.nodes) == [(other, name)]  # the same pool first (refused), then the next one
+    first, moved = [f"gs://{name}-us-central2/ckpt", f"gs://{name}-us-east5/ckpt"]
+    assert attempts(sshd2, name) == [[f"restart=0 resume=0 ckpt={first}", f"restart=2 resume=1 ckpt={moved}"]] * 2
+    copied = GcsBlobStore(f"{name}-us-east5", "ckpt", env=gcp.env)
+    assert copied.read_range("step-100.bin", 0, 10000) == b"w" * 4096
+    state = state_of(tpuops_home, name)
+    assert (state["zone"], state["pool"]) == (other, f"v4-16 spot in {other}")
+    move = next(e for e in state["events"] if e["kind"] == "moved")
+    assert move["message"].startswith(f"from pool v4-16 spot in {ZONE} to pool v4-16 spot in {other}: re-creating")
+    assert f"checkpoints copied {first} -> {moved}: 1 object(s), 4096 bytes" in move["message"]

@@ -55,6 +55,14 @@ class Context:
                 self._cache[key] = GcpProvider(self.env, project, lambda: self.require_project(spec))
         return self._cache[key]  # type: ignore[return-value]
 
+    def local_provider(self) -> Provider:
+        """The simulator's provider without a cluster (`tpuops simulate stockout`)."""
+        from tpuops.spec import LOCAL_ZONE
+        from tpuops.state import ClusterState
+
+        return self.provider_for(None, ClusterState(name="simulator", provider="local", zone=LOCAL_ZONE,
+                                                    spec_path=""))
+
     def gcp_cloud(self, project: str) -> Cloud:
         """Google's clients for a project without a spec (`tpuops catalog --live`)."""
         from tpuops.cloud.gcp import make_cloud as make_gcp_cloud

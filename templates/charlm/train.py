@@ -69,7 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-every", type=int, default=100, help="print a line every K steps")
     parser.add_argument("--checkpoint-every", type=int, default=200)
-    parser.add_argument("--checkpoint-dir", default=None, help="default: $TPUOPS_LOGDIR/../checkpoints")
+    parser.add_argument("--checkpoint-dir", default=os.environ.get("TPUOPS_CHECKPOINT_DIR"),
+                        help="default: $TPUOPS_CHECKPOINT_DIR, else $TPUOPS_LOGDIR/../checkpoints")
     parser.add_argument("--logdir", default=os.environ.get("TPUOPS_LOGDIR"), help="default: $TPUOPS_LOGDIR")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for another worker")
     parser.add_argument("--sample", type=int, default=200, help="characters to sample at the end (worker 0)")

@@ -73,6 +73,7 @@ class FakeQueued:
     deadline: float | None = None  # monotonic time after which it is FAILED unless granted
     node_count: int = 1  # Multislice: `node` is the spec of `node_count` nodes named `node_prefix-0..N-1`
     node_prefix: str = ""
+    reservation: str = ""  # reservation_name, as the request gave it
 
     @property
     def multislice(self) -> bool:

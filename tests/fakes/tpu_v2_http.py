@@ -105,6 +105,7 @@ class TpuV2Fake:
             valid_until=valid_until.total_seconds() if valid_until is not None else None,
             node_count=max(count, 1),
             node_prefix=prefix,
+            reservation=message.reservation_name,
         )
         return self._operation(self.model.create_queued(queued))
 
@@ -240,6 +241,8 @@ class TpuV2Fake:
         )
         if queued.spot:
             message.spot = tpu_v2.QueuedResource.Spot()
+        if queued.reservation:
+            message.reservation_name = queued.reservation
         if queued.valid_until is not None:  # Google answers with the absolute time the duration ends at
             until = datetime.fromtimestamp(queued.created_at + queued.valid_until, timezone.utc)
             message.queueing_policy = tpu_v2.QueuedResource.QueueingPolicy(valid_until_time=until)

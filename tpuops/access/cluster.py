@@ -113,7 +113,7 @@ def _tpu_is_gone(access: ClusterAccess) -> bool:
 
 def _load_spec(state: ClusterState, required: bool) -> Spec | None:
     try:
-        return load_spec(state.spec_path)
+        return placed(load_spec(state.spec_path), state)
     except SpecError:
         if required:
             raise
@@ -159,16 +159,26 @@ def seconds_up(state: ClusterState) -> float | None:
 def spec_of(state: ClusterState) -> Spec | None:
     """The spec the cluster was made from, if its file is still there and valid (else state alone is used)."""
     try:
-        return load_spec(Path(state.spec_path)) if state.spec_path else None
+        spec = load_spec(Path(state.spec_path)) if state.spec_path else None
     except TpuopsError:
         return None
+    return placed(spec, state) if spec is not None else None
+
+
+def placed(spec: Spec, state: ClusterState) -> Spec:
+    """With several pools: the spec as the pool the cluster's TPU is in sees it (its type, zone, region's bucket
+    and checkpoints); the spec as it is while no pool holds it."""
+    if len(spec.pools()) < 2:
+        return spec
+    pool = next((p for p in spec.pools() if p.label == state.pool), None) or spec.pool_at(state.zone)
+    return spec.in_pool(pool) if pool is not None else spec
 
 
 def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
     if logdir:
         return logdir
     state = ctx.store.require(resolve_name(ctx, name, otherwise="pass --logdir gs://BUCKET/PATH or a directory"))
-    return logdir_of(state, load_spec(state.spec_path))
+    return logdir_of(state, placed(load_spec(state.spec_path), state))
 
 
 def logdir_of(state: ClusterState, spec: Spec) -> str:

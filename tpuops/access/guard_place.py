@@ -18,7 +18,7 @@ def guard_url(bucket: str, cluster: str) -> str:
 
 def guard_store(ctx: Context, state: ClusterState, spec: Spec | None) -> BlobStore | None:
     """The guard's store in the run's bucket; None when the cluster has no bucket."""
-    bucket = bucket_of(state, spec)
+    bucket = (spec.home_bucket if spec is not None else None) or bucket_of(state, spec)
     if bucket is None:
         return None
     return ctx.provider_for(spec, state).blob_store(guard_url(bucket, state.name))

@@ -98,6 +98,11 @@ def merge_states(laptop: ClusterState, guard: ClusterState) -> ClusterState:
                                    if record.kind in TPU_KINDS]
         merged.workers = [worker.model_copy(deep=True) for worker in guard.workers]
         merged.zone = guard.zone
+        if guard.pool != laptop.pool:  # moved to another pool: its region's bucket (and grant) came with it
+            moved = ("bucket", "iam")
+            merged.resources = [r for r in merged.resources if r.kind not in moved] + \
+                [r.model_copy(deep=True) for r in guard.resources if r.kind in moved]
+            merged.pool = guard.pool
     merged.runs = join_runs(merged.runs, guard.runs)
     merged.events = join_events(merged.events, guard.events)
     merged.updated_at = laptop.updated_at  # compared by value: only a real change is saved

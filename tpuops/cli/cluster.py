@@ -127,6 +127,10 @@ def status(
     if result.found_by_label:
         console.print(f"  no local state: found by its label in {result.found_by_label}")
     print_guard(result.guard)
+    if result.pool:
+        console.print(f"  pool: {result.pool}", markup=False)
+    for move in result.moves:
+        console.print(f"  moved {move.at}: {move.message}", markup=False)
     if result.recovery_guard is not None:
         console.print(f"  guard: {result.recovery_guard.summary()}", markup=False)
     for row in result.resources:

@@ -138,3 +138,25 @@ def preempt(
     node = simulate_preempt(Context.from_env(), name, slice_)
     console.print(f"preempted TPU {node}: `tpuops status` and `tpuops guard logs` show the recovery",
                   markup=False)
+
+
+@simulate_app.command("stockout")
+def stockout(
+    zone: str = typer.Argument(..., metavar="ZONE", help="The simulated zone (a pool's zone in a local spec)."),
+    for_: str = typer.Option("10m", "--for", metavar="D", help="How long the zone stays out of capacity, e.g. 10m "
+                             "(0: it has capacity again now)."),
+) -> None:
+    """Make a simulated zone refuse to create TPUs for a while (provider: local), as a zone that has run out of
+    capacity does: with `simulate preempt`, how you rehearse a run moving to its next pool before paying.
+
+    \b
+    Example:
+      tpuops simulate stockout sim-east1-a --for 30m && tpuops simulate preempt pools
+    """
+    from tpuops.context import Context
+    from tpuops.durations import parse_duration
+    from tpuops.ops.guard import simulate_stockout
+
+    seconds = simulate_stockout(Context.from_env(), zone, parse_duration(for_))
+    console.print(f"{zone}: out of capacity for {for_}" if seconds else f"{zone}: has capacity again",
+                  markup=False)

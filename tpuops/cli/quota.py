@@ -34,6 +34,7 @@ def quota_command(
                   f"(limits: {report.source}; use: {len(report.holdings)} TPUs and queued resources holding quota, "
                   "listed through the TPU API)")
     rows = report.rows
+    print_health(report.health)
     if not rows:
         console.print("  no TPU quota above zero here (Google's default for every TPU but v2-8 and v3-8 is 0)")
         return
@@ -48,3 +49,12 @@ def quota_command(
         where = "any other " + limit.scope if limit.location == "*" else limit.location
         console.print(f"  {where:<18} {what:<10} {limit.kind:<10} {shown_limit:>7} {limit.default:>7} {used:>6} "
                       f"{free:>6}  {limit.unit}{'  granted' if limit.granted else ''}")
+
+
+def print_health(health) -> None:  # noqa: ANN001  (a sequence of PoolHealth; import kept lazy)
+    """Pool health from this machine's clusters' history (what `tpu.order: health` sorts by)."""
+    if not health:
+        return
+    console.print("  pool health (this machine's clusters' history, healthiest first):", markup=False)
+    for pool in health:
+        console.print(f"    {pool.line()}", markup=False)

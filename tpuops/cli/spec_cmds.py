@@ -70,6 +70,12 @@ def render_pools(result: Plan) -> None:
                       f"{price:<10} {bucket}{reservation}")
         if pool.quota:
             console.print(f"     quota: {pool.quota}")
+        if pool.move:
+            console.print(f"     moving the run here {pool.move}", markup=False)
+    if any(pool.move for pool in result.pools):
+        from tpuops.plan.egress import PRICE_SOURCE
+
+        console.print(f"  (inter-region transfer: {PRICE_SOURCE})", markup=False)
 
 
 def render_guard(guard: GuardPlan) -> None:

@@ -69,6 +69,7 @@ class TpuRequest:
     ssh_keys: str | None = None  # value of the `ssh-keys` metadata (TPU VM only)
     workers: int | None = None  # provider local only: simulated hosts (default: the type's host count)
     slices: int = 1  # Multislice (queued resources only): nodes NAME-0..NAME-(slices-1), one per slice
+    reservation: str | None = None  # queued resources only: the reservation to create from (its full name)
 
 
 @dataclass(frozen=True)

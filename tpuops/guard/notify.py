@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 # Ledger kinds a person wants to hear about at night; the rest stay in the ledger.
-WAKE_KINDS = frozenset({"recovered", "gave-up", "ended"})
+WAKE_KINDS = frozenset({"recovered", "gave-up", "ended", "moved"})
 ATTEMPTS = 4
 FIRST_BACKOFF_S = 1.0
 TIMEOUT_S = 10.0

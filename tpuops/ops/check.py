@@ -38,7 +38,7 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
         raise UsageError(f"--steps must be at least 1, got {options.steps}", "for example --steps 20")
     if options.timeout <= 0:
         raise UsageError("--timeout must be positive", "for example --timeout 5m")
-    spec = load_checked(spec_path, one_pool=False)  # checks the trainer, creates nothing
+    spec = load_checked(spec_path)  # checks the trainer, creates nothing
     spec_dir = Path(spec_path).resolve().parent
     code_root = (spec_dir / spec.code.path).resolve()
     lint = lint_tree(code_root, spec.code.exclude, legacy_node=spec.tpu.mode == "node")

@@ -32,7 +32,7 @@ FOLLOW_INTERVAL_S = 2.0
 def placement_for(state: ClusterState, spec: Spec | None, zone: str | None = None,
                   machine_type: str | None = None, login: Login | None = None) -> GuardPlacement:
     """Where the guard runs: the options, else the spec's `guard:` section, else beside the TPU."""
-    bucket = bucket_of(state, spec)
+    bucket = (spec.home_bucket if spec is not None else None) or bucket_of(state, spec)
     if bucket is None:
         raise UsageError(f"the guard keeps its lease and ledger in the run's bucket, and '{state.name}' has none",
                          "add `bucket: {name: ...}` to the spec and run `tpuops up SPEC` again")
@@ -196,3 +196,12 @@ def simulate_preempt(ctx: Context, name: str | None, slice_index: int = 0) -> st
     state.log("simulate", f"preempted {nodes[slice_index]} (tpuops simulate preempt)")
     ctx.store.save(state)
     return nodes[slice_index]
+
+
+def simulate_stockout(ctx: Context, zone: str, seconds: float) -> float:
+    """A simulated zone refuses to create TPUs for `seconds` (0: it has capacity again): how you rehearse a run
+    moving to its next pool. Returns the seconds set."""
+    if seconds < 0:
+        raise UsageError(f"--for {seconds:g}s: a stockout cannot last less than nothing", "give --for 10m, or 0")
+    ctx.local_provider().stock_out(zone, seconds)
+    return seconds

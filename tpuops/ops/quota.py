@@ -7,6 +7,7 @@ in the unit each quota counts: the number in the accelerator type (v4-32 holds 3
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -15,6 +16,7 @@ from tpuops.cloud.base import Cloud
 from tpuops.cloud.quotas import ANY_LOCATION, QuotaKind, QuotaLimit
 from tpuops.context import Context
 from tpuops.errors import CloudError, UsageError
+from tpuops.ops.pool_health import PoolHealth, history, pool_health
 from tpuops.spec import region_of
 
 V5E_SERVING_SIZES = (1, 4, 8)  # the v5e types Google's quota page names for its serving quota
@@ -58,6 +60,7 @@ class QuotaReport:
     limits: tuple[QuotaLimit, ...]
     holdings: tuple[Holding, ...]
     zone: str | None = None  # the rows shown are this zone's and its region's
+    health: tuple[PoolHealth, ...] = ()  # pools this machine's clusters of the project used: preemptions, waits
 
     @property
     def rows(self) -> tuple[QuotaRow, ...]:
@@ -77,7 +80,8 @@ class QuotaReport:
     def as_dict(self) -> dict[str, object]:
         return {"project": self.project, "source": self.source, "zone": self.zone,
                 "quota": [row.as_dict() for row in self.rows],
-                "held_by": [asdict(held) for held in self.holdings]}
+                "held_by": [asdict(held) for held in self.holdings],
+                "pool_health": [health.as_dict() for health in self.health]}
 
     def coverage(self, accelerator_type: str, zone: str, kind: QuotaKind, slices: int = 1) -> Coverage:
         """Whether the quota has room, now, for one more TPU of this type and kind in `zone`."""
@@ -122,10 +126,10 @@ class Coverage:
 def project_quota(ctx: Context, project: str | None = None, zone: str | None = None,
                   local: bool = False) -> QuotaReport:
     """The quota of `project` (or, `local`, of the simulator), seen from `zone` when one is given."""
-    if local:
-        return quota_of(ctx.local_cloud(), "local", zone)
-    name = project or ctx.require_project(None)
-    return quota_of(ctx.gcp_cloud(name), name, zone)
+    name = None if local else project or ctx.require_project(None)
+    report = quota_of(ctx.local_cloud(), "local", zone) if name is None else quota_of(ctx.gcp_cloud(name), name, zone)
+    mine = [state for state in history(ctx.store) if state.project == name]  # the simulator's have no project
+    return dataclasses.replace(report, health=tuple(pool_health(mine)))
 
 
 def quota_of(cloud: Cloud, project: str, zone: str | None = None) -> QuotaReport:

@@ -65,26 +65,9 @@ def check_local_inputs(path: str | Path) -> Spec:
     return spec
 
 
-def load_checked(path: str | Path, one_pool: bool = True) -> Spec:
-    """The spec a command that creates works from: check_spec_file, its warnings left to `plan`. With
-    `one_pool` (creating a TPU) a spec that names several pools, or a reservation, is refused: `up` does not
-    move across pools or use reservations yet, and must not pretend to."""
-    spec = check_spec_file(path).spec
-    if one_pool:
-        require_one_pool(spec, str(path))
-    return spec
-
-
-def require_one_pool(spec: Spec, source: str) -> None:
-    pools = spec.tpu.pools
-    if len(pools) > 1:
-        raise UsageError(f"{source}: tpu.pools names {len(pools)} pools, and creating across pools is not built "
-                         "yet: `up` would only ever try the first",
-                         "keep one pool (or the single form tpu: {type, ...}) in the spec you bring up; `tpuops "
-                         "plan` and `tpuops quota` show them all")
-    if pools and pools[0].reservation:
-        raise UsageError(f"{source}: tpu.pools.0.reservation: creating from a reservation is not built yet",
-                         "drop reservation for now")
+def load_checked(path: str | Path) -> Spec:
+    """The spec a command that creates works from: check_spec_file, its warnings left to `plan`."""
+    return check_spec_file(path).spec
 
 
 def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:
@@ -92,19 +75,26 @@ def plan_file(ctx: Context, path: str | Path, live: bool = False) -> Plan:
 
     Without `live` no credentials are needed; with it the zone (and each fallback zone) is asked what it offers,
     as `up` does, and a type or runtime it does not offer is an error."""
+    from tpuops.ops.plan_egress import cross_region_reads, with_move_costs
+
     checked = check_spec_file(path)
     spec = checked.spec
     warnings = checked.warnings
+    provider = cloud = None
     if live:
         from tpuops.ops.offerings import verify_spec_zones
         from tpuops.plan.guard_vm import reach_warnings
 
-        cloud = ctx.provider_for(spec).cloud()
+        provider = ctx.provider_for(spec)
+        cloud = provider.cloud()
         warnings += tuple(verify_spec_zones(cloud, spec))
         warnings += tuple(reach_warnings(cloud, spec))
     plan = make_plan(spec, project=ctx.project_for(spec))
     if live:
         plan = dataclasses.replace(plan, pools=quota_of_pools(ctx, spec, plan.pools))
+    base_dir = Path(path).resolve().parent
+    warnings += tuple(cross_region_reads(spec, base_dir, plan.pools, provider, cloud))
+    plan = dataclasses.replace(plan, pools=with_move_costs(spec, base_dir, plan.pools, provider))
     return dataclasses.replace(plan, warnings=warnings + plan.warnings)
 
 

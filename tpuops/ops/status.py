@@ -24,7 +24,7 @@ from tpuops.guard.report import GuardReport, guard_report
 from tpuops.ops.autostop import GuardStatus, guard_status
 from tpuops.ops.discover import find_in_project
 from tpuops.spec import CLUSTER_LABEL, Spec
-from tpuops.state import ClusterState, WorkerRecord
+from tpuops.state import MOVED_EVENT, ClusterState, WorkerRecord
 from tpuops.state.autostop import setting_of
 from tpuops.watchdog.records import WatchdogView, watchdog_view
 
@@ -45,6 +45,8 @@ class ClusterStatus:
     guard: GuardStatus | None = None  # uptime, cost so far, autostop
     watchdog: WatchdogView | None = None  # the hang watchdog's last step and verdict, as a watch last wrote it
     recovery_guard: GuardReport | None = None  # `tpuops guard`: alive, recoveries, goodput (None: never had one)
+    pool: str | None = None  # with tpu.pools: the pool the TPU is in
+    moves: tuple[RestartEvent, ...] = ()  # recoveries that moved the run to another pool, and why
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "workers": [w.model_dump() for w in self.workers],
@@ -131,6 +133,8 @@ def cluster_status(ctx: Context, name: str, zones: Sequence[str] = ()) -> Cluste
         guard=guard_status(ctx, state, spec, tpu_state, accelerator_type),
         watchdog=watchdog_now(watchdog_view(ctx, state, spec), tpu_state, run),
         recovery_guard=guard_report(ctx, state, spec, last=3),
+        pool=state.pool,
+        moves=tuple(RestartEvent(e.at, e.message, e.by) for e in state.events if e.kind == MOVED_EVENT),
     )
 
 

@@ -10,7 +10,7 @@ from tpuops.access.cluster import ClusterAccess
 from tpuops.context import Context
 from tpuops.ops import autostop as cost_guard
 from tpuops.providers.base import TrainerSite
-from tpuops.spec import Spec
+from tpuops.spec import Spec, region_of
 from tpuops.state import WorkerRecord, bucket_of, record_prefix
 from tpuops.watchdog.launch_hooks import with_hang_abort
 
@@ -36,6 +36,9 @@ def trainer_envs(ctx: Context, access: ClusterAccess, spec: Spec, run_id: str,
         "TPUOPS_LOGDIR": logdir,
         **framework_env(access, spec),
     }
+    checkpoints = spec.checkpoints_for(region_of(access.state.zone)) if access.state.zone else None
+    if checkpoints:  # the TPU's region's bucket: a run that moved to another pool finds its copied checkpoints
+        common["TPUOPS_CHECKPOINT_DIR"] = localize(access, checkpoints)
     if restart:
         common |= {"TPUOPS_RESTART": str(restart), "TPUOPS_RESUME": "1"}
     user_env = {key: localize(access, value) for key, value in (spec.trainer.env if spec.trainer else {}).items()}
@@ -84,5 +87,6 @@ def framework_env(access: ClusterAccess, spec: Spec) -> dict[str, str]:
 
 def localize(access: ClusterAccess, text: str) -> str:
     """The text as the workers must see it (the local provider's gs://BUCKET is a directory)."""
-    buckets = [access.spec.bucket.name] if access.spec is not None and access.spec.bucket else []
+    spec = access.spec
+    buckets = [name for name in (spec.bucket.name, spec.home_bucket) if name] if spec and spec.bucket else []
     return access.provider.localize(text, buckets)

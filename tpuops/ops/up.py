@@ -27,6 +27,7 @@ from tpuops.context import Context
 from tpuops.ops import autostop as cost_guard
 from tpuops.ops import guard as guard_commands
 from tpuops.ops.offerings import verify_spec_zones
+from tpuops.ops.placement import PoolOrder, place
 from tpuops.ops.specs import load_checked
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
 from tpuops.providers.guard_host import GuardHostInfo
@@ -50,6 +51,7 @@ class UpResult:
     guard: GuardHostInfo | None = None  # `up --guard` / spec guard.enabled: the guard started or adopted
     autostop_kept: str | None = None  # a setting of an earlier --autostop kept in place of the spec's
     access: ClusterAccess | None = field(default=None, compare=False)  # what up holds, for the next workflow
+    skipped_pools: tuple[str, ...] = ()  # with several pools: one line per pool passed over, and why
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -70,15 +72,18 @@ class UpResult:
             "autostop": asdict(self.autostop) if self.autostop else None,
             "guard": asdict(self.guard) if self.guard else None,
             "autostop_kept": self.autostop_kept,
+            "pool": self.access.state.pool if self.access else None,
+            "skipped_pools": list(self.skipped_pools),
         }
 
 
 def up(
     ctx: Context, spec_path: str | Path, wait_for_capacity: float = 0.0, progress: Progress | None = None,
-    autostop: AutostopSpec | None = None, guard: bool | None = None,
+    autostop: AutostopSpec | None = None, guard: bool | None = None, order: PoolOrder | None = None,
 ) -> UpResult:
     """`autostop` (--autostop) replaces the spec's setting for this cluster until changed again. `guard`
-    (--guard; None: the spec's guard.enabled) starts or adopts the guard once everything is up."""
+    (--guard; None: the spec's guard.enabled) starts or adopts the guard once everything is up. With several
+    pools the TPU is placed first (ops/placement.py; `order`: recovery's), the rest follows its region."""
     spec = load_checked(spec_path)
     provider = ctx.provider_for(spec)
     start_guard = spec.guard.enabled if guard is None else guard
@@ -91,13 +96,20 @@ def up(
     )
     state.spec_path = path
     job = Job(spec, cloud, Ledger(ctx.store, state), Knobs.from_env(ctx.env, wait_for_capacity), progress or silent)
-
-    known = observe(job, [action.kind for action in make_plan(spec).actions])
-    plan = make_plan(spec, [found.resource for found in known.values() if found.resource], provider.project)
     key = keys.ensure_key_pair(ctx.store.cluster_dir(spec.name), spec.name)
     user = keys.ssh_user(spec.ssh.user)
     job = replace(job, ssh_keys=keys.ssh_keys_metadata(user, key))
     job.ledger.update(lambda state: setattr(state, "ssh_user", user))
+    skipped: tuple[str, ...] = ()
+    placed: tuple[Action, ...] = ()
+    if len(spec.pools()) > 1:
+        placement = place(job, provider.project, order)
+        spec, skipped = placement.spec, placement.skipped
+        placed = (placement.created,) if placement.created else ()
+        job = replace(job, spec=spec)
+
+    known = observe(job, [action.kind for action in make_plan(spec).actions])
+    plan = make_plan(spec, [found.resource for found in known.values() if found.resource], provider.project)
     if autostop is not None:
         given = cost_guard.with_idle(cost_guard.setting_of(job.ledger.state, spec), autostop)
         job.ledger.update(lambda state: setattr(state, "autostop", given))
@@ -117,8 +129,8 @@ def up(
     access = access_for(ctx, job.ledger.state, spec)
     agent = cost_guard.install(ctx, access)
     guard_info = guard_commands.start_guard(ctx, job.ledger.state, spec) if start_guard else None
-    return UpResult(spec.name, plan, plan.changes, workers, known_hosts, offer_warnings, agent, guard_info,
-                    autostop_kept=kept, access=access)
+    return UpResult(spec.name, plan, (*placed, *plan.changes), workers, known_hosts, offer_warnings, agent, guard_info,
+                    autostop_kept=kept, access=access, skipped_pools=skipped)
 
 
 def ask_the_zones(job: Job, plan: Plan) -> tuple[str, ...]:

@@ -42,9 +42,11 @@ from tpuops.errors import (
 from tpuops.ops import autostop as cost_guard
 from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
+from tpuops.ops import pool_move
 from tpuops.ops import up as up_ops
 from tpuops.ops.status import tpu_mode
-from tpuops.state import ClusterState
+from tpuops.spec import load_spec
+from tpuops.state import MOVED_EVENT, ClusterState
 from tpuops.watchdog.judge import Watchdog
 
 EventHandler = Callable[[str, str, str], None]  # (time, kind, message)
@@ -205,6 +207,7 @@ class Watcher:
     blind: bool = False  # the last poll could not read the TPU's state (kept once in the state, not every poll)
     awaited_record: bool = False  # a TPU gone with autostop on: one more poll for the agent's record
     watchdog: Watchdog | None = None  # the hang watchdog, asked while the run is running
+    pool_failing_since: float | None = None  # with tpu.pools: when re-creating in the TPU's pool first failed
 
     # ------------------------------------------------------------------------------------ the loop
     def run(self) -> WatchResult:
@@ -314,6 +317,10 @@ class Watcher:
                               "gave up", "rerun `tpuops watch` with a higher --max-restarts, or `tpuops down`")
         self.event("recovery", f"{verdict.reason}: recovering (restart {self.restarts + 1} "
                                f"of at most {self.options.max_restarts})")
+        pool = self.state().pool
+        dead = verdict.reason.startswith(("TPU ", "queued resource ", "slice "))  # judge_tpu's: the API said so
+        if pool and dead and verdict.recreate and not verdict.confirmed and not self.pending_recreate:
+            self.event(pool_move.PREEMPTED_EVENT, f"{verdict.reason} in pool {pool}")  # what churn counts
         self.pending_recreate = self.pending_recreate or verdict.recreate
         policy = Retrying(
             retry=retry_if_exception(worth_retrying),
@@ -364,6 +371,9 @@ class Watcher:
             down_ops.delete_one(self.ctx.provider_for(spec, state).cloud(), tpu_mode(state, spec), doomed,
                                 lambda kind, name, text: None)
         self.forget_workers()
+        move = pool_move.choose(state, load_spec(state.spec_path), self.pool_failing_since)
+        if move.why:
+            self.event("recovery", f"leaving pool {state.pool}: {move.why}")
         self.event("recovery", f"creating the TPU again ({spec.tpu.type})", phase="provisioning")
         phase = ["provisioning"]
 
@@ -376,11 +386,23 @@ class Watcher:
                 what = "waiting for capacity" if now == "waiting" else "capacity found, the TPU is being created"
                 self.note("recovery", f"{what} ({kind} {name}: {text})", phase=now)
 
-        result = up_ops.up(self.ctx, state.spec_path, wait_for_capacity=self.options.wait_for_capacity,
-                           progress=progress, guard=False)
+        try:
+            result = up_ops.up(self.ctx, state.spec_path, wait_for_capacity=self.options.wait_for_capacity,
+                               progress=progress, guard=False, order=move.order)
+        except TpuopsError:
+            self.pool_failing_since = self.pool_failing_since or time.time()
+            raise
+        self.pool_failing_since = None
         self.pending_recreate = False
-        zone = self.state().zone
-        self.event("recovery", f"TPU ready again in {zone} with {len(result.workers)} worker(s)", phase="setup")
+        now = self.state()
+        self.event("recovery", f"TPU ready again in {now.zone} with {len(result.workers)} worker(s)", phase="setup")
+        if state.pool and now.pool != state.pool and state.zone and now.zone:
+            self.moved(state, now, move.why or "its pool could not create the TPU")
+
+    def moved(self, before: ClusterState, after: ClusterState, why: str) -> None:
+        """The run now lives in another pool: its checkpoints follow it to that region, and it is said where."""
+        message, facts = pool_move.follow(self.ctx, before, after, why)
+        self.event(MOVED_EVENT, message, **facts)
 
     def forget_workers(self) -> None:
         self.ctx.store.forget_workers(self.state())

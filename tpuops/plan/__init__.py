@@ -56,6 +56,7 @@ class PoolPlan:
     price_per_hour: float | None  # list price; None where the catalog has none (or the simulator: 0)
     bucket: str | None
     quota: str | None = None  # "covered: ..." / "NOT covered: ..." (plan --live)
+    move: str | None = None  # what moving the run here from the first pool costs in inter-region transfer
 
 
 @dataclass(frozen=True)
@@ -307,9 +308,6 @@ def _warnings(spec: Spec, accelerator: catalog.Accelerator | None) -> list[str]:
         warnings.append(f"runtime {runtime} is a TensorFlow image but the trainer is {framework}")
     if accelerator and accelerator.multi_host and "-tf-" in runtime and "-pod" not in runtime:
         warnings.append(f"{accelerator.type} spans {accelerator.hosts} hosts: use the -pod runtime variant")
-    if len(spec.tpu.pools) > 1:
-        warnings.append(f"tpu.pools names {len(spec.tpu.pools)} pools: `up` refuses more than one for now (moving "
-                        "across pools is not built yet); `plan` and `tpuops quota` read them all")
     if spec.provider == "gcp" and spec.logs.tensorboard and not spec.logs.tensorboard.startswith("gs://"):
         warnings.append("logs.tensorboard is not on gs://: `tpuops logs` cannot read it from here")
     return warnings

@@ -120,6 +120,11 @@ class Provider(Protocol):
         (`tpuops simulate preempt`); UsageError where the cloud cannot."""
         ...
 
+    def stock_out(self, zone: str, seconds: float) -> None:
+        """A zone refuses to create TPUs for `seconds` (`tpuops simulate stockout`); UsageError where the cloud
+        cannot."""
+        ...
+
 
 def tpu_paths_from(env: Mapping[str, str], vfio: bool, prefix: str = "") -> tuple[str, str]:
     """The defaults (under `prefix`, e.g. "~" for a worker home), unless the environment overrides them."""

@@ -71,6 +71,10 @@ class GcpProvider:
                          "simulated on provider: gcp",
                          "rehearse with a copy of the spec that sets `provider: local`, e.g. the quickstart")
 
+    def stock_out(self, zone: str, seconds: float) -> None:
+        raise UsageError("a zone's capacity cannot be taken away on request on provider: gcp",
+                         "rehearse with a copy of the spec that sets `provider: local`")
+
     def guard_host(self) -> GuardHost:
         from tpuops.providers.gcp_guard_host import GcpGuardHost, GuardVmLayout
         from tpuops.state import tpuops_home

@@ -91,6 +91,12 @@ class LocalProvider:
         else:
             LocalCloud(self.root).preempt_node(node)
 
+    def stock_out(self, zone: str, seconds: float) -> None:
+        """A simulated zone out of capacity: creating a TPU there fails as Google's stockout does."""
+        from tpuops.cloud.local.apis import LocalCloud
+
+        LocalCloud(self.root).stock_out(zone, seconds)
+
 
 def autostop_target(root: Path, cluster: str, node: str, queued: str | None, bucket: str | None,
                     compute: bool = False) -> LocalTarget:

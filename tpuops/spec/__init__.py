@@ -21,13 +21,17 @@ from tpuops.spec.autostop import AutostopSpec
 from tpuops.spec.check import CheckSpec
 from tpuops.spec.guard import GuardSpec
 from tpuops.spec.pools import (
+    DEFAULT_MOVE_AFTER,
     REGION_FIELD,
+    MoveAfter,
     PoolSpec,
     bucket_of_first_region,
     first_pool_fields,
+    placed_fields,
     region_of,
     single_pool,
     type_not_required,
+    url_in_region,
     zone_of_first_pool,
 )
 from tpuops.spec.watch import WatchSpec
@@ -79,6 +83,13 @@ class TpuSpec(Model):
     network: str = Field("default", description="The VPC network of the TPU, the client VM and the guard VM.")
     subnetwork: str | None = Field(None, description="The subnetwork in the zone's region; default: Google's choice "
                                                    "for the network and region.")
+    order: Literal["listed", "health"] = Field(
+        "listed", description="With several pools: try them as listed, or healthiest first (fewest preemptions "
+        "per day, then quickest to get capacity, from this machine's clusters' history; `tpuops quota` shows it).")
+    move_after: MoveAfter = Field(
+        DEFAULT_MOVE_AFTER,
+        description="With several pools: how long recovery keeps failing to re-create the TPU in its own pool "
+        "before it moves the run to the next pool (a duration like 15m).")
     pools: list[PoolSpec] = Field(
         default_factory=list, min_length=1,
         description="Where the TPU may run, in order of preference: each {type, zone, provisioning, runtime, "
@@ -108,6 +119,14 @@ class TpuSpec(Model):
     @property
     def flex_start_seconds(self) -> int | None:
         return None if self.flex_start is None else int(run_time_seconds(self.flex_start))
+
+    @model_validator(mode="after")
+    def _reservation_is_queued(self) -> TpuSpec:
+        reserved = [index for index, pool in enumerate(self.pools) if pool.reservation]
+        if reserved and not self.through_queue:
+            raise ValueError(f"tpu.pools.{reserved[0]}.reservation: a TPU is created from a reservation through a "
+                             "queued resource: set tpu.queued: true")
+        return self
 
     @property
     def through_queue(self) -> bool:
@@ -166,6 +185,17 @@ class TrainerSpec(Model):
                                      "directory.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for setup and "
                                                                   "the trainer (names and values as strings).")
+    checkpoints: str | None = Field(
+        None, description="Where the run checkpoints (gs://BUCKET/PATH, in the spec's bucket): handed to the "
+        "trainer as TPUOPS_CHECKPOINT_DIR with the TPU's region's bucket in it, and copied to the next region's "
+        "bucket before a run moves there.")
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _gcs_checkpoints(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("gs://"):
+            raise ValueError(f"trainer.checkpoints must be a gs://BUCKET/PATH URL, got {value!r}")
+        return value
 
     @field_validator("command")
     @classmethod
@@ -219,6 +249,7 @@ class Spec(Model):
     guard: GuardSpec = Field(default_factory=GuardSpec, description="Recovery that outlives the laptop.")
     check: CheckSpec = Field(default_factory=CheckSpec, description="How `tpuops check` runs the trainer here.")
     _bucket_pattern: str | None = PrivateAttr(None)  # bucket.name as written, when it holds {region}
+    _home_bucket: str | None = PrivateAttr(None)  # placed in a pool: the first pool's bucket (see home_bucket)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -274,6 +305,36 @@ class Spec(Model):
     def pools(self) -> tuple[PoolSpec, ...]:
         """Where the TPU may run, in order: `tpu.pools`, or the single form as one pool."""
         return tuple(self.tpu.pools) or (single_pool(self.tpu, self.zone or LOCAL_ZONE),)
+
+    def in_pool(self, pool: PoolSpec) -> Spec:
+        """This spec as if it named only `pool`: its type, zone, provisioning and runtime, and its region's
+        bucket, data and checkpoints; what `up`, `launch` and the guard work from once the TPU is placed there."""
+        placed = self.model_copy(update=placed_fields(self, pool))
+        placed._bucket_pattern = self._bucket_pattern
+        placed._home_bucket = self.home_bucket
+        return placed
+
+    @property
+    def home_bucket(self) -> str | None:
+        """The first pool's region's bucket, wherever the TPU is: the guard's lease and ledger stay there, so a
+        run that moves across regions keeps one history."""
+        return self._home_bucket or (self.bucket.name if self.bucket else None)
+
+    def pool_at(self, zone: str | None, accelerator_type: str | None = None) -> PoolSpec | None:
+        """The pool a TPU in `zone` (of that type) belongs to: a fallback zone belongs to its single pool."""
+        for pool in self.pools():
+            if pool.zone == zone and accelerator_type in (None, pool.type):
+                return pool
+        return self.pools()[0] if not self.tpu.pools and zone in self.tpu.zones else None
+
+    def checkpoints_for(self, region: str) -> str | None:
+        """trainer.checkpoints with `region`'s bucket in it."""
+        given = self.trainer.checkpoints if self.trainer else None
+        return self.in_region(given, region) if given is not None else None
+
+    def in_region(self, url: str, region: str) -> str:
+        """A gs:// URL in the spec's bucket, moved to `region`'s bucket (spec/pools.py: url_in_region)."""
+        return url_in_region(url, region, self.bucket.name if self.bucket else None, self.bucket_for(region))
 
     def bucket_for(self, region: str) -> str | None:
         """The bucket a TPU in `region` reads and writes: bucket.name, with {region} filled in when it has one."""

@@ -5,9 +5,12 @@ A model of its own beside spec.py (which imports it, never the reverse), as the 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from tpuops.durations import parse_duration
+from tpuops.errors import UsageError
 
 REGION_FIELD = "{region}"  # in bucket.name: one bucket per region, named after it
 POOL_REPLACES = ("type", "runtime", "spot", "preemptible", "zones")
@@ -42,6 +45,31 @@ class PoolSpec(BaseModel):
     @property
     def region(self) -> str:
         return region_of(self.zone)
+
+    @property
+    def label(self) -> str:
+        """How lines name the pool: `v6e-8 spot in europe-west4-a`."""
+        return f"{self.type} {self.provisioning} in {self.zone}"
+
+
+DEFAULT_MOVE_AFTER = 900.0  # tpu.move_after: 15 minutes of failing to re-create in the same pool
+
+
+def _move_after(value: Any) -> float:
+    """A duration like 15m (or a number of seconds): how long recovery keeps trying the pool it was in."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"cannot read {value!r} as a duration (write it like 15m, 1h or 900)")
+    try:
+        seconds = parse_duration(str(value))
+    except UsageError:
+        raise ValueError(f"cannot read {value!r} as a duration (write it like 15m, 1h or 900)") from None
+    if seconds < 0:
+        raise ValueError("move_after cannot be negative")
+    return seconds
+
+
+MoveAfter = Annotated[float, BeforeValidator(_move_after),
+                      WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}]})]
 
 
 def type_not_required(schema: dict[str, Any]) -> None:
@@ -101,3 +129,27 @@ def single_pool(tpu: Any, zone: str) -> PoolSpec:
     provisioning = "spot" if tpu.spot else "preemptible" if tpu.preemptible else "on-demand"
     return PoolSpec.model_construct(type=tpu.type, zone=zone, provisioning=provisioning, runtime=tpu.runtime,
                                     reservation=None)
+
+
+def placed_fields(spec: Any, pool: PoolSpec) -> dict[str, Any]:
+    """The fields of `spec` (a Spec) that change when its TPU is placed in `pool` (Spec.in_pool)."""
+    tpu = spec.tpu.model_copy(update={
+        "type": pool.type, "runtime": pool.runtime, "spot": pool.spot, "preemptible": pool.preemptible,
+        "zones": [] if spec.tpu.pools else spec.tpu.zones, "pools": [pool] if spec.tpu.pools else []})
+    bucket = spec.bucket.model_copy(update={"name": spec.bucket_for(pool.region)}) if spec.bucket else None
+    trainer = spec.trainer.model_copy(update={"checkpoints": spec.checkpoints_for(pool.region)}) \
+        if spec.trainer else None
+    data = [item.model_copy(update={"to": spec.in_region(item.to, pool.region)}) for item in spec.data]
+    return {"tpu": tpu, "zone": pool.zone, "bucket": bucket, "trainer": trainer, "data": data}
+
+
+def url_in_region(url: str, region: str, first: str | None, wanted: str | None) -> str:
+    """A gs:// URL moved to `region`'s bucket: {region} filled in, or the first region's bucket `first` (what
+    bucket.name reads as) replaced by `wanted`. Other URLs and paths stay as they are."""
+    if not url.startswith("gs://"):
+        return url
+    if REGION_FIELD in url:
+        return url.replace(REGION_FIELD, region)
+    if first and wanted and (url == f"gs://{first}" or url.startswith(f"gs://{first}/")):
+        return f"gs://{wanted}" + url[len(f"gs://{first}"):]
+    return url

@@ -49,6 +49,9 @@ def tpuops_home(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
     return config / "tpuops"
 
 
+MOVED_EVENT = "moved"  # an event: recovery moved the run to another pool (its message says from, to and why)
+
+
 class StateModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -177,6 +180,7 @@ class ClusterState(StateModel):
     provider: Literal["gcp", "local"]
     project: str | None = None
     zone: str | None = None
+    pool: str | None = None  # with tpu.pools: the pool the TPU is in (its label, `v6e-8 spot in europe-west4-a`)
     spec_path: str
     resources: list[ResourceRecord] = Field(default_factory=list)
     workers: list[WorkerRecord] = Field(default_factory=list)

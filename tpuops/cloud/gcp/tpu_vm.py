@@ -137,6 +137,8 @@ class TpuVmApi(LazyClient):
         )
         if request.spot or request.preemptible:
             queued.spot = tpu_v2.QueuedResource.Spot()
+        if request.reservation:  # the one reservation field google-cloud-tpu's v2 QueuedResource has
+            queued.reservation_name = request.reservation
         if valid_until is not None:
             queued.queueing_policy = queueing_policy(valid_until)
         operation = self.timing.call(

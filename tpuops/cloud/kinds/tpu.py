@@ -314,7 +314,17 @@ def tpu_request(job: Job, zone: str) -> TpuRequest:
         ssh_keys=job.ssh_keys if tpu.mode == "vm" else None,
         workers=tpu.workers,  # only the local provider simulates a chosen number of hosts
         slices=tpu.slices,
+        reservation=reservation_name(job.ledger.state.project, zone, tpu.pools[0].reservation)
+        if tpu.pools and tpu.pools[0].reservation and tpu.through_queue else None,
     )
+
+
+def reservation_name(project: str | None, zone: str, reservation: str | None) -> str | None:
+    """A pool's `reservation` as the queued resource names it: a full name as written, else
+    projects/PROJECT/locations/ZONE/reservations/NAME."""
+    if not reservation or "/" in reservation:
+        return reservation
+    return f"projects/{project or '-'}/locations/{zone}/reservations/{reservation}"
 
 
 def reachable_hosts(cloud: Cloud, spec: Spec, node: TpuNode) -> tuple[list[Worker], list[HostKey]]:

@@ -23,9 +23,10 @@ from tpuops.atomic import write_atomic
 from tpuops.cloud.base import Bucket, HostKey, QueuedResource, TpuNode, TpuRequest, Vm, VmRequest, Worker, ZoneOffer
 from tpuops.cloud.local.layout import bucket_path
 from tpuops.cloud.local.search import LocalSearch
-from tpuops.errors import CloudError
+from tpuops.errors import CapacityError, CloudError
 
 LOOPBACK = "127.0.0.1"
+STOCKOUTS = "stockouts.json"  # zone -> epoch time until which it has no capacity
 
 
 class LocalCloud(LocalSearch):
@@ -71,6 +72,11 @@ class LocalCloud(LocalSearch):
         accelerator = catalog.load().accelerator(request.accelerator_type)
         if accelerator is None:
             raise CloudError(f"unknown accelerator type {request.accelerator_type}")
+        until = self.stockouts().get(request.zone)
+        if until is not None:
+            raise CapacityError(f"create TPU {request.name} in {request.zone}: no capacity: the simulated zone is "
+                                f"out of capacity for {max(until - time.time(), 0):.0f}s more "
+                                "(`tpuops simulate stockout`)", "try another zone or --wait-for-capacity")
         workers = request.workers or accelerator.hosts
         for index in range(workers):
             self.worker_home(request.name, index).mkdir(parents=True, exist_ok=True)
@@ -86,6 +92,25 @@ class LocalCloud(LocalSearch):
         stop_processes_under(home)
         shutil.rmtree(home, ignore_errors=True)
         self._record("tpus", name).unlink(missing_ok=True)
+
+    def stockouts(self) -> dict[str, float]:
+        """Zones out of capacity (`tpuops simulate stockout`), each until an epoch time; the past ones dropped."""
+        try:
+            until = json.loads((self.root / STOCKOUTS).read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as err:
+            raise CloudError(f"the simulator's {STOCKOUTS} is unreadable: {err}", "delete it") from err
+        return {zone: float(at) for zone, at in until.items() if float(at) > time.time()}
+
+    def stock_out(self, zone: str, seconds: float) -> None:
+        """`zone` refuses to create TPUs for `seconds` (0: has capacity again at once)."""
+        until = self.stockouts()
+        until.pop(zone, None)
+        if seconds > 0:
+            until[zone] = time.time() + seconds
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.root / STOCKOUTS, json.dumps(until, indent=2))
 
     def preempt_node(self, name: str) -> None:
         """A preemption: every process of the node's workers ends, the record reads PREEMPTED (the homes stay,

@@ -1,0 +1,129 @@
+"""Recovery across pools on the local simulator, as a user rehearses it: a run in the first pool is preempted
+while that zone stays out of capacity (`tpuops simulate stockout`); the guard moves it to the next pool, in
+another region, copies its checkpoint to that region's bucket, and the trainer resumes from its step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.helpers import run_cli
+from tests.test_guard_local import FAST, cli, guard_pid, ledger_of, wait_until
+from tests.test_quickstart import QUICKSTART, processes_under
+from tpuops.providers.local_guard_host import is_guard_process
+
+FIRST, NEXT = "sim-west1-a", "sim-east1-b"
+
+
+def pools_spec(directory: Path) -> Path:
+    root = QUICKSTART.parent
+    spec = directory / "pools.yaml"
+    spec.write_text(f"""
+name: pools
+provider: local
+tpu:
+  pools:
+    - {{type: v2-8, zone: {FIRST}, provisioning: spot}}
+    - {{type: v2-8, zone: {NEXT}, provisioning: spot}}
+  workers: 2
+  move_after: 0s
+bucket: {{name: "pools-{{region}}"}}
+code: {{path: {root.parent / "templates" / "charlm"}}}
+data: [{{from: {root / "data"}, to: data}}]
+trainer:
+  framework: jax
+  command: python3 train.py --data ~/data/quickstart.txt --steps 40000 --checkpoint-every 100
+  checkpoints: gs://pools-{{region}}/checkpoints
+logs: {{tensorboard: "gs://pools-sim-west1/logs"}}
+""")
+    return spec
+
+
+def test_a_zone_out_of_capacity_moves_the_run_to_the_next_pool(tmp_path: Path, tpuops_home: Path,
+                                                               monkeypatch) -> None:  # noqa: ANN001
+    for key, value in FAST.items():
+        monkeypatch.setenv(key, value)
+    grant = [{"generation": "v2", "kind": "spot", "zone": zone, "limit": 8} for zone in (FIRST, NEXT)]
+    (tpuops_home / "local").mkdir(parents=True, exist_ok=True)
+    (tpuops_home / "local" / "quota.json").write_text(json.dumps({"limits": grant}))
+    buckets = tpuops_home / "local" / "buckets"
+    started = cli("run", str(pools_spec(tmp_path)), "--detach", timeout=300)
+    assert started.returncode == 0, started.stderr[-3000:]
+    try:
+        checkpoint = buckets / "pools-sim-west1" / "checkpoints"
+        wait_until(lambda: checkpoint.is_dir() and any(checkpoint.iterdir()), "the first checkpoint")
+        assert cli("guard", "up", "pools").returncode == 0
+        ledger = ledger_of(tpuops_home, "pools-sim-west1", "pools")  # the first pool's bucket keeps the ledger
+        wait_until(lambda: (beat := ledger.heartbeat()) is not None and beat.step, "the guard to see steps")
+
+        assert cli("simulate", "stockout", FIRST, "--for", "10m").returncode == 0
+        assert cli("simulate", "preempt", "pools").returncode == 0
+        recovered = wait_until(lambda: [e for _, e in ledger.events() if e.kind == "recovered"], "the recovery")
+        events = [event for _, event in ledger.events()]
+        moved = next(event for event in events if event.kind == "moved")
+        assert (moved.data["from_pool"], moved.data["to_pool"]) == (f"v2-8 spot in {FIRST}", f"v2-8 spot in {NEXT}")
+        assert moved.data["checkpoint_bytes"] > 0 and "has failed for" in moved.data["why"]
+        assert any(e.kind == "recovery" and e.message.startswith("attempt failed") and "no capacity" in e.message
+                   for e in events)  # the same pool first
+        copied = buckets / "pools-sim-east1" / "checkpoints"
+        assert sorted(p.name for p in copied.iterdir()) == sorted(p.name for p in checkpoint.iterdir())
+        facts = recovered[0].data  # charlm resumed from the copied checkpoint (a multiple of 100), not step 1
+        assert facts["first_step_after"] > 1 and (facts["first_step_after"] - 1) % 100 == 0
+
+        state = json.loads((tpuops_home / "clusters" / "pools" / "state.json").read_text())
+        assert (state["zone"], state["pool"]) == (NEXT, f"v2-8 spot in {NEXT}")
+        status = cli("status", "pools")
+        assert f"pool: v2-8 spot in {NEXT}" in status.stdout, status.stdout
+        assert f"from pool v2-8 spot in {FIRST} to pool v2-8 spot in {NEXT}" in status.stdout
+    finally:
+        pid = guard_pid(tpuops_home, "pools")
+        run_cli("guard", "down", "pools", timeout=120)
+        run_cli("down", "pools", "--yes", timeout=120)
+        if pid is not None and is_guard_process(pid, "pools"):
+            from tpuops.providers.local_guard_host import stop_process_group
+
+            stop_process_group(pid)
+        assert processes_under(tpuops_home / "local" / "workers") == []
+
+
+def test_a_guard_whose_status_calls_fail_never_moves(tmp_path: Path, tpuops_home: Path) -> None:
+    from tests.test_guard_local import kinds
+    from tpuops.context import Context
+    from tpuops.ops.guard_loop import GuardedWatcher
+    from tpuops.ops.watch import WatchOptions
+
+    grant = [{"generation": "v2", "kind": "spot", "zone": zone, "limit": 8} for zone in (FIRST, NEXT)]
+    (tpuops_home / "local").mkdir(parents=True, exist_ok=True)
+    (tpuops_home / "local" / "quota.json").write_text(json.dumps({"limits": grant}))
+    spec = tmp_path / "blind.yaml"
+    spec.write_text(f"""
+name: blind
+provider: local
+tpu:
+  pools: [{{type: v2-8, zone: {FIRST}, provisioning: spot}}, {{type: v2-8, zone: {NEXT}, provisioning: spot}}]
+  move_after: 0s
+bucket: {{name: "blind-{{region}}"}}
+trainer: {{framework: jax, command: "sleep 300"}}
+""")
+    assert cli("up", str(spec)).returncode == 0
+    assert cli("launch", "blind").returncode == 0
+    assert cli("simulate", "stockout", FIRST, "--for", "10m").returncode == 0  # a move would have somewhere to go
+    record = tpuops_home / "local" / "tpus" / "blind.json"
+    ready = record.read_text()
+    ledger = ledger_of(tpuops_home, "blind-sim-west1", "blind")
+    watcher = GuardedWatcher(Context.from_env(), "blind", WatchOptions(poll_interval=0.01, backoff=0.01),
+                             ledger=ledger)
+    try:
+        for _ in range(3):  # the status call fails, poll after poll (the API answers garbage)
+            record.write_text("{not json")
+            assert watcher.step() is None
+        record.write_text(ready)
+        assert watcher.step() is None
+        seen = kinds(ledger)
+        state = json.loads((tpuops_home / "clusters" / "blind" / "state.json").read_text())
+    finally:
+        record.write_text(ready)
+        cli("simulate", "stockout", FIRST, "--for", "0")
+        cli("down", "blind", "--yes")
+    assert not {"preemption", "preempted", "recovery", "moved", "restart"} & set(seen), seen
+    assert (state["zone"], state["pool"]) == (FIRST, f"v2-8 spot in {FIRST}")
