@@ -143,7 +143,9 @@ def deny_legacy(gcp: FakeGcp) -> None:
 
 
 def deny_vms(gcp: FakeGcp) -> None:
-    gcp.compute_api.server.faults.http_error("GET", r"/aggregated/instances$", 403, message="denied")
+    # Every listing (the VMs' and the Compute Engine TPUs' search both list instances): a role is missing for all
+    # of them, and with one refusal only, whichever search asked first would be the one to fail.
+    gcp.compute_api.server.faults.http_error("GET", r"/aggregated/instances$", 403, times=-1, message="denied")
 
 
 def deny_buckets(gcp: FakeGcp) -> None:

@@ -3,19 +3,10 @@ TERM=dumb. A chart is only a chart if its curve spans several rows."""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
 import re
-import select
-import struct
-import subprocess
-import sys
-import termios
-import time
 from pathlib import Path
 
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_on_pty
 from tests.logs_writers import TbWriter, simple_event
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -32,34 +23,7 @@ def write_falling_loss(logdir: Path, tags: tuple[str, ...] = ("loss", "lr", "eva
 def run_in_pty(args: list[str], columns: int = 80, lines: int = 24, env: dict[str, str] | None = None,
                timeout: float = 60) -> tuple[int, str]:
     """The CLI on a pseudo-terminal of the given size; its whole output and exit code."""
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
-    process = subprocess.Popen([sys.executable, "-m", "tpuops", *args], stdin=follower, stdout=follower,
-                               stderr=follower, env={**os.environ, "TERM": "xterm-256color", **(env or {})},
-                               close_fds=True)
-    os.close(follower)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 0.5)
-            if ready:
-                try:
-                    data = os.read(leader, 65536)
-                except OSError:  # the child closed the pty
-                    break
-                if not data:
-                    break
-                chunks.append(data)
-            elif process.poll() is not None:
-                break
-        code = process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        os.close(leader)
-    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    return run_on_pty(args, columns=columns, lines=lines, env=env, timeout=timeout)
 
 
 def curve_rows(chart_text: str) -> list[int]:

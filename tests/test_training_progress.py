@@ -4,22 +4,14 @@ output exactly, on a terminal `logs -f` shows the live line instead."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import re
-import select
-import struct
-import subprocess
-import sys
-import termios
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_on_pty
 from tpuops.logs.events import ScalarPoint
 from tpuops.logs.progress import RunProgress, progress_line, read_line, see_points, total_from_command
 
@@ -74,36 +66,10 @@ def test_scalars_and_command_lines() -> None:
 def on_a_terminal(*args: str, timeout: float = 120, code: int = 0, stderr: Path | None = None) -> str:
     """`tpuops ARGS` with stdout on a pseudo-terminal (100 columns): what the user would see, colours stripped;
     stderr into the file `stderr` (else nowhere); the exit code must be `code`."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    errors = stderr.open("wb") if stderr is not None else subprocess.DEVNULL
-    process = subprocess.Popen([sys.executable, "-m", "tpuops", *args], stdout=slave, stderr=errors,
-                               stdin=subprocess.DEVNULL, env={**os.environ, "TERM": "xterm"})
-    if stderr is not None:
-        errors.close()  # type: ignore[union-attr]
-    os.close(slave)
-    chunks = []
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
-                try:
-                    data = os.read(master, 65536)
-                except OSError:  # the child closed the terminal
-                    break
-                if not data:
-                    break
-                chunks.append(data)
-            elif process.poll() is not None:
-                break
-        assert process.wait(timeout=max(1.0, deadline - time.monotonic())) == code
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        os.close(master)
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
+    exited, output = run_on_pty(args, columns=100, lines=30, stdin_on_pty=False,
+                                stderr=stderr if stderr is not None else Path(os.devnull), timeout=timeout)
+    assert exited == code
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
 
 
 def test_pipes_keep_the_raw_lines_and_a_terminal_gets_the_live_line(tpuops_home: Path) -> None:

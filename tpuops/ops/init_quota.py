@@ -10,7 +10,7 @@ from tpuops.cloud.quotas import QuotaLimit
 from tpuops.context import Context
 from tpuops.errors import UsageError
 from tpuops.ops.quota import QuotaReport, granted_limits, project_quota
-from tpuops.ops.specs import SCHEMA_FILE, SCHEMA_MODELINE, spec_schema
+from tpuops.ops.specs import SCHEMA_FILE, SCHEMA_MODELINE, spec_destination, spec_schema
 from tpuops.spec import parse_spec
 
 SPEC_HEAD = """# tpuops spec written by `tpuops init --from-quota` from the TPU quota of {source} on {today}.
@@ -21,13 +21,7 @@ SPEC_HEAD = """# tpuops spec written by `tpuops init --from-quota` from the TPU 
 
 def init_from_quota(ctx: Context, destination: Path, project: str | None = None, local: bool = False,
                     force: bool = False) -> tuple[Path, QuotaReport]:
-    if destination.is_dir():
-        destination = destination / "tpuops.yaml"
-    if destination.exists() and not force:
-        raise UsageError(f"{destination} already exists", "pass --force to overwrite or give another path")
-    if not destination.parent.is_dir():
-        raise UsageError(f"cannot write {destination}: the directory {destination.parent} does not exist",
-                         f"create it first (mkdir -p {destination.parent}) or give another path")
+    destination = spec_destination(destination, force)
     report = project_quota(ctx, project, local=local)
     text = spec_text(report, local)
     parse_spec(text, str(destination))  # what is written must be a spec `plan` accepts

@@ -125,9 +125,8 @@ class InitResult:
     trainer_kept: Path | None = None  # a file of that name was there already: left as it was
 
 
-def init_spec(template: str, destination: Path, force: bool = False) -> InitResult:
-    if template not in INIT_TEMPLATES:
-        raise UsageError(f"unknown template '{template}'", f"choose one of: {', '.join(INIT_TEMPLATES)}")
+def spec_destination(destination: Path, force: bool) -> Path:
+    """Where `init` writes (a directory gets tpuops.yaml inside), refused before anything is written or asked."""
     if destination.is_dir():
         destination = destination / "tpuops.yaml"
     if destination.exists() and not force:
@@ -135,6 +134,13 @@ def init_spec(template: str, destination: Path, force: bool = False) -> InitResu
     if not destination.parent.is_dir():
         raise UsageError(f"cannot write {destination}: the directory {destination.parent} does not exist",
                          f"create it first (mkdir -p {destination.parent}) or give another path")
+    return destination
+
+
+def init_spec(template: str, destination: Path, force: bool = False) -> InitResult:
+    if template not in INIT_TEMPLATES:
+        raise UsageError(f"unknown template '{template}'", f"choose one of: {', '.join(INIT_TEMPLATES)}")
+    destination = spec_destination(destination, force)
     files = resources.files("tpuops.data.init")
     destination.write_text(SCHEMA_MODELINE + files.joinpath(f"{template}.yaml").read_text())
     # Rewritten on every init: it is generated, so the newest tpuops' schema replaces an older one.
