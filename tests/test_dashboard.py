@@ -109,6 +109,8 @@ def test_the_json_of_a_cluster_after_a_preemption_and_a_hang(cluster: tuple[str,
     assert overview["last_event"]["kind"] == "recovered" and overview["errors"] == {}
     status = json.loads(run_cli("status", name, "--json", env={"TPUOPS_HOME": str(cluster[1])}).stdout)
     assert status["recovery_guard"]["goodput"] == overview["goodput"]  # the same numbers as `status --json`
+    recorded = json.loads((cluster[1] / "clusters" / name / "state.json").read_text())
+    assert "pool" in overview and overview["pool"] == recorded.get("pool")  # where the TPU was placed, as recorded
 
     doc = board.cluster(name, wait=True)
     loss = doc["scalars"]["."]["loss"]

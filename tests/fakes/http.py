@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -109,6 +110,15 @@ def dispatch(service: str, routes: list[Route], request: Request, failed: Callab
     raise HttpError(404, f"fake {service}: no route for {request.method} {request.path}")
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-request (a timeout, a test's end) is part of what the fakes serve: no traceback
+    in the test output."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class JsonServer:
     """Serves `handler(request) -> (status, json body)` on 127.0.0.1:<free port>; start()/stop()."""
 
@@ -118,7 +128,7 @@ class JsonServer:
         self.faults = Faults()
         self.requests: list[Request] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = QuietServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,),
                                         name=f"fake-{name}", daemon=True)

@@ -100,7 +100,7 @@ class Board:
         last = feed.events[-1] if feed.events else None
         recorded = state.events[-1] if state.events else None
         return {
-            "name": state.name, "provider": state.provider, "zone": state.zone,
+            "name": state.name, "provider": state.provider, "zone": state.zone, "pool": state.pool,
             "tpu_type": _tpu_type(state), "tpu_state": status.tpu_state if status is not None else None,
             "status_age_s": age, "status_error": error,
             "cost": cost.as_dict() if cost is not None else None,

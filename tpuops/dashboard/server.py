@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -48,6 +49,12 @@ class DashboardServer(ThreadingHTTPServer):
         self._board_error: BaseException | None = None
         self._built = threading.Event()
         threading.Thread(target=self._build, args=(make_board,), daemon=True).start()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A browser that closed its tab or reloaded mid-request resets the connection: that is no error of ours,
+        and the user's terminal shows the URL only (a traceback with TPUOPS_DEBUG=1)."""
+        if os.environ.get("TPUOPS_DEBUG") == "1":
+            super().handle_error(request, client_address)
 
     def _build(self, make_board: Callable[[], Board]) -> None:
         try:
