@@ -21,7 +21,9 @@ import pytest
 
 from tests.fakes.http import SHUTDOWN_POLL_S
 from tests.helpers import run_cli, write_spec
+from tests.logs_writers import TbWriter, event_file_name
 from tests.test_quickstart import long_quickstart, processes_under
+from tpuops.cloud.local.layout import bucket_path
 from tpuops.guard.lease import read_lease
 from tpuops.guard.ledger import Ledger
 from tpuops.providers.local_guard_host import is_guard_process, stop_process_group
@@ -130,6 +132,13 @@ def test_the_guard_recovers_a_preemption_with_no_cli_attached(quickstart: str, t
     url, received = webhook
     spec = Path(quickstart)
     spec.write_text(spec.read_text() + f"guard: {{notify: '{url}'}}\n")
+    # An earlier run's event file in the same logdir, with steps far beyond this run's: the guard's steps (and
+    # so the steps lost) are this run's own.
+    logdir = bucket_path(tpuops_home / "local", "gs://tpuops-quickstart/quickstart/logs")
+    earlier = TbWriter(logdir)
+    earlier.scalars(range(0, 99_001, 33_000))
+    earlier.close()
+    earlier.path.rename(logdir / event_file_name(0))
     up = cli("guard", "up", "quickstart")
     assert up.returncode == 0 and "guard: process pid" in up.stdout, up.stderr
     pid = guard_pid(tpuops_home, "quickstart")
@@ -146,6 +155,7 @@ def test_the_guard_recovers_a_preemption_with_no_cli_attached(quickstart: str, t
     # charlm resumed from its last checkpoint (a multiple of 100), not from step 1
     assert facts["first_step_after"] > 1 and (facts["first_step_after"] - 1) % 100 == 0
     assert facts["steps_lost"] == facts["step_before"] - facts["first_step_after"] + 1 >= 0
+    assert facts["step_before"] < 40000  # not the earlier run's 99,000
     assert kinds(ledger).index("preemption") < kinds(ledger).index("restart") < kinds(ledger).index("recovered")
 
     # status reads the heartbeat, which the guard rewrites after the recovered event: wait for it to count it

@@ -29,7 +29,7 @@ from tpuops.guard.ledger import Ledger, Progress
 from tpuops.guard.notify import Notifier
 from tpuops.ops import watch as watch_ops
 from tpuops.ops.guard_viewer import view_guard
-from tpuops.ops.logs import LogsRequest, logs_provider, open_source
+from tpuops.ops.logs import LogsRequest, logs_provider, open_source, run_map
 from tpuops.providers.guard_host import HOLDER_ENV
 
 ROLE_GUARD, ROLE_WATCH = "guard", "watch"
@@ -194,8 +194,11 @@ class StepReader:
             return []
         try:
             if self._source is None:
+                # The current run's own scalars (with its resumes): an earlier run's event files in the same
+                # logdir hold steps that are not this run's, and would count as steps lost.
                 request = LogsRequest(logdir=resolve_logdir(self.ctx, self.cluster, None),
-                                      provider=logs_provider(self.ctx, self.cluster, None))
+                                      provider=logs_provider(self.ctx, self.cluster, None),
+                                      runs=run_map(self.ctx, self.cluster, None, None))
                 self._source = open_source(self.ctx, request, warn=lambda text: None)
             return [point.step for point in self._source.poll()]
         except UsageError:
