@@ -54,12 +54,14 @@ def gcp(fake_gcp: FakeGcp, sshd2: SshdCluster, tpu_paths_in_worker_homes: None) 
 
 
 def make_spec(sshd: SshdCluster, home: Path, tmp_path: Path, tpu: str, zone: str, framework: str,
-              command: str) -> tuple[str, Path]:
+              command: str, bucket: bool = False) -> tuple[str, Path]:
     name = f"ct-{uuid.uuid4().hex[:8]}"
+    bucket_line = f"bucket: {{name: {name}-b}}" if bucket else ""  # where a guard keeps its lease and ledger
     spec = write_spec(tmp_path, f"""
         name: {name}
         zone: {zone}
         tpu: {tpu}
+        {bucket_line}
         ssh: {{user: root, port: {sshd.port}}}
         trainer:
           framework: {framework}
@@ -97,11 +99,14 @@ def nothing_left(gcp: FakeGcp) -> bool:
     return not (gcp.compute.instances or tpus.groups or tpus.templates or tpus.policies)
 
 
+@pytest.mark.parametrize("guard", [False, True], ids=["watch", "guard"])
 def test_tpu7x_slice_up_launch_preempted_recreated_resumed_down(
-        gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+        gcp: FakeGcp, sshd2: SshdCluster, tpuops_home: Path, tmp_path: Path, guard: bool) -> None:
+    """`watch` on the laptop, or the guard (`watch --headless`: the loop a guard host runs, lease and ledger in
+    the bucket), recovers the slice the same way."""
     marker = f"tpuops-ct-{uuid.uuid4().hex[:8]}"
     name, spec = make_spec(sshd2, tpuops_home, tmp_path, "{type: tpu7x-16, spot: true}", ZONE, "jax",
-                           trainer(marker))
+                           trainer(marker), bucket=guard)
     tpus = gcp.compute_tpus
     assert tpus is not None
     try:
@@ -110,7 +115,7 @@ def test_tpu7x_slice_up_launch_preempted_recreated_resumed_down(
         assert group.name == name and group.body["targetSizePolicy"]["mode"] == "BULK"
         assert set(tpus.templates) == {f"{name}-it"} and [p.name for p in tpus.policies.values()] == [f"{name}-wp"]
         state = state_of(tpuops_home, name)
-        [record] = state["resources"]
+        [record] = [r for r in state["resources"] if r["kind"] == "compute_tpu"]  # (and the guard's bucket)
         assert (record["kind"], record["name"], record["zone"], record["status"]) == ("compute_tpu", name, ZONE,
                                                                                        "created")
         assert record["parts"] == [f"workload policy {name}-wp", f"instance template {name}-it"]
@@ -124,22 +129,27 @@ def test_tpu7x_slice_up_launch_preempted_recreated_resumed_down(
         assert "compute_tpu" in shown and "READY" in shown and "topology ACTIVE" in shown
 
         cli(gcp, "launch", name)
-        wait_for_starts = start_cli(gcp, "watch", name)
+        watcher = start_cli(gcp, "watch", name, *(["--headless"] if guard else []))
         try:
-            wait_for(lambda: all(len(a) == 1 for a in lines(sshd2, name, "attempts")), "the first start",
-                     wait_for_starts)
+            wait_for(lambda: all(len(a) == 1 for a in lines(sshd2, name, "attempts")), "the first start", watcher)
             env = lines(sshd2, name, "env")
             assert all(not line.startswith(OVERRIDES) for worker in env for line in worker), env
             assert "TPUOPS_NUM_WORKERS=2" in env[1] and "TPUOPS_WORKER_ID=1" in env[1]
             [host_of_rank_1] = [n for n in group.instances if rank_of(gcp, n) == 1]
             tpus.preempt(ZONE, host_of_rank_1)  # a Spot VM reclaimed: it reads TERMINATED
-            code, stdout, stderr = finish(wait_for_starts)
+            if guard:  # a guard outlives its run (it waits for the next launch): stopped once the run has ended
+                wait_for(lambda: any(e["kind"] == "ended" for e in state_of(tpuops_home, name)["events"])
+                         or any(e["kind"] == "watch" and "watch ended" in e["message"]
+                                for e in state_of(tpuops_home, name)["events"]), "the recovered run's end", watcher)
+                watcher.terminate()
+            code, stdout, stderr = finish(watcher)
         finally:
-            if wait_for_starts.poll() is None:
-                wait_for_starts.kill()
-                wait_for_starts.communicate(timeout=10)
-        assert code == 0, stderr[-3000:]
-        assert "TPU PREEMPTED: recovering" in stderr and "watch ended: every worker exited 0" in stderr
+            if watcher.poll() is None:
+                watcher.kill()
+                watcher.communicate(timeout=10)
+        assert code == (143 if guard else 0), stderr[-3000:]  # a guard: stopped by SIGTERM (as systemd does)
+        told = stdout + stderr  # a headless guard writes its log lines to stdout (its log file, the journal)
+        assert "TPU PREEMPTED: recovering" in told and "watch ended: every worker exited 0" in told
         # The whole slice deleted and made again (a new group of new VMs), the run resumed on both ranks.
         assert len(gcp.compute_api.server.calls("POST", r"/instanceGroupManagers$")) == 2
         [again] = tpus.groups.values()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
 import typer
@@ -56,8 +55,8 @@ def watch(
     options = watch_options(ctx.env, max_restarts, restart_on_failure, wait_for_capacity, interval,
                             unhealthy_grace, down)
     role = ROLE_GUARD if headless else ROLE_WATCH
-    if headless:  # systemd and `guard down` stop it with SIGTERM: leave as after Ctrl-C (the lease released)
-        signal.signal(signal.SIGTERM, _interrupt)
+    # systemd and `guard down` stop a headless watch with SIGTERM: cli/main.py's signals_interrupt makes that a
+    # Ctrl-C (the lease released), and the exit code says which signal it was (143).
     on_event = print_line if headless else print_event
     result = interruptible(lambda: watch_with_lease(ctx, name, options, role=role, on_event=on_event))
     if json_:
@@ -81,10 +80,6 @@ def watch_options(env, max_restarts: int, restart_on_failure: bool, wait_for_cap
 
 def print_event(at: str, kind: str, message: str) -> None:
     err_console.print(f"{at} [bold]{kind}[/]: {message}", highlight=False)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def print_line(at: str, kind: str, message: str) -> None:
