@@ -187,16 +187,20 @@ def test_a_laptop_watch_views_and_a_killed_guard_keeps_lease_and_ledger(quicksta
     holder = read_lease(store)[0].holder
     tpu_record = (tpuops_home / "local" / "tpus" / "quickstart.json").read_text()
 
-    viewer = subprocess.Popen([sys.executable, "-m", "tpuops", "watch", "quickstart"], env={**os.environ, **FAST},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said = tpuops_home / "viewer.err"
+    with said.open("w") as err:
+        viewer = subprocess.Popen([sys.executable, "-m", "tpuops", "watch", "quickstart"],
+                                  env={**os.environ, **FAST}, stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
-        time.sleep(4)  # several of its polls
+        # Until it has printed the guard's own event from the ledger (a few of its polls; longer under load).
+        wait_until(lambda: "watching run" in said.read_text(), "the viewer to print the guard's events")
         viewer.send_signal(signal.SIGINT)
-        _, stderr = viewer.communicate(timeout=30)
+        viewer.wait(timeout=30)
     finally:
         if viewer.poll() is None:
             viewer.kill()
-            viewer.communicate(timeout=10)
+            viewer.wait(timeout=10)
+    stderr = said.read_text()
     assert "holds the lease and recovers 'quickstart'" in stderr and "deletes and creates nothing" in stderr
     assert "watching run" in stderr  # the guard's own event, printed from the ledger
     assert (tpuops_home / "local" / "tpus" / "quickstart.json").read_text() == tpu_record  # nothing touched
