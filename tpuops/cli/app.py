@@ -63,7 +63,8 @@ def complete_spec(incomplete: str) -> list[str]:
 JSON_OPTION = typer.Option(False, "--json", help="Machine-readable output (one JSON document).")
 YES_OPTION = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")
 PROJECT_OPTION = typer.Option(None, "--project", metavar="PROJECT",
-                              help="GCP project (else spec, CLOUDSDK_CORE_PROJECT, ...).")
+                              help="GCP project where the spec names none (the spec's project wins; then "
+                                   "CLOUDSDK_CORE_PROJECT, GOOGLE_CLOUD_PROJECT, gcloud's config).")
 SPEC_ARGUMENT = typer.Argument(..., metavar="SPEC", help="The spec file.", autocompletion=complete_spec)
 CLUSTER_ARGUMENT = typer.Argument(None, metavar="NAME", help="Cluster name (default: the only cluster).",
                                   autocompletion=complete_cluster)
