@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import tpuops.spec as spec_module
+import tpuops.spec.loading as spec_module  # where load_spec reads the file
 from tests.helpers import write_spec
 from tpuops.context import Context
 from tpuops.ops.down import execute, find
