@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import write_spec
-from tests.logs_writers import TbWriter
+from tests.logs_writers import TbWriter, event_file_name
 from tests.venvs import make_venv, script_wheel
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.errors import SpecError
+from tpuops.logs.runs import Launch, choose
 from tpuops.remote.local import LocalRunner
 from tpuops.shipped import script_command
 from tpuops.spec import load_spec
@@ -83,6 +84,25 @@ def test_output_steps_are_read_across_partial_lines_and_spread_over_the_poll() -
     series.add_points([(1, None)], now=100.0)
     series.add_points([(2, None), (3, None), (4, None), (5, None)], now=102.0)  # 4 steps in 2 s
     assert list(series.gaps) == [0.5] * 4
+
+
+def test_an_earlier_runs_higher_steps_are_not_this_runs_progress(tmp_path: Path) -> None:
+    """The same logdir, a run before this one that got to step 99,000: counted, they would be this run's last
+    step, none of its own steps would ever be "fresh", and the watchdog would call a training run hung."""
+    earlier = TbWriter(tmp_path)
+    earlier.scalars(range(0, 99_001, 33_000))
+    earlier.close()
+    earlier.path.rename(tmp_path / event_file_name(0))  # written in 2023
+    now = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() - 60))
+    runs = choose([Launch("20231114-220000-0a0a", 0), Launch(f"{now}-0b0b", 0)], None, "c")  # watching the 2nd
+    source = ScalarProgress(DirBlobStore(tmp_path), warn=print, label=runs.label)
+    current = TbWriter(tmp_path)
+    current.scalars(range(1, 4))
+    points, _ = source.poll()
+    assert [step for step, _ in points] == [1, 2, 3]
+    series = StepSeries(started_at=time.time())
+    assert series.add_points(points, time.time()) and series.last_step == 3
+    current.close()
 
 
 def test_scalar_source_reads_steps_incrementally_and_sees_checkpoint_files(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from tpuops.cloud.blobs import BlobStore
 from tpuops.context import Context
 from tpuops.durations import format_duration
 from tpuops.errors import TpuopsError
+from tpuops.logs.runs import Launch, choose
 from tpuops.remote.base import Runner
 from tpuops.state import RunRecord
 from tpuops.watchdog.capture import capture_all, incident_files, stack_signature, without_python_stacks
@@ -84,7 +85,10 @@ class Watchdog:
         if self.scalars is None and spec is not None and spec.logs.tensorboard:
             logdir = resolve_logdir(self.ctx, self.cluster, None)
             store = self.ctx.provider_for(spec, state).blob_store(logdir)
-            self.scalars = ScalarProgress(store, warn=lambda text: self.say(EVENT, text))
+            # This run and its resumes (a relaunch's files, made after the last launch known here, count as it).
+            runs = choose([Launch(r.id, r.restart) for r in state.runs], None, state.name) if state.runs else None
+            self.scalars = ScalarProgress(store, warn=lambda text: self.say(EVENT, text),
+                                          label=runs.label if runs is not None else None)
         # Output lines count when the spec names a pattern, or while no scalars have come.
         self.output_explicit = spec is not None and spec.watch.progress is not None
         self.output = OutputProgress(self.settings.progress, self.cluster, run.id) \

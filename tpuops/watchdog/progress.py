@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tpuops.cloud.blobs import BlobStore
-from tpuops.logs.tail import Tail
+from tpuops.logs.tail import Labeler, Tail
 from tpuops.remote.base import Runner
 from tpuops.shipped import script_command
 from tpuops.watchdog.settings import WatchdogSettings
@@ -90,10 +90,12 @@ class StepSeries:
 
 
 class ScalarProgress:
-    """Steps of the TensorBoard scalars under the logdir, and whether other files there changed (a checkpoint)."""
+    """Steps of the TensorBoard scalars under the logdir, and whether other files there changed (a checkpoint).
+    `label` names each event file's run, None for a file of a run not watched: an earlier run's steps in the same
+    logdir (higher than this run's) would otherwise stand for progress this run never makes."""
 
-    def __init__(self, store: BlobStore, warn: Callable[[str], None]) -> None:
-        self.tail = Tail(store, warn=warn)
+    def __init__(self, store: BlobStore, warn: Callable[[str], None], label: Labeler | None = None) -> None:
+        self.tail = Tail(store, warn=warn, label=label)
         self._others: tuple[int, int, float] | None = None
         self.wrote_scalars = False
 
