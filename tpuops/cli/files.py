@@ -53,6 +53,8 @@ def pull(
 
 
 def print_pull_report(report) -> None:  # noqa: ANN001  (PullReport; import kept lazy)
+    import shlex
+
     from rich.markup import escape
 
     for part in report.workers:
@@ -64,6 +66,12 @@ def print_pull_report(report) -> None:  # noqa: ANN001  (PullReport; import kept
                       f"{part.unchanged} unchanged", markup=False)
         for refused in part.refused:
             err_console.print(f"[red]refused:[/] {part.worker}: {escape(refused)}")
+    failed = [part for part in report.workers if part.error]
+    if failed:
+        worker = failed[0].worker.lstrip("w")
+        look = f"tpuops exec {report.cluster} --worker {worker} -- ls -la {shlex.quote(report.remote)}"
+        err_console.print(f"hint: the path is the worker's, relative to its home (`{look}` shows what is there); "
+                          "what was copied is kept, and the same pull again finishes it", markup=False)
     if any(part.refused for part in report.workers):
         err_console.print("hint: those names would be written outside the destination; copy them by hand if you "
                           "trust them (`tpuops ssh NAME -- cat PATH`)", markup=False)
