@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -215,3 +218,24 @@ def test_the_page_comes_first_and_a_board_that_cannot_start_is_one_error() -> No
         served.shutdown()
         served.server_close()
         thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "term", "hup"])
+def test_the_command_stops_on_each_signal_with_its_code(tmp_path: Path, signum: int) -> None:
+    """Ctrl-C, SIGTERM (`kill`) and SIGHUP (a closed terminal) stop it, with 128 + the signal as every command."""
+    said = tmp_path / "out"
+    with said.open("w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "tpuops", "dashboard", "--port", "0"], stdout=out,
+                                   stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "tpuops dashboard on http://127.0.0.1:" not in said.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "http://127.0.0.1:" in said.read_text(), said.read_text()
+        process.send_signal(signum)
+        assert process.wait(timeout=30) == 128 + signum, said.read_text()
+        assert "Traceback" not in said.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)

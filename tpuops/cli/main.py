@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import typer
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         line, code = render_error(err)
         print(line, file=sys.stderr)
         return code
+    if code == 128 + signal.SIGINT and was_signalled():
+        return interrupted_exit()  # typer turns an interrupt no command handled into 130, whatever the signal was
     return code if isinstance(code, int) else 0
 
 
