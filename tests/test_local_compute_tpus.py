@@ -48,6 +48,7 @@ def test_slice_on_this_machine(tmp_path: Path) -> None:
         deadline = time.monotonic() + 10
         while f"HOME={home}".encode() not in environ.read_bytes().split(b"\0") and time.monotonic() < deadline:
             time.sleep(0.02)
+        assert f"HOME={home}".encode() in environ.read_bytes().split(b"\0"), "the sleeper never ran as the host"
         api.preempt("ironwood", rank=1)  # type: ignore[attr-defined]
         assert sleeper.wait(timeout=10) is not None  # the host's processes end with it
     finally:
@@ -98,6 +99,9 @@ def test_a_slice_through_the_cli_on_the_simulator_broken_then_made_again(tmp_pat
         api.break_slice("ironlocal")  # type: ignore[union-attr]
         code, _, stderr = finish(process)
     finally:
+        if process.poll() is None:  # the test failed before the run ended: stop the watch before tearing down
+            process.kill()
+            process.communicate(timeout=10)
         run_cli("down", "ironlocal", "--yes", timeout=60)
     assert code == 0, stderr[-3000:]
     assert "TPU BROKEN: recovering" in stderr

@@ -20,8 +20,7 @@ def region_nodes(step: Step) -> Iterator[ast.AST]:
     if step.kind != "lazy":
         yield from ast.walk(step.node)
         return
-    body = step.node.body if isinstance(step.node, ast.For | ast.AsyncFor | ast.While) else step.node.body
-    stack: list[ast.AST] = list(reversed(body))
+    stack: list[ast.AST] = list(reversed(step.node.body))
     while stack:
         node = stack.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):

@@ -181,6 +181,7 @@ def price_of(state: ClusterState) -> hours.Price:
     accelerator = catalog.load().accelerator(spec.tpu.type, listed_only=False)
     if accelerator is None:
         return hours.Price(0, 0.0)
-    slices = len(state.tpu_record().node_names) if state.tpu_record() is not None else 1  # type: ignore[union-attr]
-    spot = bool(spec.tpu.spot or spec.tpu.preemptible)
-    return hours.Price(accelerator.chips * slices, accelerator.price_per_hour(spot=spot) * slices)
+    tpu = state.tpu_record()
+    slices = len(tpu.node_names) if tpu is not None else 1
+    per_hour = accelerator.price_per_hour(spot=bool(spec.tpu.spot or spec.tpu.preemptible))
+    return hours.Price(accelerator.chips * slices, per_hour * slices)

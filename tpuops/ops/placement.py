@@ -20,7 +20,7 @@ from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import MISSING, Doomed, Job
 from tpuops.cloud.kinds.tpu import create_in_some_zone
-from tpuops.errors import CapacityError, CloudError, SpecError, TpuopsError, UsageError
+from tpuops.errors import CapacityError, QuotaError, SpecError, TpuopsError, UsageError
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.pool_health import PLACED_EVENT, by_health, history, placed_line
 from tpuops.plan import Action, tpu_kind
@@ -49,7 +49,7 @@ class Placement:
 
 def moves_on(err: TpuopsError) -> bool:
     """An error that another pool may not have: no capacity, or a quota the zone's request ran into."""
-    return isinstance(err, CapacityError) or (isinstance(err, CloudError) and "quota" in err.message.lower())
+    return isinstance(err, CapacityError | QuotaError)
 
 
 def ordered(pools: Sequence[PoolSpec], order: PoolOrder | None) -> list[PoolSpec]:

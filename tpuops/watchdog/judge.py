@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
 
-from tpuops.access.cluster import cluster_access, make_runners, resolve_logdir, spec_of
+from tpuops.access.cluster import cluster_access, logdir_of, make_runners, spec_of
 from tpuops.cloud.blobs import BlobStore
 from tpuops.context import Context
 from tpuops.durations import format_duration
@@ -83,7 +83,7 @@ class Watchdog:
         self.run, self.series = run, StepSeries(started_at=self.clock())
         self.store = records_store(self.ctx, state, spec)
         if self.scalars is None and spec is not None and spec.logs.tensorboard:
-            logdir = resolve_logdir(self.ctx, self.cluster, None)
+            logdir = logdir_of(state, spec)  # the state and spec just read: not again by name
             store = self.ctx.provider_for(spec, state).blob_store(logdir)
             # This run and its resumes (a relaunch's files, made after the last launch known here, count as it).
             runs = choose([Launch(r.id, r.restart) for r in state.runs], None, state.name) if state.runs else None

@@ -30,9 +30,10 @@ ALLOWLIST_HINT = ("Compute Engine TPU machine types are allowlisted per project:
 
 
 def is_quota_message(message: str) -> bool:
-    """Compute Engine's QUOTA_EXCEEDED ("Quota 'X' exceeded. Limit: ..."), not a rate limit (those are 429s)."""
+    """A quota refusal: Compute Engine's QUOTA_EXCEEDED ("Quota 'X' exceeded. Limit: ..."), the TPU API's ("Quota
+    limit 'X' has been exceeded"); not a rate limit (those are 429s, never asked here)."""
     lowered = message.lower()
-    return "quota_exceeded" in lowered or ("quota" in lowered and "exceeded. limit" in lowered)
+    return "quota_exceeded" in lowered or ("quota" in lowered and "exceeded" in lowered)
 
 
 def refusal(what: str, message: str) -> CloudError | None:
@@ -40,7 +41,7 @@ def refusal(what: str, message: str) -> CloudError | None:
     if NOT_ALLOWED_MARKER in message.lower():
         return PermissionDenied(f"{what}: the project may not use this TPU machine type: {message}", ALLOWLIST_HINT)
     if is_quota_message(message):
-        return QuotaError(f"{what}: Compute Engine quota exceeded: {message}", QUOTA_HINT)
+        return QuotaError(f"{what}: quota exceeded: {message}", QUOTA_HINT)
     return None
 
 
