@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from tpuops.context import Context
 from tpuops.guard.ledger import Heartbeat, LedgerEvent
 from tpuops.guard.report import GuardReport
@@ -21,6 +23,13 @@ PROCESS = GuardHostInfo("process", "pid 42", None, "running")
 def report(beat: Heartbeat | None, *events: LedgerEvent, host: GuardHostInfo | None = PROCESS,
            current_run: str | None = None) -> GuardReport:
     return GuardReport("c", host, beat, None, 0, events, None, current_run=current_run)
+
+
+@pytest.fixture(autouse=True)
+def still_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ages the lines print are read from the clock: held still, a loaded machine cannot make 30s into 31s."""
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now)
 
 
 def beat(age: float, role: str = "guard", **fields: object) -> Heartbeat:
