@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,7 +79,10 @@ def test_the_page_shows_the_recovery_on_the_chart_and_the_hang_incident(
     # A hang: every trainer stopped (alive, no step advancing); the guard's watchdog confirms it, captures stacks
     # and output, writes the incident and restarts the run.
     wait_until(lambda: trainers(tpuops_home), "the relaunched trainers")
-    time.sleep(2)  # a few steps of the resumed run, so its pace is known
+    resumed = next(e for _, e in ledger.events() if e.kind == "recovered").data["first_step_after"]
+    # a few steps of the resumed run, so its pace is known
+    wait_until(lambda: (beat := ledger.heartbeat()) is not None and (beat.step or 0) >= resumed + 100,
+               "the resumed run to step on")
     stopped = trainers(tpuops_home)
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)
