@@ -10,7 +10,10 @@ worker R's address and pinned key are right only if tpuops ordered the hosts by 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +25,7 @@ from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli, write_spec
 from tests.sshd import SshdCluster, sshd_available
 from tests.test_autostop_agent import wait_for as wait_until
-from tests.test_watch import finish, start_cli, state_of, stop_leftovers, wait_for
+from tests.test_watch import FAST, finish, start_cli, state_of, stop_leftovers, wait_for
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 ZONE = "us-central1-c"
@@ -129,7 +132,10 @@ def test_tpu7x_slice_up_launch_preempted_recreated_resumed_down(
         assert "compute_tpu" in shown and "READY" in shown and "topology ACTIVE" in shown
 
         cli(gcp, "launch", name)
-        watcher = start_cli(gcp, "watch", name, *(["--headless"] if guard else []))
+        log = tmp_path / "guard.log"  # a headless guard's log lines (its stdout), read while it runs
+        watcher = subprocess.Popen([sys.executable, "-m", "tpuops", "watch", name, "--headless"],
+                                   env={**os.environ, **gcp.env, **FAST}, stdout=log.open("w"),
+                                   stderr=subprocess.PIPE, text=True) if guard else start_cli(gcp, "watch", name)
         try:
             wait_for(lambda: all(len(a) == 1 for a in lines(sshd2, name, "attempts")), "the first start", watcher)
             env = lines(sshd2, name, "env")
@@ -137,12 +143,12 @@ def test_tpu7x_slice_up_launch_preempted_recreated_resumed_down(
             assert "TPUOPS_NUM_WORKERS=2" in env[1] and "TPUOPS_WORKER_ID=1" in env[1]
             [host_of_rank_1] = [n for n in group.instances if rank_of(gcp, n) == 1]
             tpus.preempt(ZONE, host_of_rank_1)  # a Spot VM reclaimed: it reads TERMINATED
-            if guard:  # a guard outlives its run (it waits for the next launch): stopped once the run has ended
-                wait_for(lambda: any(e["kind"] == "ended" for e in state_of(tpuops_home, name)["events"])
-                         or any(e["kind"] == "watch" and "watch ended" in e["message"]
-                                for e in state_of(tpuops_home, name)["events"]), "the recovered run's end", watcher)
+            if guard:  # a guard outlives its run (it waits for the next launch): stopped once its log says it ended
+                wait_for(lambda: "watch ended: every worker exited 0" in log.read_text(), "the recovered run's end",
+                         watcher)
                 watcher.terminate()
             code, stdout, stderr = finish(watcher)
+            stdout = log.read_text() if guard else stdout
         finally:
             if watcher.poll() is None:
                 watcher.kill()
