@@ -11,8 +11,9 @@ its commit into a temporary directory, runs the lint on it and scores:
   judgement names is counted as a false alarm and listed as UNJUDGED (judge it, then run again);
 - recall: the hazards the lint found over all hazards judged.
 
-Reported for the whole set and for its two parts: `fit` (judged before the rule changes of issue 33, and used
-to make them) and `held_out` (judged only after them). A trainer whose repository or commit is not in the
+Reported for the whole set and for each part, in the order the parts were judged (`fit` was judged before the
+rule changes of issue 33 and used to make them; each later part was judged before any change it prompted).
+A trainer whose repository or commit is not in the
 mirror is skipped with one line saying which. Nothing of the trainers' code is kept.
 
 Usage: python bench/check_realworld.py /work/.mirror [--show] [--tpuops DIR] [--judgements FILE]
@@ -32,7 +33,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 JUDGEMENTS = ROOT / "bench" / "check_realworld" / "judgements.yaml"
-PARTS = ("fit", "held_out", "held_out_2", "held_out_3")
 
 Site = tuple[str, str, str, int]  # trainer id, rule, file (relative to the repository), line
 
@@ -83,8 +83,13 @@ def lint(into: Path, path: str) -> tuple[list[tuple[str, int, str, str]], int]:
     return found, len(getattr(result, "advice", ()))
 
 
+def parts(doc: dict) -> list[str]:
+    """The parts of the set in the order they were judged (their first trainer's place)."""
+    return list(dict.fromkeys(trainer["part"] for trainer in doc["trainers"]))
+
+
 def score(mirror: Path, doc: dict, show: bool) -> dict[str, Tally]:
-    tallies = {part: Tally() for part in ("all", *PARTS)}
+    tallies = {part: Tally() for part in ("all", *parts(doc))}
     for trainer in doc["trainers"]:
         git = git_dir(mirror, trainer["repo"])
         if not git.is_dir():
@@ -135,7 +140,7 @@ def main() -> int:
     print(f"{len(doc['trainers'])} trainers from {len({t['repo'] for t in doc['trainers']})} repositories, "
           f"judged {doc['judged']}; lint from {args.tpuops}")
     tallies = score(args.mirror, doc, args.show)
-    for part in ("all", *PARTS):
+    for part in ("all", *parts(doc)):
         print(tallies[part].line(part))
     return 0
 
