@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-JUDGEMENTS = ROOT / "bench" / "check_realworld" / "judgements.yaml"
+JUDGEMENTS = ROOT / "bench" / "check_realworld"  # judgements.yaml (the first set), then one file per later part
 
 Site = tuple[str, str, str, int]  # trainer id, rule, file (relative to the repository), line
 
@@ -83,6 +83,17 @@ def lint(into: Path, path: str) -> tuple[list[tuple[str, int, str, str]], int]:
     return found, len(getattr(result, "advice", ()))
 
 
+def judgement_files() -> list[Path]:
+    return sorted(JUDGEMENTS.glob("*.yaml"), key=lambda path: (path.name != "judgements.yaml", path.name))
+
+
+def load(files: list[Path]) -> dict:
+    """The trainers of every file, in order, and each file's `judged` line."""
+    docs = [yaml.safe_load(path.read_text()) for path in files]
+    return {"judged": [f"{path.name}: {doc['judged']}" for path, doc in zip(files, docs, strict=True)],
+            "trainers": [trainer for doc in docs for trainer in doc["trainers"]]}
+
+
 def parts(doc: dict) -> list[str]:
     """The parts of the set in the order they were judged (their first trainer's place)."""
     return list(dict.fromkeys(trainer["part"] for trainer in doc["trainers"]))
@@ -131,14 +142,17 @@ def score(mirror: Path, doc: dict, show: bool) -> dict[str, Tally]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mirror", type=Path, help="where the snapshots are: MIRROR/OWNER+NAME/repo")
-    parser.add_argument("--judgements", type=Path, default=JUDGEMENTS)
+    parser.add_argument("--judgements", type=Path, action="append",
+                        help="a judgements file (repeatable); default: every .yaml in bench/check_realworld/")
     parser.add_argument("--show", action="store_true", help="list every finding with its verdict and line")
     parser.add_argument("--tpuops", type=Path, default=ROOT, help="import tpuops from this tree")
     args = parser.parse_args()
     sys.path.insert(0, str(args.tpuops.resolve()))
-    doc = yaml.safe_load(args.judgements.read_text())
-    print(f"{len(doc['trainers'])} trainers from {len({t['repo'] for t in doc['trainers']})} repositories, "
-          f"judged {doc['judged']}; lint from {args.tpuops}")
+    doc = load(args.judgements or judgement_files())
+    print(f"{len(doc['trainers'])} trainers from {len({t['repo'] for t in doc['trainers']})} repositories; "
+          f"lint from {args.tpuops}")
+    for judged in doc["judged"]:
+        print(f"  judged {judged}")
     tallies = score(args.mirror, doc, args.show)
     for part in ("all", *parts(doc)):
         print(tallies[part].line(part))
