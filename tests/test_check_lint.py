@@ -119,7 +119,6 @@ CASES = [
         @jax.jit
         def step(x):
             total = jnp.sum(x)
-            jax.debug.print("{}", total)
             return total
 
         def loop(x):

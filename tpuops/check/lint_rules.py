@@ -78,10 +78,11 @@ TF_DATA_READERS = {"TextLineDataset", "TFRecordDataset", "FixedLengthRecordDatas
 def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:
     if step.kind == "tf":  # AutoGraph turns an `if` on a tensor in a tf.function into tf.cond, which XLA compiles
         return
+    evident = values.evident
     for node in nodes:
-        if isinstance(node, ast.If | ast.While | ast.IfExp) and values.is_tensor(node.test) and \
-                not _field_test(node.test, values):
-            word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else"}[type(node)]
+        if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert) and evident.is_tensor(node.test) and \
+                not _field_test(node.test, evident):
+            word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
             yield node, f"Python `{word}` on a tensor value in {_where(step)}"
 
 
@@ -109,33 +110,40 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
 
 def host_sync(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:
     every = "every step" if step.kind == "lazy" else "in the step"
+    evident = values.evident  # formatting a value guessed to be a tensor (a path, a counter) would be a false alarm
+    messages = {id(n) for node in nodes if isinstance(node, ast.Assert) and node.msg is not None
+                for n in ast.walk(node.msg)}  # an assert's message is formatted only when it fails
     for node in nodes:
+        if id(node) in messages:
+            continue
         if isinstance(node, ast.Call):
             yield from _host_sync_call(node, step, values, every)
         elif isinstance(node, ast.JoinedStr) and any(
-                values.is_tensor(v.value) for v in node.values if isinstance(v, ast.FormattedValue)):
+                evident.is_tensor(v.value) for v in node.values if isinstance(v, ast.FormattedValue)):
             yield node, f"a tensor formatted into an f-string in {_where(step)} reads its value {every}"
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and _is_text(node.left) and \
-                values.is_tensor(node.right):
+                evident.is_tensor(node.right):
             yield node, f"a tensor formatted with `%` in {_where(step)} reads its value {every}"
 
 
 def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str) -> Iterator[Hit]:
-    func = node.func
+    func, evident = node.func, values.evident
     if isinstance(func, ast.Attribute) and func.attr in HOST_SYNC_METHODS and not node.args and \
             (step.kind != "lazy" or values.is_tensor(func.value)):
         yield node, f"`.{func.attr}()` in {_where(step)} copies the value to the host {every}"
+    elif dotted(func).split(".")[-2:] in (["debug", "print"], ["debug", "callback"]) and step.kind == "jax":
+        yield node, f"`{dotted(func)}` in {_where(step)} calls back to the host {every}"
     elif isinstance(func, ast.Name) and func.id in {"float", "int", "bool"} and node.args and \
-            values.is_tensor(node.args[0]):
+            evident.is_tensor(node.args[0]):
         yield node, f"`{func.id}()` of a tensor in {_where(step)} waits for the device {every}"
     elif isinstance(func, ast.Name) and func.id in {"format", "str", "repr"} and node.args and \
-            values.is_tensor(node.args[0]):
+            evident.is_tensor(node.args[0]):
         yield node, f"`{func.id}()` of a tensor in {_where(step)} reads its value {every}"
     elif isinstance(func, ast.Attribute) and func.attr == "format" and _is_text(func.value) and \
-            any(values.is_tensor(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+            any(evident.is_tensor(a) for a in [*node.args, *(k.value for k in node.keywords)]):
         yield node, f"a tensor formatted with `.format()` in {_where(step)} reads its value {every}"
     elif last_name(func) in REPORTING_CALLS and not _math_log(func, values) and any(
-            values.is_tensor(a) and not isinstance(a, ast.JoinedStr | ast.BinOp)
+            evident.is_tensor(a) and not isinstance(a, ast.JoinedStr | ast.BinOp)
             for a in [*node.args, *(k.value for k in node.keywords)]):
         verb = "prints a trace-time placeholder" if step.kind in {"jax", "tf", "keras"} else \
             f"reads the tensor {every}"

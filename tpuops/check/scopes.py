@@ -53,6 +53,7 @@ class Step:
     module: Module | None
     node: ast.AST | None = None
     traced: frozenset[str] = frozenset()  # names that hold tensors from the start
+    guessed: frozenset[str] = frozenset()  # parameters a caller passes a value only guessed to be a tensor
     root: bool = True  # False: reached only because a step calls it
 
     @property
@@ -83,12 +84,12 @@ class StepFinder:
         scope: ast.AST = step.node
         if isinstance(step.node, ast.For | ast.AsyncFor | ast.While):
             scope = step.module.scope_of(step.node)
-        key = (id(scope), step.traced)
+        key = (id(scope), step.traced, step.guessed)
         if key not in self._values:
             if self._python_calls is None:
                 self._python_calls = python_valued_functions(self.project)
             self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
-                                             step.traced, self._python_calls)
+                                             step.traced, self._python_calls, guessed=step.guessed)
         return self._values[key]
 
     def region(self, step: Step) -> list[ast.AST]:
@@ -105,10 +106,13 @@ class StepFinder:
             step = queue.pop()
             known = self.steps.get(id(step.node))
             if known is not None:
-                if step.traced <= known.traced and (known.root or not step.root):
+                if step.traced <= known.traced and step.guessed <= known.guessed | known.traced and \
+                        (known.root or not step.root):
                     continue
                 base = step if step.root and not known.root else known  # named as the step it is, not as a callee
-                step = replace(base, traced=known.traced | step.traced, root=known.root or step.root)
+                traced = known.traced | step.traced
+                step = replace(base, traced=traced, guessed=(known.guessed | step.guessed) - traced,
+                               root=known.root or step.root)
             self.steps[id(step.node)] = step
             queue.extend(self._callees(step))
         return [*self.steps.values(), *self.library]
@@ -290,11 +294,11 @@ class StepFinder:
         for node in self.region(step):
             if isinstance(node, ast.Call):
                 for callee_module, callee in self.project.functions(node.func, module):
-                    traced = _call_site_tensors(node, callee, values)
+                    traced, guessed = _call_site_tensors(node, callee, values)
                     if step.kind == "lazy" and self.ends_step(callee, callee_module):
                         continue  # a step function of its own
                     yield Step(callee.name, step.kind, f"called by {step.name}", callee_module, callee,
-                               frozenset(traced), root=False)
+                               frozenset(traced), frozenset(guessed), root=False)
             elif step.kind != "lazy" and isinstance(node, ast.Name | ast.Attribute) and \
                     isinstance(getattr(node, "ctx", None), ast.Load) and not _is_called(node, module):
                 partial = is_partial_of(node, module.parent(node))
@@ -342,14 +346,16 @@ def _wrapper_name(wrapper: ast.AST) -> str:
     return dotted(target) or "a compiling wrapper"
 
 
-def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValues) -> set[str]:
+def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValues) -> tuple[set[str], set[str]]:
+    """The callee's parameters the call passes tensors: evidently, and only by a guess (which `values.evident`
+    leaves out, so that a guessed tensor does not make the callee's counters and settings tensors)."""
     params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
     if params and params[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
         params = params[1:]
-    traced = {p for p, a in zip(params, call.args, strict=False) if values.is_tensor(a)}
     names = set(params) | {a.arg for a in callee.args.kwonlyargs}
-    traced |= {k.arg for k in call.keywords if k.arg in names and values.is_tensor(k.value)}
-    return traced
+    passed = [*zip(params, call.args, strict=False), *((k.arg, k.value) for k in call.keywords if k.arg in names)]
+    traced = {name for name, value in passed if values.evident.is_tensor(value)}
+    return traced, {name for name, value in passed if values.is_tensor(value)} - traced
 
 
 def _is_called(node: ast.AST, module: Module) -> bool:

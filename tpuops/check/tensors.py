@@ -3,7 +3,13 @@
 Tensors are the step's traced arguments, what the model, a loss object or a framework op returns, a device
 loader's batch, and what is computed from those (attributes, indexing, arithmetic, methods, a call given a
 tensor). Python values are everything else: counters, configs, rank and world-size helpers (`xm.get_ordinal`,
-`xr.world_size`, `xm.is_master_ordinal`), `len()`, `.shape`, and what `.item()`/`.tolist()` return.
+`xr.world_size`, `xm.is_master_ordinal`), `len()`, `.shape`, what `.item()`/`.tolist()` return, what a
+load returns (`torch.load(path)["iter_num"]`), and a comparison with a string (`sample == "DUMMY"`).
+
+Evidence has two strengths. A call of a function nobody here knows (a helper of the trainer's own, say) given a
+tensor is taken to return one (`loss = compute_loss(logits)`), but that is a guess: `info = forward(model,
+batch, info)` returns a dict of counters and settings as often as a tensor. `evident` leaves such guesses out;
+the rules that would report a Python value as a tensor (a branch, a formatted value) ask it.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ PYTHON_VALUED = {"device_count", "local_device_count", "process_index", "process
                  "devices", "local_devices", "is_available", "executing_eagerly", "is_tensor", "get_rank",
                  "world_size", "global_ordinal", "xla_device", "get_world_size", "is_grad_enabled", "no_grad",
                  "manual_seed", "save", "device", "Generator", "set_default_dtype", "DataLoader", "key",
-                 "PRNGKey", "get_ordinal", "is_master_ordinal", "local_ordinal", "get_local_ordinal"}
+                 "PRNGKey", "get_ordinal", "is_master_ordinal", "local_ordinal", "get_local_ordinal", "load",
+                 "loads"}
 PYTHON_PREFIXES = ("torch.utils.", "torch.cuda.", "torch.distributed.", "torch.backends.", "torch.optim.",
                    "tf.config.", "tf.distribute.", "tf.data.", "jax.config.", "jax.distributed.", "tf.io.")
 PYTHON_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "requires_grad", "is_cuda", "name", "rank", "training",
@@ -41,18 +48,21 @@ class TensorValues:
     """Decides whether an expression in one scope (a function or the module) is a tensor.
 
     `traced`: names that are tensors from the start (a jitted function's arguments, a step loop's batch);
+    `guessed`: parameters a caller passes a value guessed to be a tensor (tensors here, but not to `evident`);
     the scope's `bindings` (assignments, `for` and comprehension targets) are followed to a fixed point.
     """
 
     def __init__(self, bindings: list[tuple[list[ast.AST], ast.AST]], aliases: set[str],
-                 traced: Iterable[str] = (), python_calls: Container[str] = frozenset()) -> None:
+                 traced: Iterable[str] = (), python_calls: Container[str] = frozenset(),
+                 guesses: bool = True, guessed: Iterable[str] = ()) -> None:
         self.aliases = aliases
+        self.guesses = guesses  # an unknown function given a tensor returns one
         self.python_calls = python_calls  # the project's functions that return Python values (pyvalues.py)
         # Names bound to a plain attribute (`dynamic_scale = state.dynamic_scale`): a field of a structure, which
         # may be None or an object; `if field:` tests which, at trace time.
         self.fields = {t[0].id for t, v in bindings if isinstance(v, ast.Attribute) and len(t) == 1
                        and isinstance(t[0], ast.Name)}
-        self.names: set[str] = set(traced)
+        self.names: set[str] = set(traced) | (set(guessed) if guesses else set())
         self.bool_names: set[str] = set()
         self.objects: set[str] = set()  # models, loss objects, optimizers: called they give tensors, but are none
         for targets, value in bindings:
@@ -70,6 +80,7 @@ class TensorValues:
                         self.bool_names |= names
             if len(self.names) + len(self.bool_names) == before:
                 break
+        self.evident = TensorValues(bindings, aliases, traced, python_calls, guesses=False) if guesses else self
 
     # ------------------------------------------------------------------------------------------ calls
 
@@ -120,7 +131,7 @@ class TensorValues:
         if isinstance(func, ast.Call) and self._call(func):
             return True  # jax.value_and_grad(f)(params)
         arguments = [*call.args, *(k.value for k in call.keywords)]
-        return any(self.is_tensor(a) for a in arguments)  # a tensor in, a tensor out
+        return self.guesses and any(self.is_tensor(a) for a in arguments)  # a tensor in, a tensor out
 
     # ------------------------------------------------------------------------------------ expressions
 
@@ -138,6 +149,8 @@ class TensorValues:
         if isinstance(expr, ast.Compare):
             if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
                 return False
+            if any(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in [expr.left, *expr.comparators]):
+                return False  # `sample == "DUMMY"`, `split == "train"`: a tensor never equals a string
             return any(self.is_tensor(e) for e in [expr.left, *expr.comparators])
         if isinstance(expr, ast.BinOp):
             if isinstance(expr.op, ast.Mod) and isinstance(expr.left, ast.Constant | ast.JoinedStr):
