@@ -69,14 +69,14 @@ def python_valued_functions(project: Project) -> PythonValued:
 
 
 def _returns_python(function: FunctionNode) -> bool:
-    returns = [n for n in _own_nodes(function) if isinstance(n, ast.Return)]
+    returns = [n for n in own_nodes(function) if isinstance(n, ast.Return)]
     if not returns or any(r.value is None for r in returns):
         return False
     local = _single_bindings(function)
     return all(_python(r.value, local) for r in returns if r.value is not None)
 
 
-def _own_nodes(function: FunctionNode) -> Iterable[ast.AST]:
+def own_nodes(function: FunctionNode) -> Iterable[ast.AST]:
     """The nodes of the function's body, not of the functions defined inside it."""
     stack: list[ast.AST] = list(function.body)
     while stack:
@@ -89,7 +89,7 @@ def _own_nodes(function: FunctionNode) -> Iterable[ast.AST]:
 def _single_bindings(function: FunctionNode) -> dict[str, ast.AST]:
     """Names assigned exactly once in the function, with their value."""
     seen: dict[str, list[ast.AST]] = {}
-    for node in _own_nodes(function):
+    for node in own_nodes(function):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             seen.setdefault(node.targets[0].id, []).append(node.value)
         elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.For) and isinstance(node.target, ast.Name):

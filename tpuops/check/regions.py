@@ -41,11 +41,17 @@ def _every_n_steps(test: ast.AST) -> bool:
 
 
 def loop_batch(loop: ast.AST) -> frozenset[str]:
-    """A step loop's targets are the batch (tensors), but for an enumerate index or a range counter."""
+    """A step loop's targets are the batch (tensors), but for an enumerate index, a range counter, or the items of
+    a literal list (`for split in ["train", "val"]`)."""
     if not isinstance(loop, ast.For | ast.AsyncFor):
         return frozenset()
     target, iterable = loop.target, loop.iter
-    if isinstance(iterable, ast.Call) and last_name(iterable.func) == "range":
+    while isinstance(iterable, ast.Call) and last_name(iterable.func) in {"tqdm", "iter", "trange"} and \
+            iterable.args:
+        iterable = iterable.args[0]  # tqdm(enumerate(loader)): a progress bar over the same items
+    if isinstance(iterable, ast.Call) and last_name(iterable.func) in {"range", "trange"}:
+        return frozenset()
+    if isinstance(iterable, ast.List | ast.Tuple | ast.Set):
         return frozenset()
     if isinstance(iterable, ast.Call) and last_name(iterable.func) == "enumerate" and \
             isinstance(target, ast.Tuple) and target.elts:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from tpuops.check.project import FunctionNode, Module, Project, dotted, last_name
 from tpuops.check.pyvalues import PythonValued, flag_params, is_partial_of, partial_traced, python_valued_functions
 from tpuops.check.regions import loop_batch, region_nodes, runs_model, uses_torch_xla
+from tpuops.check.returns import TensorReturning
 from tpuops.check.tensors import TensorValues
 
 JAX_WRAPPERS = {"jit", "pjit", "pmap", "xmap", "shard_map", "filter_jit", "filter_pmap"}
@@ -75,6 +76,7 @@ class StepFinder:
     _values: dict[tuple[int, frozenset[str]], TensorValues] = field(default_factory=dict)
     _regions: dict[tuple[int, str], list[ast.AST]] = field(default_factory=dict)
     _python_calls: PythonValued | None = None  # the project's functions that return Python values
+    _tensor_calls: TensorReturning | None = None  # and those that return tensors
     _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
 
@@ -88,8 +90,10 @@ class StepFinder:
         if key not in self._values:
             if self._python_calls is None:
                 self._python_calls = python_valued_functions(self.project)
+                self._tensor_calls = TensorReturning(self.project, self._python_calls)
             self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
-                                             step.traced, self._python_calls, guessed=step.guessed)
+                                             step.traced, self._python_calls, guessed=step.guessed,
+                                             tensor_calls=self._tensor_calls or frozenset())
         return self._values[key]
 
     def region(self, step: Step) -> list[ast.AST]:

@@ -15,7 +15,7 @@ the rules that would report a Python value as a tensor (a branch, a formatted va
 from __future__ import annotations
 
 import ast
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Iterator
 
 from tpuops.check.project import dotted, last_name
 
@@ -54,8 +54,10 @@ class TensorValues:
 
     def __init__(self, bindings: list[tuple[list[ast.AST], ast.AST]], aliases: set[str],
                  traced: Iterable[str] = (), python_calls: Container[str] = frozenset(),
-                 guesses: bool = True, guessed: Iterable[str] = ()) -> None:
+                 guesses: bool = True, guessed: Iterable[str] = (),
+                 tensor_calls: Container[str] = frozenset()) -> None:
         self.aliases = aliases
+        self.tensor_calls = tensor_calls  # the project's functions that return tensors (returns.py)
         self.guesses = guesses  # an unknown function given a tensor returns one
         self.python_calls = python_calls  # the project's functions that return Python values (pyvalues.py)
         # Names bound to a plain attribute (`dynamic_scale = state.dynamic_scale`): a field of a structure, which
@@ -74,13 +76,14 @@ class TensorValues:
             for targets, value in bindings:
                 if self.is_tensor(value) and not (len(targets) == 1 and isinstance(targets[0], ast.Name)
                                                   and targets[0].id in self.objects):
-                    names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                    names = {name for t in targets for name in _bound_names(t)}
                     self.names |= names
                     if self.is_bool(value):
                         self.bool_names |= names
             if len(self.names) + len(self.bool_names) == before:
                 break
-        self.evident = TensorValues(bindings, aliases, traced, python_calls, guesses=False) if guesses else self
+        self.evident = TensorValues(bindings, aliases, traced, python_calls, guesses=False,
+                                    tensor_calls=tensor_calls) if guesses else self
 
     # ------------------------------------------------------------------------------------------ calls
 
@@ -116,6 +119,8 @@ class TensorValues:
             return False
         if isinstance(func, ast.Name | ast.Attribute) and last_name(func) in self.python_calls:
             return False
+        if isinstance(func, ast.Name | ast.Attribute) and last_name(func) in self.tensor_calls:
+            return True
         path = dotted(func)
         if path and path.split(".")[0] in self.aliases:
             return self.framework_call(call)
@@ -190,3 +195,15 @@ class TensorValues:
                                                             "equal", "greater", "less", "eq", "ne", "gt", "lt"}) \
                 and self.is_tensor(expr)
         return False
+
+
+def _bound_names(target: ast.AST) -> Iterator[str]:
+    """The names an assignment to `target` makes hold its value: `x`, `a, *b`, and `d` for `d["loss"] = ...`
+    (a container of tensors), not `self` for `self.last = ...` (an attribute makes no object a tensor)."""
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, ast.Tuple | ast.List):
+        for element in target.elts:
+            yield from _bound_names(element)
+    elif isinstance(target, ast.Starred | ast.Subscript):
+        yield from _bound_names(target.value)
