@@ -15,7 +15,7 @@ from tpuops.check.tensors import TensorValues
 class TensorReturning:
     """Asked by name (`name in returning`), decided on first ask: every function of that name in the project
     returns a value its own body makes a tensor (a framework op, a model's output, `.to(device)`), with no
-    parameter taken for a tensor."""
+    parameter taken for a tensor and no container filled with tensors taken for one."""
 
     def __init__(self, project: Project, python_calls: Container[str]) -> None:
         self._defs: dict[str, list[tuple[Module, FunctionNode]]] = {}
@@ -37,6 +37,8 @@ class TensorReturning:
         returns = [n.value for n in own_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
         if not returns:
             return False
+        # A dict the function fills (`info["loss"] = model(batch)`) holds counters and settings as well: not a
+        # tensor to return.
         values = TensorValues(module.bindings.get(id(function), []), module.aliases, (), self._python_calls,
-                              guesses=False)
+                              guesses=False, containers=False)
         return all(values.is_tensor(value) for value in returns)

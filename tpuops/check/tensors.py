@@ -55,7 +55,7 @@ class TensorValues:
     def __init__(self, bindings: list[tuple[list[ast.AST], ast.AST]], aliases: set[str],
                  traced: Iterable[str] = (), python_calls: Container[str] = frozenset(),
                  guesses: bool = True, guessed: Iterable[str] = (),
-                 tensor_calls: Container[str] = frozenset()) -> None:
+                 tensor_calls: Container[str] = frozenset(), containers: bool = True) -> None:
         self.aliases = aliases
         self.tensor_calls = tensor_calls  # the project's functions that return tensors (returns.py)
         self.guesses = guesses  # an unknown function given a tensor returns one
@@ -76,7 +76,7 @@ class TensorValues:
             for targets, value in bindings:
                 if self.is_tensor(value) and not (len(targets) == 1 and isinstance(targets[0], ast.Name)
                                                   and targets[0].id in self.objects):
-                    names = {name for t in targets for name in _bound_names(t)}
+                    names = {name for t in targets for name in _bound_names(t, containers)}
                     self.names |= names
                     if self.is_bool(value):
                         self.bool_names |= names
@@ -197,13 +197,14 @@ class TensorValues:
         return False
 
 
-def _bound_names(target: ast.AST) -> Iterator[str]:
-    """The names an assignment to `target` makes hold its value: `x`, `a, *b`, and `d` for `d["loss"] = ...`
-    (a container of tensors), not `self` for `self.last = ...` (an attribute makes no object a tensor)."""
+def _bound_names(target: ast.AST, containers: bool = True) -> Iterator[str]:
+    """The names an assignment to `target` makes hold its value: `x`, `a, *b`, and (with `containers`) `d` for
+    `d["loss"] = ...`, a container of tensors; not `self` for `self.last = ...` (an attribute makes no object a
+    tensor)."""
     if isinstance(target, ast.Name):
         yield target.id
     elif isinstance(target, ast.Tuple | ast.List):
         for element in target.elts:
-            yield from _bound_names(element)
-    elif isinstance(target, ast.Starred | ast.Subscript):
-        yield from _bound_names(target.value)
+            yield from _bound_names(element, containers)
+    elif isinstance(target, ast.Starred) or (containers and isinstance(target, ast.Subscript)):
+        yield from _bound_names(target.value, containers)
