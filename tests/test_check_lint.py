@@ -147,7 +147,7 @@ CASES = [
         """),
     ("XLA005", """
         import torch
-        with torch.autocast("cuda", dtype=torch.float16):
+        with torch.autocast("xla", dtype=torch.float16):
             pass
         """, """
         import torch

@@ -11,12 +11,12 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from tpuops.check.findings import Finding
 from tpuops.check.host_loops import host_loop_notes
 from tpuops.check.lint_rules import FILE_RULES, RULES_BY_ID, STEP_RULES, Rule
-from tpuops.check.project import FunctionNode, Module, Project
+from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.scopes import Step, StepFinder
 from tpuops.check.settings import Settings
 from tpuops.remote.manifest import scan_tree
@@ -99,6 +99,8 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool) -> tuple
     found: dict[tuple[str, str, int], Finding] = {}
     ignored: set[tuple[str, str, int]] = set()
     for rule, module, node, message in _hits(finder, steps, legacy_node):
+        if off_the_tpu(module):
+            continue
         line = getattr(node, "lineno", 0)
         key = (module.rel, rule.id, line)
         if rule.id in _ignored_rules(module, line):
@@ -126,6 +128,20 @@ def _hits(finder: StepFinder, steps: list[Step], legacy_node: bool) -> Iterator[
                 continue
             for node, message in check(module, settings):
                 yield rule, module, node, message
+
+
+def off_the_tpu(module: Module) -> bool:
+    """A file the training never runs on the TPU: a unit test (`tests/`, `test_*.py`, `*_test.py`), or a GPU
+    program (it moves work to CUDA and imports nothing of PyTorch/XLA, JAX, TensorFlow or Accelerate)."""
+    path = PurePosixPath(module.rel)
+    if {"test", "tests"} & set(path.parts[:-1]) or path.name.startswith("test_") or \
+            path.stem.endswith("_test") or path.name == "conftest.py":
+        return True
+    roots = {source.split(".")[0] for source, _ in module.imported.values()}
+    if roots & {"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox"}:
+        return False
+    return any(last_name(call.func) == "cuda" or any(isinstance(a, ast.Constant) and a.value == "cuda"
+                                                     for a in call.args) for call in module.calls)
 
 
 def _ignored_rules(module: Module, line: int) -> set[str]:

@@ -10,7 +10,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tpuops.check.project import Module, dotted, last_name
+from tpuops.check.project import FunctionNode, Module, dotted, last_name
 from tpuops.check.scopes import Step
 from tpuops.check.settings import Settings
 from tpuops.check.tensors import TensorValues
@@ -182,7 +182,8 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
         padding = _keyword(node, "padding")
         values = settings.values(padding, module) if padding is not None else frozenset()
         if any(v is True or v == "longest" for v in values) and not _padded_again(node, module) and \
-                not _runs_once(node, module):  # module-level code outside any loop pads one batch: one shape
+                not _runs_once(node, module) and not _bucketed(node, module, settings) and \
+                not _fixed_features(node, module):  # module-level code outside any loop pads one batch: one shape
             shown = ast.unparse(padding) if padding is not None else ""
             source = "" if isinstance(padding, ast.Constant) else " (its default)"
             yield node, f"padding={shown} pads each batch to its longest example{source}"
@@ -195,6 +196,20 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
         elif last_name(node.func) == "padded_batch" and len(node.args) < 2 and \
                 _unset(_keyword(node, "padded_shapes")):
             yield node, "padded_batch without padded_shapes pads each batch to its longest element"
+
+
+def _bucketed(call: ast.Call, module: Module, settings: Settings) -> bool:
+    """`pad_to_multiple_of=` given a value that can be set (`self.pad_input_to_multiple_of`, 64): batches fall
+    into a few lengths, which the run mode counts if they are still too many."""
+    multiple = _keyword(call, "pad_to_multiple_of")
+    return not _unset(multiple) and None not in settings.values(multiple, module)
+
+
+def _fixed_features(call: ast.Call, module: Module) -> bool:
+    """A Whisper feature extractor's `pad`: its log-mel features are already 3000 frames long, so padding them
+    to the longest changes no shape."""
+    return isinstance(call.func, ast.Attribute) and "feature_extractor" in dotted(call.func.value) and \
+        any("whisper" in name.lower() for name in [*module.imported, *module.defs, *module.classes])
 
 
 def _fixed_blocks(module: Module, settings: Settings) -> bool:
@@ -261,6 +276,8 @@ def _export_module(module: Module) -> bool:
 
 def _fp16_call(node: ast.Call, module: Module, settings: Settings) -> Hit | None:
     func = node.func
+    if _stored(node):
+        return None
     if isinstance(func, ast.Attribute) and func.attr == "half" and not node.args:
         return node, "`.half()` converts to float16: TPUs compute in bfloat16"
     for keyword in node.keywords:
@@ -277,6 +294,17 @@ def _fp16_call(node: ast.Call, module: Module, settings: Settings) -> Hit | None
     return None
 
 
+def _stored(call: ast.Call) -> bool:
+    """`preds.detach().to(torch.float16)`, `x.cpu().half()`: a result kept in float16 to save memory, not a
+    dtype anything computes in."""
+    receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+    while isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
+        if receiver.func.attr in {"detach", "cpu", "numpy"}:
+            return True
+        receiver = receiver.func.value
+    return False
+
+
 def _fp16_value(expr: ast.AST) -> bool:
     if isinstance(expr, ast.Attribute):
         return dotted(expr) in FP16_ATTRIBUTES
@@ -288,22 +316,50 @@ def _shown(expr: ast.AST) -> str:
 
 
 def _behind_fp16_switch(node: ast.AST, module: Module, settings: Settings) -> bool:
-    """Inside `if args.fp16:` / `if precision == "fp16":` whose setting is off by default (a user's choice), or
-    inside `if torch.cuda.is_available():` / `if device == "gpu":` (a branch a TPU never takes)."""
+    """Inside `if args.fp16:` / `if precision == "fp16":` / `if FLAGS.use_mixed_precision:` whose setting is off
+    by default (a user's choice), inside `if torch.cuda.is_available():` / `if device == "gpu":` or the `else`
+    of `if use_tpu:` (branches a TPU never takes), or in a helper named for float16 (`def apply_half(t)`), which
+    runs where the code chooses float16."""
+    child = node
     for ancestor in module.ancestors(node):
-        if not isinstance(ancestor, ast.If):
-            continue
-        if _gpu_only(ancestor.test):
+        if isinstance(ancestor, FunctionNode) and any(w in ancestor.name.lower() for w in ("half", "fp16")):
             return True
-        for part in ast.walk(ancestor.test):
-            if isinstance(part, ast.Name | ast.Attribute) and any(w in last_name(part).lower()
-                                                                  for w in ("fp16", "half", "float16")):
-                return not any(v is True for v in settings.values(part, module))
-            if isinstance(part, ast.Compare) and any(_fp16_value(c) for c in [part.left, *part.comparators]):
-                setting = next((c for c in [part.left, *part.comparators] if not _fp16_value(c)), None)
-                defaults = settings.values(setting, module) if setting is not None else frozenset()
-                return not any(isinstance(v, str) and v in FP16_STRINGS for v in defaults)
+        if isinstance(ancestor, ast.If):
+            if _gpu_only(ancestor.test) or (_mentions_tpu(ancestor.test) and _in_orelse(child, ancestor)):
+                return True
+            switch = _fp16_switch(ancestor.test, module, settings)
+            if switch is not None:
+                return switch
+        child = ancestor
     return False
+
+
+def _fp16_switch(test: ast.AST, module: Module, settings: Settings) -> bool | None:
+    """Whether an `if` test is a switch that is off by default (None: not a switch)."""
+    for part in ast.walk(test):
+        if isinstance(part, ast.Name | ast.Attribute) and any(w in last_name(part).lower()
+                                                              for w in ("fp16", "half", "float16", "mixed")):
+            defaults = settings.values(part, module)
+            if "mixed" not in last_name(part).lower():
+                return not any(v is True for v in defaults)
+            if defaults and not defaults - {False, None}:
+                return True  # `if FLAGS.use_mixed_precision:`, off by default
+            continue
+        if isinstance(part, ast.Compare) and any(_fp16_value(c) for c in [part.left, *part.comparators]):
+            setting = next((c for c in [part.left, *part.comparators] if not _fp16_value(c)), None)
+            defaults = settings.values(setting, module) if setting is not None else frozenset()
+            return not any(isinstance(v, str) and v in FP16_STRINGS for v in defaults)
+    return None
+
+
+def _mentions_tpu(test: ast.AST) -> bool:
+    words = [dotted(n) for n in ast.walk(test) if isinstance(n, ast.Name | ast.Attribute)]
+    words += [n.value for n in ast.walk(test) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return any("tpu" in w.lower() or "xla" in w.lower() for w in words)
+
+
+def _in_orelse(child: ast.AST, branch: ast.If) -> bool:
+    return any(child is n for n in branch.orelse)
 
 
 def _gpu_only(test: ast.AST) -> bool:

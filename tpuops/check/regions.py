@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def region_nodes(step: Step) -> Iterator[ast.AST]:
     """The nodes a step runs each time. A PyTorch/XLA lazy step leaves out nested functions (closures, e.g.
-    for `xm.add_step_closure`) and what runs only every N steps (`if step % N == 0:`)."""
+    for `xm.add_step_closure`) and what runs only every N steps (`if step % N == 0:`) or once (`if step == 0:`)."""
     if step.node is None or isinstance(step.node, ast.Call):
         return
     if step.kind != "lazy":
@@ -26,7 +26,7 @@ def region_nodes(step: Step) -> Iterator[ast.AST]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
             continue
         yield node
-        if isinstance(node, ast.If) and _every_n_steps(node.test):
+        if isinstance(node, ast.If) and (_every_n_steps(node.test) or _once(node.test)):
             stack.extend(reversed(node.orelse))
             stack.append(node.test)
             continue
@@ -38,6 +38,15 @@ def region_nodes(step: Step) -> Iterator[ast.AST]:
 def _every_n_steps(test: ast.AST) -> bool:
     return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.Constant)
                for n in ast.walk(test))
+
+
+def _once(test: ast.AST) -> bool:
+    """`if batch_idx == 1:` / `if cfg.DEBUG and step == 0:`: a counter compared with a number runs the body on
+    one step only."""
+    return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq) and
+               isinstance(n.left, ast.Name | ast.Attribute) and isinstance(n.comparators[0], ast.Constant) and
+               type(n.comparators[0].value) is int for n in ast.walk(test)) and \
+        not any(isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) for n in ast.walk(test))
 
 
 def loop_batch(loop: ast.AST) -> frozenset[str]:

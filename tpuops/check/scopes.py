@@ -34,6 +34,7 @@ TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial"
 XLA_STEP_ENDS = {"mark_step", "sync", "optimizer_step"}
 DEVICE_LOADERS = {"MpDeviceLoader", "per_device_loader", "ParallelLoader"}
 KERAS_STEP_METHODS = {"train_step", "test_step"}
+RUNS_MODEL = "each iteration runs the model on the XLA device (a loop with no step end, e.g. evaluation)"
 KIND_WORDS = {"jax": "JAX", "tf": "TensorFlow", "keras": "TensorFlow (Keras)", "torch": "PyTorch/XLA",
               "lazy": "PyTorch/XLA"}
 
@@ -140,7 +141,9 @@ class StepFinder:
                                    frozenset(_params(method) - {"self"}))
         for loop in module.loops:
             how = self._step_loop(loop, module)
-            if how:
+            if how == RUNS_MODEL:  # no step end: whether it iterates batches or, say, split names is a guess
+                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, guessed=loop_batch(loop))
+            elif how:
                 yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, loop_batch(loop))
 
     def _drives_steps(self, function: FunctionNode, module: Module, depth: int = 0) -> bool:
@@ -263,7 +266,7 @@ class StepFinder:
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
             return "each iteration ends a step: a device loader"
         if uses_torch_xla(module) and runs_model(loop.body, module):
-            return "each iteration runs the model on the XLA device (a loop with no step end, e.g. evaluation)"
+            return RUNS_MODEL
         return ""
 
     def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module) -> bool:

@@ -1,6 +1,7 @@
 """Where a setting's value comes from, followed with `ast`: a literal, a local or module-level name, a function
 argument's default, a dataclass field (`padding: str = field(default="longest")`, read as `self.padding` or
-`data_args.padding`), an argparse option (`--fp16`, store_true: off by default) or a config dict
+`data_args.padding`), an argparse option (`--fp16`, store_true: off by default), an absl flag
+(`flags.DEFINE_bool("use_mixed_precision", False, ...)`) or a config dict
 (`CONFIG["padding"]`). The answer is the set of values it can have by default (empty: unknown).
 """
 
@@ -21,6 +22,7 @@ class Settings:
     fields: dict[str, dict[str, set[object]]] = field(default_factory=dict)  # class -> field -> defaults
     options: dict[str, set[object]] = field(default_factory=dict)  # argparse dest -> defaults
     configs: dict[tuple[str, str], set[object]] = field(default_factory=dict)  # (dict name, key) -> values
+    made: dict[str, list[tuple[Module, ast.Call]]] = field(default_factory=dict)  # class -> where it is built
 
     @classmethod
     def of(cls, project: Project) -> Settings:
@@ -28,9 +30,15 @@ class Settings:
         for module in project.modules:
             for cls_node in module.classes.values():
                 settings._class_fields(cls_node)
+        classes = set(settings.fields)
+        for module in project.modules:
             for call in module.calls:
                 if last_name(call.func) == "add_argument":
                     settings._option(call)
+                elif last_name(call.func).startswith("DEFINE_"):
+                    settings._absl_flag(call)
+                elif last_name(call.func) in classes:
+                    settings.made.setdefault(last_name(call.func), []).append((module, call))
             for node in module.tree.body:
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
                     for target in (t for t in node.targets if isinstance(t, ast.Name)):
@@ -68,6 +76,12 @@ class Settings:
         for name in names:
             self.options.setdefault(name, set()).add(default)
 
+    def _absl_flag(self, call: ast.Call) -> None:
+        """`flags.DEFINE_bool("use_mixed_precision", False, "...")`: read as `FLAGS.use_mixed_precision`."""
+        arguments = [*call.args, *(k.value for k in call.keywords if k.arg in {"name", "default"})]
+        if len(arguments) >= 2 and isinstance(arguments[0], ast.Constant) and isinstance(arguments[1], ast.Constant):
+            self.options.setdefault(str(arguments[0].value), set()).add(arguments[1].value)
+
     # ------------------------------------------------------------------------------------------ values
 
     def values(self, expr: ast.AST, module: Module, depth: int = 0) -> frozenset[object]:  # noqa: C901
@@ -77,7 +91,10 @@ class Settings:
         if isinstance(expr, ast.Constant):
             return frozenset([expr.value])
         if isinstance(expr, ast.IfExp):
-            return self.values(expr.body, module, depth + 1) | self.values(expr.orelse, module, depth + 1)
+            body = self.values(expr.body, module, depth + 1)
+            if ast.dump(expr.test) == ast.dump(expr.body):  # `x if x else fallback`: x is set where it is chosen
+                body = frozenset(v for v in body if v)
+            return body | self.values(expr.orelse, module, depth + 1)
         if isinstance(expr, ast.Name):
             return self._name(expr, module, depth)
         if isinstance(expr, ast.Attribute):
@@ -112,7 +129,7 @@ class Settings:
         if isinstance(owner, ast.Name) and owner.id == "self":
             cls = module.enclosing_class(attribute)
             if cls is not None and attribute.attr in self.fields.get(cls.name, {}):
-                return frozenset(self.fields[cls.name][attribute.attr])
+                return self._field(cls.name, attribute.attr)
         if isinstance(owner, ast.Name):
             annotated = _annotation(module.enclosing_function(attribute), owner.id)
             if annotated in self.fields and attribute.attr in self.fields[annotated]:
@@ -121,6 +138,20 @@ class Settings:
         for fields in self.fields.values():
             found |= fields.get(attribute.attr, set())
         return frozenset(found)
+
+
+    def _field(self, cls: str, name: str) -> frozenset[object]:
+        """A dataclass field's values: what the code building the class passes for it (`Collator(padding=
+        "longest")`), and its default where a construction leaves it out."""
+        found: set[object] = set()
+        made = self.made.get(cls, [])
+        for module, call in made:
+            passed = next((k.value for k in call.keywords if k.arg == name), None)
+            if passed is None:
+                found |= self.fields[cls][name]
+            else:
+                found |= self.values(passed, module, 1)
+        return frozenset(found if made else self.fields[cls][name])
 
 
 def _argument_default(function: FunctionNode, name: str) -> ast.AST | None:
