@@ -293,9 +293,31 @@ class StepFinder:
 
     # ----------------------------------------------------------------------------------------- callees
 
+    def _model_forwards(self, step: Step) -> Iterator[Step]:
+        """The `forward` of every torch.nn.Module of the trainer's own: a PyTorch/XLA step runs the model, whose
+        forward is traced into the step's graph (`model(batch)` is never resolved to a class from the source)."""
+        for module in self.project.modules:
+            for cls_node in module.classes.values():
+                if not any(last_name(base) in {"Module", "LightningModule"} or base_name in self._torch_modules
+                           for base in cls_node.bases for base_name in [last_name(base)]):
+                    continue
+                for method in cls_node.body:
+                    if isinstance(method, FunctionNode) and method.name == "forward":
+                        yield Step(f"{cls_node.name}.forward", "lazy", f"the model's forward, run by {step.name}",
+                                   module, method, frozenset(_params(method) - {"self"} - flag_params(method)),
+                                   root=False)
+
+    @property
+    def _torch_modules(self) -> set[str]:
+        """Classes of the project that subclass torch.nn.Module directly (a base for the others)."""
+        return {c.name for m in self.project.modules for c in m.classes.values()
+                if any(last_name(b) == "Module" for b in c.bases)}
+
     def _callees(self, step: Step) -> Iterator[Step]:
         if step.node is None or step.module is None or isinstance(step.node, ast.Call):
             return
+        if step.kind == "lazy" and step.root:
+            yield from self._model_forwards(step)
         module = step.module
         values = self.values(step)
         for node in self.region(step):
