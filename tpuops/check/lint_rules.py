@@ -209,7 +209,7 @@ def _fixed_features(call: ast.Call, module: Module) -> bool:
     """A Whisper feature extractor's `pad`: its log-mel features are already 3000 frames long, so padding them
     to the longest changes no shape."""
     return isinstance(call.func, ast.Attribute) and "feature_extractor" in dotted(call.func.value) and \
-        any("whisper" in name.lower() for name in [*module.imported, *module.defs, *module.classes])
+        "whisper" in module.source.lower()
 
 
 def _fixed_blocks(module: Module, settings: Settings) -> bool:

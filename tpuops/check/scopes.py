@@ -34,6 +34,7 @@ TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial"
 XLA_STEP_ENDS = {"mark_step", "sync", "optimizer_step"}
 DEVICE_LOADERS = {"MpDeviceLoader", "per_device_loader", "ParallelLoader"}
 KERAS_STEP_METHODS = {"train_step", "test_step"}
+STRATEGY_RUNS = {"run", "experimental_run_v2"}  # tf.distribute's step runner, under its TF 2.0/2.1 name too
 RUNS_MODEL = "each iteration runs the model on the XLA device (a loop with no step end, e.g. evaluation)"
 KIND_WORDS = {"jax": "JAX", "tf": "TensorFlow", "keras": "TensorFlow (Keras)", "torch": "PyTorch/XLA",
               "lazy": "PyTorch/XLA"}
@@ -179,8 +180,14 @@ class StepFinder:
         """jax.jit(f), pjit(f, ...), torch_xla.compile(f), strategy.run(f), keras compile(jit_compile=...)."""
         kind = compiler(call, module) if not isinstance(call.func, ast.Call) else compiler(call.func, module)
         how = _wrapper_name(call.func if isinstance(call.func, ast.Call) else call)
-        if kind is None and last_name(call.func) == "run" and "strategy" in dotted(call.func).lower():
-            kind, how = "tf", "strategy.run"
+        if kind is None and last_name(call.func) in STRATEGY_RUNS and "strategy" in dotted(call.func).lower():
+            kind, how = "tf", f"strategy.{last_name(call.func)}"
+        if last_name(call.func) == "compile" and _keyword(call, "loss") is not None and _keras(module):
+            # Keras compiles the loss into its train function (XLA on a TPU): the trainer's own loss is a step
+            for target_module, target, _ in self._targets(_keyword(call, "loss"), module):
+                if isinstance(target, FunctionNode):
+                    yield Step(target.name, "tf", "a Keras loss (compile(loss=...))", target_module, target,
+                               frozenset(_params(target) - {"self", "cls"} - flag_params(target)))
         if kind is None and last_name(call.func) == "compile" and _keyword(call, "jit_compile") is not None \
                 and not _false(_keyword(call, "jit_compile")):
             self.library.append(Step("Keras fit (compile(jit_compile=...))", "tf", "Keras compile + fit", module,
@@ -398,7 +405,8 @@ def _params(function: FunctionNode | ast.Lambda) -> set[str]:
 
 
 def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
-    """Under jax.jit every argument is traced but those static_argnums/static_argnames name (and self)."""
+    """Under jax.jit every argument is traced but those static_argnums/static_argnames (pmap:
+    static_broadcasted_argnums) name, and self."""
     static: set[str] = {"self", "cls"}
     params = [a.arg for a in function.args.posonlyargs + function.args.args] if function else []
     for call in (n for n in ast.walk(wrapper) if isinstance(n, ast.Call)):
@@ -407,9 +415,14 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
             for value in (v.value for v in values if isinstance(v, ast.Constant)):
                 if keyword.arg == "static_argnames" and isinstance(value, str):
                     static.add(value)
-                elif keyword.arg == "static_argnums" and isinstance(value, int) and value < len(params):
+                elif keyword.arg in {"static_argnums", "static_broadcasted_argnums"} and isinstance(value, int) \
+                        and value < len(params):
                     static.add(params[value])
     return static
+
+
+def _keras(module: Module) -> bool:
+    return any(source.split(".")[0] in {"tensorflow", "keras", "tf_keras"} for source, _ in module.imported.values())
 
 
 def _keyword(call: ast.Call, name: str) -> ast.AST | None:

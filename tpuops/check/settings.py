@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from tpuops.check.project import FunctionNode, Module, Project, last_name
 
 UNKNOWN: frozenset[object] = frozenset()
+# How scripts name the dataclasses their command line fills (HfArgumentParser's DataTrainingArguments & co).
+ARGUMENT_CLASS_ENDINGS = ("Arguments", "Args", "Config", "Options")
 
 
 @dataclass
@@ -135,7 +137,8 @@ class Settings:
             if annotated in self.fields and attribute.attr in self.fields[annotated]:
                 return frozenset(self.fields[annotated][attribute.attr])
         found = set(self.options.get(attribute.attr, ()))
-        for fields in self.fields.values():
+        arguments = [f for c, f in self.fields.items() if c.endswith(ARGUMENT_CLASS_ENDINGS) and attribute.attr in f]
+        for fields in arguments or list(self.fields.values()):  # `data_args.x`: the argument dataclasses' x first
             found |= fields.get(attribute.attr, set())
         return frozenset(found)
 
