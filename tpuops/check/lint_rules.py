@@ -104,8 +104,15 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
                 yield node, f"`{name}` in {_where(step)}: its output shape depends on the data"
             elif name == "where" and values.framework_call(node) and len(node.args) == 1 and not node.keywords:
                 yield node, f"one-argument `{dotted(node.func)}` in {_where(step)} returns data-dependent indices"
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and values.is_bool(node.slice):
+        elif _masked(node, values):
             yield node, f"boolean-mask indexing in {_where(step)}: the result's shape depends on the data"
+
+
+def _masked(node: ast.AST, values: TensorValues) -> bool:
+    """`x[mask]` read, or `weights[target == pad] *= w`, which reads the masked elements first."""
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Subscript):
+        return values.is_bool(node.target.slice)
+    return isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and values.is_bool(node.slice)
 
 
 def host_sync(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:

@@ -203,4 +203,21 @@ class Project:
             target = self.module_named(name, module) if source else None
             if target is not None:
                 return [(target, d) for d in target.defs.get(expr.attr, ())]
+            return self._methods(owner, expr.attr, module)
+        return []
+
+    def _methods(self, owner: str, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
+        """`meter.update` where `meter = RocAucMeter()` builds a class of ours: that class's method."""
+        for node in module.assigns:
+            if not (isinstance(node.value, ast.Call) and any(isinstance(t, ast.Name) and t.id == owner
+                                                              for t in node.targets)):
+                continue
+            cls_name = last_name(node.value.func)
+            home: Module | None = module if cls_name in module.classes else None
+            if home is None and cls_name in module.imported:
+                source, attribute = module.imported[cls_name]
+                home = self.module_named(source, module) if attribute else None
+            cls_node = home.classes.get(cls_name) if home is not None else None
+            if home is not None and cls_node is not None:
+                return [(home, d) for d in cls_node.body if isinstance(d, FunctionNode) and d.name == method]
         return []

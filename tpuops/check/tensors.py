@@ -40,6 +40,7 @@ PYTHON_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "get_shape"
 PYTHON_BUILTINS = {"len", "int", "float", "bool", "str", "range", "enumerate", "isinstance", "print", "round",
                    "repr", "format", "type", "hasattr", "getattr", "callable", "id", "hash", "open", "super",
                    "iter", "next", "sorted", "reversed", "vars", "dir", "zip"}
+DEVICE_MOVES = {"to_device", "send_to_device", "move_to_device"}
 MODEL_WORDS = ("model", "net", "module", "criterion", "loss_fn", "lossfn", "apply_fn")
 TENSOR_CLASSES = {"Tensor", "Variable", "Parameter", "FloatTensor", "LongTensor", "Array"}
 
@@ -129,6 +130,8 @@ class TensorValues:
                 return False
             if self.is_tensor(func.value) or (func.attr == "to" and not self._object(func.value)):
                 return True
+            if func.attr in DEVICE_MOVES and call.args:
+                return True  # fabric.to_device(batch.codes), send_to_device(batch, device)
         if self._object(func) or self.is_tensor(func) or any(w in last_name(func).lower() for w in MODEL_WORDS):
             return True  # calling a model or a loss object
         if self._object(call):
@@ -181,8 +184,8 @@ class TensorValues:
 
     def is_bool(self, expr: ast.AST) -> bool:
         """A boolean tensor: a comparison of tensors, logical_*/isnan/..., x.bool(), or a name holding one."""
-        if isinstance(expr, ast.Name):
-            return expr.id in self.bool_names
+        if isinstance(expr, ast.Name):  # a tensor named `mask`, `target_mask`: a boolean mask, as masks are
+            return expr.id in self.bool_names or (expr.id.lower().endswith("mask") and self.is_tensor(expr))
         if isinstance(expr, ast.Compare):
             return self.is_tensor(expr)
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert | ast.Not):
