@@ -109,10 +109,12 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
 
 
 def _masked(node: ast.AST, values: TensorValues) -> bool:
-    """`x[mask]` read, or `weights[target == pad] *= w`, which reads the masked elements first."""
+    """`x[mask]` read or written (`x[mask] = 0`, `weights[target == pad] *= w`): PyTorch turns a boolean index
+    into the indices of its True elements (`nonzero`), whose number depends on the data."""
     if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Subscript):
         return values.is_bool(node.target.slice)
-    return isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and values.is_bool(node.slice)
+    return isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load | ast.Store) and \
+        values.is_bool(node.slice)
 
 
 def host_sync(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterator[Hit]:
@@ -149,12 +151,11 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
     elif isinstance(func, ast.Attribute) and func.attr == "format" and _is_text(func.value) and \
             any(evident.is_tensor(a) for a in [*node.args, *(k.value for k in node.keywords)]):
         yield node, f"a tensor formatted with `.format()` in {_where(step)} reads its value {every}"
-    elif last_name(func) in REPORTING_CALLS and not _math_log(func, values) and any(
-            evident.is_tensor(a) and not isinstance(a, ast.JoinedStr | ast.BinOp)
-            for a in [*node.args, *(k.value for k in node.keywords)]):
-        verb = "prints a trace-time placeholder" if step.kind in {"jax", "tf", "keras"} else \
-            f"reads the tensor {every}"
-        yield node, f"`{last_name(func)}` of a tensor in {_where(step)} {verb}"
+    elif step.kind in {"lazy", "torch"} and last_name(func) in REPORTING_CALLS and not _math_log(func, values) and \
+            any(evident.is_tensor(a) and not isinstance(a, ast.JoinedStr | ast.BinOp)
+                for a in [*node.args, *(k.value for k in node.keywords)]):
+        # (a traced JAX/TF function prints a placeholder once, while it is traced: no cost per step)
+        yield node, f"`{last_name(func)}` of a tensor in {_where(step)} reads the tensor {every}"
 
 
 def _math_log(func: ast.AST, values: TensorValues) -> bool:

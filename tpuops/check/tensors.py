@@ -72,16 +72,27 @@ class TensorValues:
             if self._object(value) and len(targets) == 1 and isinstance(targets[0], ast.Name):
                 self.objects.add(targets[0].id)
         self.names -= self.objects
+        # Dicts that hold tensors under some keys (`info["grad_norm"] = norm`) and counters under others
+        # (`info["batch_idx"]`): key -> which keys hold tensors; a name bound whole to a tensor is dropped here.
+        self.keyed: dict[str, set[object]] = {}
+        whole: set[str] = set(self.names)
         for _ in range(3):  # a loop body can use a name assigned further down
-            before = len(self.names) + len(self.bool_names)
+            before = len(self.names) + len(self.bool_names) + sum(map(len, self.keyed.values()))
             for targets, value in bindings:
                 if self.is_tensor(value) and not (len(targets) == 1 and isinstance(targets[0], ast.Name)
                                                   and targets[0].id in self.objects):
                     names = {name for t in targets for name in _bound_names(t, containers)}
                     self.names |= names
+                    whole |= {name for t in targets if not isinstance(t, ast.Subscript)
+                              for name in _bound_names(t, containers)}
+                    for target in targets:
+                        if _keyed_target(target):
+                            self.keyed.setdefault(target.value.id, set()).add(target.slice.value)
                     if self.is_bool(value):
                         self.bool_names |= names
-            if len(self.names) + len(self.bool_names) == before:
+            for name in whole & set(self.keyed):
+                del self.keyed[name]
+            if len(self.names) + len(self.bool_names) + sum(map(len, self.keyed.values())) == before:
                 break
         self.evident = TensorValues(bindings, aliases, traced, python_calls, guesses=False,
                                     tensor_calls=tensor_calls) if guesses else self
@@ -151,6 +162,9 @@ class TensorValues:
         if isinstance(expr, ast.Attribute):
             return expr.attr not in PYTHON_ATTRIBUTES and self.is_tensor(expr.value)
         if isinstance(expr, ast.Subscript):
+            if isinstance(expr.value, ast.Name) and expr.value.id in self.keyed and \
+                    isinstance(expr.slice, ast.Constant):
+                return expr.slice.value in self.keyed[expr.value.id]
             return self.is_tensor(expr.value)
         if isinstance(expr, ast.Call):
             return self._call(expr)
@@ -211,3 +225,9 @@ def _bound_names(target: ast.AST, containers: bool = True) -> Iterator[str]:
             yield from _bound_names(element, containers)
     elif isinstance(target, ast.Starred) or (containers and isinstance(target, ast.Subscript)):
         yield from _bound_names(target.value, containers)
+
+
+def _keyed_target(target: ast.AST) -> bool:
+    """`info["loss"] = ...`: a constant key of a named dict."""
+    return isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and \
+        isinstance(target.slice, ast.Constant)
