@@ -189,7 +189,8 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
     for node in module.calls:
         padding = _keyword(node, "padding")
         values = settings.values(padding, module) if padding is not None else frozenset()
-        if any(v is True or v == "longest" for v in values) and not _padded_again(node, module) and \
+        if any(v is True or v == "longest" for v in values) and not fixed_blocks and \
+                not _padded_again(node, module) and \
                 not _runs_once(node, module) and not _bucketed(node, module, settings) and \
                 not _fixed_features(node, module):  # module-level code outside any loop pads one batch: one shape
             shown = ast.unparse(padding) if padding is not None else ""

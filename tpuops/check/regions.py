@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from tpuops.check.project import Module, last_name
+from tpuops.check.project import Module, dotted, last_name
 
 if TYPE_CHECKING:
     from tpuops.check.scopes import Step
@@ -14,30 +14,76 @@ if TYPE_CHECKING:
 
 def region_nodes(step: Step) -> Iterator[ast.AST]:
     """The nodes a step runs each time. A PyTorch/XLA lazy step leaves out nested functions (closures, e.g.
-    for `xm.add_step_closure`) and what runs only every N steps (`if step % N == 0:`) or once (`if step == 0:`)."""
+    for `xm.add_step_closure`), what runs only every N steps (`if step % N == 0:`, also through a name:
+    `should_log = step % 100 == 0`), once (`if step == 0:`, `if preds is None: preds = ...`), and the branch a
+    TPU does not take (`if use_xla: ... else: <CUDA code>`, `if torch.cuda.is_available(): ...`)."""
     if step.node is None or isinstance(step.node, ast.Call):
         return
     if step.kind != "lazy":
         yield from ast.walk(step.node)
         return
+    module = step.module
     stack: list[ast.AST] = list(reversed(step.node.body))
     while stack:
         node = stack.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
             continue
         yield node
-        if isinstance(node, ast.If) and (_every_n_steps(node.test) or _once(node.test)):
-            stack.extend(reversed(node.orelse))
-            stack.append(node.test)
-            continue
+        if isinstance(node, ast.If):
+            test = _named_test(node.test, module)
+            if _every_n_steps(test) or _once(test) or _first_time(node) or _gpu_test(test):
+                stack.extend(reversed(node.orelse))
+                stack.append(node.test)
+                continue
+            if _tpu_test(test):
+                stack.extend(reversed(node.body))
+                stack.append(node.test)
+                continue
         if isinstance(node, ast.Call) and last_name(node.func) == "add_step_closure":
             continue
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
+def _named_test(test: ast.AST, module: Module | None) -> ast.AST:
+    """`if should_log_step:` reads as the expression the name was last bound to before it."""
+    if not isinstance(test, ast.Name) or module is None:
+        return test
+    scope = module.enclosing_function(test)
+    bound = [n for n in module.assigns if n.lineno <= test.lineno and module.enclosing_function(n) is scope and
+             any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)]
+    return bound[-1].value if bound else test
+
+
 def _every_n_steps(test: ast.AST) -> bool:
     return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.Constant)
                for n in ast.walk(test))
+
+
+def _first_time(branch: ast.If) -> bool:
+    """`if preds is None: preds = ...`: the body fills the name once; the else branch runs every time."""
+    test = branch.test
+    if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and len(test.ops) == 1 and
+            isinstance(test.ops[0], ast.Is) and isinstance(test.comparators[0], ast.Constant) and
+            test.comparators[0].value is None):
+        return False
+    return any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == test.left.id
+                                                  for t in n.targets) for n in branch.body)
+
+
+def _words(test: ast.AST) -> list[str]:
+    words = [dotted(n).lower() for n in ast.walk(test) if isinstance(n, ast.Name | ast.Attribute)]
+    return words + [n.value.lower() for n in ast.walk(test) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def _gpu_test(test: ast.AST) -> bool:
+    """`if torch.cuda.is_available():`, `if device == "cuda":`: a branch a TPU never takes."""
+    return not isinstance(test, ast.UnaryOp) and any("cuda" in w or w == "gpu" for w in _words(test))
+
+
+def _tpu_test(test: ast.AST) -> bool:
+    """`if self.use_xla:`, `if args.tpu:`: the TPU takes the body, never the else."""
+    return not isinstance(test, ast.UnaryOp | ast.BoolOp) and any("xla" in w.split(".")[-1] or "tpu" in
+                                                                  w.split(".")[-1] for w in _words(test))
 
 
 def _once(test: ast.AST) -> bool:
@@ -49,12 +95,15 @@ def _once(test: ast.AST) -> bool:
         not any(isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) for n in ast.walk(test))
 
 
-def loop_batch(loop: ast.AST) -> frozenset[str]:
-    """A step loop's targets are the batch (tensors), but for an enumerate index, a range counter, or the items of
-    a literal list (`for split in ["train", "val"]`)."""
+def loop_batch(loop: ast.AST, module: Module | None = None) -> frozenset[str]:
+    """A step loop's targets are the batch (tensors), but for an enumerate index (also through a name:
+    `iterator = enumerate(loader)`), a range counter, or the items of a literal list (`for split in ["train",
+    "val"]`)."""
     if not isinstance(loop, ast.For | ast.AsyncFor):
         return frozenset()
     target, iterable = loop.target, loop.iter
+    if isinstance(iterable, ast.Name) and module is not None:
+        iterable = _bound_call(iterable.id, loop, module) or iterable
     while isinstance(iterable, ast.Call) and last_name(iterable.func) in {"tqdm", "iter", "trange"} and \
             iterable.args:
         iterable = iterable.args[0]  # tqdm(enumerate(loader)): a progress bar over the same items
@@ -66,6 +115,18 @@ def loop_batch(loop: ast.AST) -> frozenset[str]:
             isinstance(target, ast.Tuple) and target.elts:
         target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
     return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+
+
+def _bound_call(name: str, loop: ast.AST, module: Module) -> ast.Call | None:
+    """The call the loop's scope last binds `name` to before the loop, if any."""
+    scope = module.scope_of(loop)
+    found = None
+    for node in module.assigns:
+        if node.lineno < loop.lineno and (module.enclosing_function(node) or module.tree) is scope and \
+                isinstance(node.value, ast.Call) and \
+                any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            found = node.value
+    return found
 
 
 def uses_torch_xla(module: Module) -> bool:

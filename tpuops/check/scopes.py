@@ -136,16 +136,18 @@ class StepFinder:
             yield from self._wrapped(call, module)
         for cls_node in module.classes.values():
             if any(last_name(b).endswith("Model") for b in cls_node.bases):
+                # tf.keras (Keras 2) runs an overridden train_step through AutoGraph, Keras 3 does not
+                kind = "tf" if _tf_keras(cls_node, module) else "keras"
                 for method in cls_node.body:
                     if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
-                        yield Step(f"{cls_node.name}.{method.name}", "keras", "Keras train_step", module, method,
+                        yield Step(f"{cls_node.name}.{method.name}", kind, "Keras train_step", module, method,
                                    frozenset(_params(method) - {"self"}))
         for loop in module.loops:
             how = self._step_loop(loop, module)
             if how == RUNS_MODEL:  # no step end: whether it iterates batches or, say, split names is a guess
-                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, guessed=loop_batch(loop))
+                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, guessed=loop_batch(loop, module))
             elif how:
-                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, loop_batch(loop))
+                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, loop_batch(loop, module))
 
     def _drives_steps(self, function: FunctionNode, module: Module, depth: int = 0) -> bool:
         """The function runs step loops, its own or a callee's (a `main` that also ends a step once, after
@@ -276,7 +278,12 @@ class StepFinder:
             return RUNS_MODEL
         return ""
 
-    def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module) -> bool:
+    def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module, depth: int = 0) -> bool:
+        """The loop iterates a device loader (`MpDeviceLoader(...)`, `pl.ParallelLoader(...).per_device_loader`,
+        an Accelerate-prepared loader), directly or through a name (`loader = tqdm(loader)` followed a few
+        assignments deep, not forever)."""
+        if depth > 4:
+            return False
         while isinstance(expr, ast.Call) and last_name(expr.func) in {"enumerate", "tqdm", "iter", "zip"} \
                 and expr.args:
             expr = expr.args[0]
@@ -294,7 +301,7 @@ class StepFinder:
                 called = last_name(node.value.func)
                 if called in DEVICE_LOADERS or (called == "prepare" and "accel" in dotted(node.value.func)):
                     return True
-                if called in {"tqdm", "enumerate"} and self._device_loader(node.value, loop, module):
+                if called in {"tqdm", "enumerate"} and self._device_loader(node.value, loop, module, depth + 1):
                     return True
         return False
 
@@ -419,6 +426,17 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
                         and value < len(params):
                     static.add(params[value])
     return static
+
+
+def _tf_keras(cls_node: ast.ClassDef, module: Module) -> bool:
+    """The model subclasses tf.keras.Model (`tf.keras.Model`, or `Model` imported from tensorflow.keras)."""
+    for base in cls_node.bases:
+        path = dotted(base)
+        root = path.split(".")[0]
+        source = module.imported.get(root, ("", None))[0]
+        if path.startswith(("tf.", "tensorflow.")) or source.startswith("tensorflow"):
+            return True
+    return False
 
 
 def _keras(module: Module) -> bool:

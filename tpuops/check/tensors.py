@@ -33,7 +33,7 @@ PYTHON_VALUED = {"device_count", "local_device_count", "process_index", "process
 PYTHON_PREFIXES = ("torch.utils.", "torch.cuda.", "torch.distributed.", "torch.backends.", "torch.optim.",
                    "tf.config.", "tf.distribute.", "tf.data.", "jax.config.", "jax.distributed.", "tf.io.")
 PYTHON_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "requires_grad", "is_cuda", "name", "rank", "training",
-                     "size_in_bytes", "sharding"}
+                     "size_in_bytes", "sharding", "size"}  # (`x.size` uncalled: a JAX/NumPy array's element count)
 PYTHON_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "get_shape", "__len__", "element_size",
                   "keys", "rate", "global_rate", "format", "get_last_lr", "state_dict", "parameters",
                   "named_parameters", "train", "eval", "zero_grad"}
