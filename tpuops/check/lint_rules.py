@@ -34,7 +34,8 @@ RULES: tuple[Rule, ...] = (
          "in a step: a round trip to the host that stalls the TPU every step",
          "return the value from the step and read it every N steps outside it (PyTorch/XLA: xm.add_step_closure)"),
     Rule("XLA004", "pad-longest", "padding to the longest example (padding='longest'/True, a collator without "
-         "pad_to_multiple_of, tf.data padded_batch without padded_shapes): a new shape, so a new compilation, "
+         "pad_to_multiple_of, tf.data padded_batch without padded_shapes, pad_sequence in a PyTorch/XLA input "
+         "pipeline): a new shape, so a new compilation, "
          "for most batches", "pad to max_length, or set pad_to_multiple_of=64 (a few buckets); tf.data: "
          "padded_batch(..., padded_shapes=...)"),
     Rule("XLA005", "fp16", "float16 as the compute dtype (autocast dtype, .half(), a mixed_float16 policy, "
@@ -205,6 +206,15 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
         elif last_name(node.func) == "padded_batch" and len(node.args) < 2 and \
                 _unset(_keyword(node, "padded_shapes")):
             yield node, "padded_batch without padded_shapes pads each batch to its longest element"
+        elif last_name(node.func) == "pad_sequence" and settings.torch_xla and not _in_forward(node, module) and \
+                not _padded_again(node, module):
+            yield node, "pad_sequence pads each batch to its longest sequence"
+
+
+def _in_forward(node: ast.AST, module: Module) -> bool:
+    """Inside a model's forward: a step's own ops (the step rules' business), not the input pipeline."""
+    function = module.enclosing_function(node)
+    return function is not None and function.name == "forward"
 
 
 def _bucketed(call: ast.Call, module: Module, settings: Settings) -> bool:

@@ -25,6 +25,7 @@ class Settings:
     options: dict[str, set[object]] = field(default_factory=dict)  # argparse dest -> defaults
     configs: dict[tuple[str, str], set[object]] = field(default_factory=dict)  # (dict name, key) -> values
     made: dict[str, list[tuple[Module, ast.Call]]] = field(default_factory=dict)  # class -> where it is built
+    torch_xla: bool = False  # the project trains with PyTorch/XLA (its collate functions feed the TPU)
 
     @classmethod
     def of(cls, project: Project) -> Settings:
@@ -33,6 +34,8 @@ class Settings:
             for cls_node in module.classes.values():
                 settings._class_fields(cls_node)
         classes = set(settings.fields)
+        settings.torch_xla = any(source.split(".")[0] in {"torch_xla", "accelerate"}
+                                 for module in project.modules for source, _ in module.imported.values())
         for module in project.modules:
             for call in module.calls:
                 if last_name(call.func) == "add_argument":
