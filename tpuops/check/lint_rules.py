@@ -54,6 +54,7 @@ Hit = tuple[ast.AST, str]
 
 DYNAMIC_SHAPE_CALLS = {"boolean_mask", "masked_select", "nonzero", "argwhere", "flatnonzero", "unique"}
 HOST_SYNC_METHODS = {"numpy", "item", "cpu", "tolist"}
+TORCH_FACTORIES = {"randint", "rand", "randn", "randperm", "tensor", "zeros", "ones", "arange", "empty", "full"}
 # Calls that turn their arguments into text (or a logged number): a tensor given to them is read from the device.
 REPORTING_CALLS = {"print", "master_print", "info", "debug", "warning", "error", "log", "write", "set_postfix",
                    "set_description", "add_scalar", "add_scalars", "log_metrics", "log_dict"}
@@ -128,6 +129,8 @@ def host_sync(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterato
             continue
         if isinstance(node, ast.Call):
             yield from _host_sync_call(node, step, values, every)
+        elif step.kind not in {"lazy", "torch"}:
+            continue  # a traced JAX/TF function formats a placeholder once, while it is traced: no cost per step
         elif isinstance(node, ast.JoinedStr) and any(
                 evident.is_tensor(v.value) for v in node.values if isinstance(v, ast.FormattedValue)):
             yield node, f"a tensor formatted into an f-string in {_where(step)} reads its value {every}"
@@ -139,7 +142,7 @@ def host_sync(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterato
 def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str) -> Iterator[Hit]:
     func, evident = node.func, values.evident
     if isinstance(func, ast.Attribute) and func.attr in HOST_SYNC_METHODS and not node.args and \
-            (step.kind != "lazy" or values.is_tensor(func.value)):
+            (step.kind != "lazy" or values.is_tensor(func.value)) and not _made_on_host(func.value):
         yield node, f"`.{func.attr}()` in {_where(step)} copies the value to the host {every}"
     elif dotted(func).split(".")[-2:] in (["debug", "print"], ["debug", "callback"]) and step.kind == "jax":
         yield node, f"`{dotted(func)}` in {_where(step)} calls back to the host {every}"
@@ -157,6 +160,13 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
                 for a in [*node.args, *(k.value for k in node.keywords)]):
         # (a traced JAX/TF function prints a placeholder once, while it is traced: no cost per step)
         yield node, f"`{last_name(func)}` of a tensor in {_where(step)} reads the tensor {every}"
+
+
+def _made_on_host(expr: ast.AST) -> bool:
+    """`torch.randint(1, n, (1,)).item()`: a tensor a PyTorch factory made on the CPU (no `device=`); reading it
+    waits for nothing."""
+    return isinstance(expr, ast.Call) and dotted(expr.func).startswith("torch.") and \
+        last_name(expr.func) in TORCH_FACTORIES and _keyword(expr, "device") is None
 
 
 def _math_log(func: ast.AST, values: TensorValues) -> bool:

@@ -55,9 +55,12 @@ def _named_test(test: ast.AST, module: Module | None) -> ast.AST:
 
 
 def _every_n_steps(test: ast.AST) -> bool:
-    """`step % log_every == 0`; not `(i + 1) % accumulation_steps == 0`, which is every optimizer step."""
+    """`step % log_every == 0`, `len(pending_logs) >= log_interval`; not `(i + 1) % accumulation_steps == 0`,
+    which is every optimizer step."""
     return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.Constant)
-               and "accum" not in dotted(n.right).lower() for n in ast.walk(test))
+               and "accum" not in dotted(n.right).lower() for n in ast.walk(test)) or \
+        any(isinstance(n, ast.Compare) and isinstance(n.left, ast.Call) and last_name(n.left.func) == "len" and
+            isinstance(n.ops[0], ast.GtE | ast.Gt) for n in ast.walk(test))
 
 
 def _first_time(branch: ast.If) -> bool:
