@@ -53,6 +53,8 @@ STEP_RULE_IDS = ("XLA001", "XLA002", "XLA003")
 Hit = tuple[ast.AST, str]
 
 DYNAMIC_SHAPE_CALLS = {"boolean_mask", "masked_select", "nonzero", "argwhere", "flatnonzero", "unique"}
+# In a step, these pad a list of tensors to the longest one: the shape depends on this step's data.
+STEP_PADDING_CALLS = {"pad_sequence"}
 HOST_SYNC_METHODS = {"numpy", "item", "cpu", "tolist"}
 TORCH_FACTORIES = {"randint", "rand", "randn", "randperm", "tensor", "zeros", "ones", "arange", "empty", "full"}
 # Calls that turn their arguments into text (or a logged number): a tensor given to them is read from the device.
@@ -104,6 +106,8 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
             sized = any(k.arg == "size" for k in node.keywords)  # jnp.nonzero(x, size=k): a fixed shape
             if name in DYNAMIC_SHAPE_CALLS and (values.framework_call(node) or method) and not sized:
                 yield node, f"`{name}` in {_where(step)}: its output shape depends on the data"
+            elif name in STEP_PADDING_CALLS and step.kind in {"lazy", "torch"}:
+                yield node, f"`{name}` in {_where(step)} pads to this step's longest sequence: a new shape per step"
             elif name == "where" and values.framework_call(node) and len(node.args) == 1 and not node.keywords:
                 yield node, f"one-argument `{dotted(node.func)}` in {_where(step)} returns data-dependent indices"
         elif _masked(node, values):
@@ -224,7 +228,7 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
 def _in_forward(node: ast.AST, module: Module) -> bool:
     """Inside a model's forward: a step's own ops (the step rules' business), not the input pipeline."""
     function = module.enclosing_function(node)
-    return function is not None and function.name == "forward"
+    return function is not None and function.name.startswith("forward")
 
 
 def _bucketed(call: ast.Call, module: Module, settings: Settings) -> bool:

@@ -31,6 +31,35 @@ def flag_params(function: FunctionNode | ast.Lambda) -> set[str]:
     return {arg.arg for arg, default in pairs if isinstance(default, ast.Constant)}
 
 
+SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "None", "Optional", "Union", "Literal"}
+
+
+def scalar_params(function: FunctionNode | ast.Lambda) -> set[str]:
+    """Parameters annotated as Python scalars (`mask_ratio: Optional[float]`, `train: bool`): never tensors."""
+    if isinstance(function, ast.Lambda):
+        return set()
+    arguments = function.args
+    found = set()
+    for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs:
+        if argument.annotation is None:
+            continue
+        names = {n.id for n in ast.walk(argument.annotation) if isinstance(n, ast.Name)} | \
+            {n.attr for n in ast.walk(argument.annotation) if isinstance(n, ast.Attribute)} | \
+            {str(n.value) for n in ast.walk(argument.annotation) if isinstance(n, ast.Constant)}
+        if names and names <= SCALAR_ANNOTATIONS | {"typing"}:
+            found.add(argument.arg)
+    return found
+
+
+def none_default_params(function: FunctionNode | ast.Lambda) -> set[str]:
+    """Parameters whose default is None (`input_ids=None`): optional inputs as often as settings."""
+    arguments = function.args
+    positional = arguments.posonlyargs + arguments.args
+    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults, strict=False))
+    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None]
+    return {arg.arg for arg, default in pairs if isinstance(default, ast.Constant) and default.value is None}
+
+
 def partial_traced(call: ast.Call, function: FunctionNode, method: bool,
                    is_tensor: Callable[[ast.AST], bool]) -> set[str]:
     """The traced parameters of `function` handed over as `partial(function, *args, **keywords)`: those it

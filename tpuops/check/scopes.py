@@ -22,7 +22,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from tpuops.check.project import FunctionNode, Module, Project, dotted, last_name
-from tpuops.check.pyvalues import PythonValued, flag_params, is_partial_of, partial_traced, python_valued_functions
+from tpuops.check.pyvalues import (
+    PythonValued,
+    flag_params,
+    is_partial_of,
+    none_default_params,
+    partial_traced,
+    python_valued_functions,
+    scalar_params,
+)
 from tpuops.check.regions import loop_batch, region_nodes, runs_model, uses_torch_xla
 from tpuops.check.returns import TensorReturning
 from tpuops.check.tensors import TensorValues
@@ -312,14 +320,15 @@ class StepFinder:
         forward is traced into the step's graph (`model(batch)` is never resolved to a class from the source)."""
         for module in self.project.modules:
             for cls_node in module.classes.values():
-                if not any(last_name(base) in {"Module", "LightningModule"} or base_name in self._torch_modules
-                           for base in cls_node.bases for base_name in [last_name(base)]):
+                if not any(_torch_module_base(base, module) or last_name(base) in self._torch_modules
+                           for base in cls_node.bases):
                     continue
                 for method in cls_node.body:
                     if isinstance(method, FunctionNode) and method.name == "forward":
+                        # `input_ids=None`: a forward's tensors default to None; `return_dict=True` is a setting
+                        settings = (flag_params(method) - none_default_params(method)) | scalar_params(method)
                         yield Step(f"{cls_node.name}.forward", "lazy", f"the model's forward, run by {step.name}",
-                                   module, method, frozenset(_params(method) - {"self"} - flag_params(method)),
-                                   root=False)
+                                   module, method, frozenset(_params(method) - {"self"} - settings), root=False)
 
     @property
     def _torch_modules(self) -> set[str]:
@@ -330,7 +339,7 @@ class StepFinder:
     def _callees(self, step: Step) -> Iterator[Step]:
         if step.node is None or step.module is None or isinstance(step.node, ast.Call):
             return
-        if step.kind == "lazy" and step.root:
+        if step.kind in {"lazy", "torch"} and step.root:
             yield from self._model_forwards(step)
         module = step.module
         values = self.values(step)
@@ -397,8 +406,9 @@ def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValue
         params = params[1:]
     names = set(params) | {a.arg for a in callee.args.kwonlyargs}
     passed = [*zip(params, call.args, strict=False), *((k.arg, k.value) for k in call.keywords if k.arg in names)]
-    traced = {name for name, value in passed if values.evident.is_tensor(value)}
-    return traced, {name for name, value in passed if values.is_tensor(value)} - traced
+    scalars = scalar_params(callee)  # `mask_ratio: Optional[float]` is a float, whatever the caller computes
+    traced = {name for name, value in passed if values.evident.is_tensor(value)} - scalars
+    return traced, {name for name, value in passed if values.is_tensor(value)} - traced - scalars
 
 
 def _is_called(node: ast.AST, module: Module) -> bool:
@@ -426,6 +436,17 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
                         and value < len(params):
                     static.add(params[value])
     return static
+
+
+def _torch_module_base(base: ast.AST, module: Module) -> bool:
+    """torch.nn.Module, a LightningModule, or a Hugging Face model class (`ElectraForPreTraining`,
+    `GPT2PreTrainedModel`), all of them torch.nn.Modules."""
+    name = last_name(base)
+    if name in {"Module", "LightningModule"}:
+        return True
+    source = module.imported.get(dotted(base).split(".")[0], ("", None))[0]
+    return source.startswith("transformers") and not name.startswith(("TF", "Flax")) and \
+        (name.endswith(("PreTrainedModel", "Model")) or "For" in name)
 
 
 def _tf_keras(cls_node: ast.ClassDef, module: Module) -> bool:
