@@ -146,7 +146,7 @@ def test_ops_never_asks_which_provider_it_has() -> None:
 def test_the_shipped_agents_import_nothing_of_tpuops() -> None:
     # Parts whose text replaces their import when shipped (shipped.program):
     inlined = ("tpuops.shipped.push_protocol", "tpuops.shipped.push_receive", "tpuops.shipped.push_relay",
-               "tpuops.shipped.autostop_agent_host")
+               "tpuops.shipped.autostop_agent_host", "tpuops.shipped.metadata_token")
     for name in SHIPPED:
         assert not [i for i in imports(MODULES[name]) if i.startswith("tpuops") and not i.startswith(inlined)], name
 

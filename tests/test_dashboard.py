@@ -4,6 +4,7 @@ The page itself in a real browser: tests/test_dashboard_browser.py."""
 
 from __future__ import annotations
 
+import collections
 import http.client
 import json
 import signal
@@ -18,6 +19,7 @@ import pytest
 
 from tests.helpers import run_cli, write_spec
 from tests.logs_writers import TbWriter, simple_event
+from tests.test_held_state import reads  # noqa: F401  (pytest fixture: counts spec and state reads)
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.context import Context
 from tpuops.dashboard.board import Board
@@ -149,6 +151,23 @@ def test_where_the_hours_went_adds_up_over_the_range(cluster: tuple[str, Path], 
     assert doc["total"]["wall"]["seconds"] >= rows["wall"]["seconds"]
     narrow = board.hours(now - 1, now)["clusters"][name]
     assert narrow["wall"]["seconds"] <= 1.0 + 1e-6
+
+
+
+def test_a_request_reads_each_clusters_spec_once(cluster: tuple[str, Path], history: tuple[TbWriter, float],
+                                                 reads: collections.Counter[str],  # noqa: F811
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every document reads a cluster's state and spec once and hands them on (the feed, the overview, the
+    price). The live status is TPU API calls of its own, cached: kept fresh here so no request refreshes it."""
+    name, home = cluster
+    monkeypatch.setenv("TPUOPS_HOME", str(home))
+    board = Board(Context.from_env(), feed_interval=0.0, live_ttl=3600.0)
+    assert board.names() == [name]
+    board.cluster(name, wait=True)  # the live status read, and the feed's readers opened (once per board)
+    for document in (board.clusters, lambda: board.cluster(name), lambda: board.hours(time.time() - 3600, time.time())):
+        reads.clear()
+        document()
+        assert dict(reads) == {"spec": 1, "state": 1}
 
 
 @pytest.fixture

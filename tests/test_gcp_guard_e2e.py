@@ -32,7 +32,7 @@ from tests.sshd import SshdCluster, sshd_available
 from tests.test_guard_local import webhook  # noqa: F401  (pytest fixture)
 from tpuops.guard.ledger import Ledger
 from tpuops.providers.blob_urls import open_blob_store
-from tpuops.shipped import guard_fetch_bundle as fetch_bundle
+from tpuops.providers.guard_startup import fetch_program
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="needs root and OpenSSH sshd")
 ZONE = "us-west1-b"
@@ -103,10 +103,13 @@ def test_the_guard_vm_recovers_a_preemption_from_its_bundle_while_the_laptop_onl
     prefix = f".tpuops/{name}/guard/bundle/"
     metadata = MetadataFake().start()
     # What the VM's startup script does at boot, and again when `guard up` (or a launch) refreshes it: mirror
-    # the bundle with the VM's own token (here over SSH on the sshd standing for the VM).
+    # the bundle with the VM's own token (here over SSH on the sshd standing for the VM), with the program as the
+    # startup script carries it (its part inlined).
+    fetcher = tmp_path / "fetch_bundle.py"
+    fetcher.write_text(fetch_program())
     fetch = " ".join(shlex.quote(part) for part in [
         "env", f"GCE_METADATA_HOST={metadata.host}", f"STORAGE_EMULATOR_HOST={gcp.gcs.url}", "python3",
-        fetch_bundle.__file__, f"{name}-b", prefix, str(vm_home)])
+        str(fetcher), f"{name}-b", prefix, str(vm_home)])
     env = {**gcp.env, **FAST, "TPUOPS_GUARD_VM_HOME": str(vm_home), "TPUOPS_GUARD_VM_USER": "root",
            "TPUOPS_GUARD_VM_REFRESH": fetch}
     processes: list[subprocess.Popen[str]] = []

@@ -7,6 +7,8 @@ text, the state store)."""
 from __future__ import annotations
 
 import collections
+import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from tpuops.ops.launch import LaunchOptions, launch_run
 from tpuops.ops.run import run_spec
 from tpuops.ops.run_control import stop
 from tpuops.ops.up import up
+from tpuops.ops.watch import Watcher, WatchOptions
 from tpuops.state import StateStore
 
 
@@ -93,4 +96,37 @@ def test_run_hands_what_up_holds_to_the_launch(tmp_path: Path, tpuops_home: Path
     finally:
         stop(ctx, "held-run")
         plan, cloud = find(ctx, "held-run", delete_bucket=True, force=True)
+        execute(ctx, plan, cloud)
+
+
+def test_a_recovery_reads_the_spec_once_and_hands_it_on(tmp_path: Path, tpuops_home: Path,
+                                                       reads: collections.Counter[str]) -> None:
+    """watch's re-creation of the TPU: the spec is read once, and the pool choice, `up` and the move to another
+    pool (its checkpoints' copy) use that copy. Moved on purpose: re-creating has failed for longer than
+    tpu.move_after, so the other pool is tried first."""
+    spec = write_spec(tmp_path, """
+        name: held-watch
+        provider: local
+        tpu:
+          pools:
+            - {type: v2-8, zone: sim-west1-a, provisioning: spot}
+            - {type: v2-8, zone: sim-east1-b, provisioning: spot}
+          workers: 1
+          move_after: 0s
+        trainer: {framework: jax, command: "sleep 30"}
+        """)
+    grant = [{"generation": "v2", "kind": "spot", "zone": zone, "limit": 8} for zone in ("sim-west1-a", "sim-east1-b")]
+    (tpuops_home / "local").mkdir(parents=True, exist_ok=True)
+    (tpuops_home / "local" / "quota.json").write_text(json.dumps({"limits": grant}))
+    ctx = Context.from_env()
+    up(ctx, spec)
+    assert StateStore(tpuops_home).require("held-watch").zone == "sim-west1-a"
+    watcher = Watcher(ctx, "held-watch", WatchOptions(), pool_failing_since=time.time() - 60)
+    try:
+        reads.clear()
+        watcher.replace_tpu()
+        assert reads["spec"] == 1
+        assert StateStore(tpuops_home).require("held-watch").zone == "sim-east1-b"  # it did move
+    finally:
+        plan, cloud = find(ctx, "held-watch", force=True)
         execute(ctx, plan, cloud)

@@ -105,7 +105,7 @@ def test_the_shipper_writes_google_cloud_storage_and_logs_reads_it(
 
     from tests.fakes.metadata import MetadataFake
     from tpuops.ops.run_output import kept_output, output_url
-    from tpuops.shipped import script_text
+    from tpuops.shipped import program
 
     bucket = gcs_emulator.new_bucket()
     run_dir = tmp_path / "runs" / "20260301-080000-aaaa"
@@ -117,7 +117,8 @@ def test_the_shipper_writes_google_cloud_storage_and_logs_reads_it(
     with MetadataFake() as metadata:
         config = {"run_dir": str(run_dir), "restart": 0, "interval": 0.2, "bucket": bucket, "prefix": prefix,
                   "storage": gcs_emulator.host, "metadata_host": metadata.host}
-        shipper = subprocess.Popen([sys.executable, "-S", "-c", script_text("output_shipper.py"), json.dumps(config)],
+        # As shipped (its part inlined), and with no tpuops to import (-I -S: no PYTHONPATH, no site-packages).
+        shipper = subprocess.Popen([sys.executable, "-I", "-S", "-c", program("output_shipper"), json.dumps(config)],
                                    stderr=subprocess.PIPE, text=True)
         try:
             client = gcs_emulator.client()

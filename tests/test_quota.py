@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -16,8 +17,10 @@ from tests.fakes.tpu_v2_http import TpuV2Fake
 from tests.helpers import run_cli, write_spec
 from tpuops.cloud.base import TpuRequest
 from tpuops.cloud.gcp.quotas import parse_quota_id
+from tpuops.cloud.quotas import QuotaKind, provisioning_for, quota_kind, quota_kind_of
 from tpuops.errors import SpecError
 from tpuops.spec import load_spec
+from tpuops.spec.pools import Provisioning
 
 PROJECT = "trc-project"
 ZONE = "europe-west4-a"
@@ -409,3 +412,14 @@ def test_pool_health_counts_preemptions_and_waits_and_orders_the_pools(tmp_path:
     ordered = [pool.label for pool in by_health(spec.pools(), [state], now.timestamp())]
     # never used (no history) and the v5e pool (no preemption this week) before the pool that preempts daily
     assert ordered == ["v6e-8 spot in us-east1-d", east, west]
+
+
+def test_which_quota_each_provisioning_draws_on() -> None:
+    """One rule for placement, `plan --live`, the holdings and `init --from-quota`: spot and preemptible TPUs
+    draw on Google's preemptible quota ("spot"), on-demand ones on the on-demand quota."""
+    assert {p: quota_kind(p) for p in get_args(Provisioning)} == \
+        {"spot": "spot", "preemptible": "spot", "on-demand": "on-demand"}
+    assert [quota_kind_of(spot, preemptible) for spot, preemptible in [(True, False), (False, True), (False, False)]] \
+        == ["spot", "spot", "on-demand"]
+    for kind in get_args(QuotaKind):  # a pool `init --from-quota` writes draws on the quota it was written for
+        assert provisioning_for(kind) in get_args(Provisioning) and quota_kind(provisioning_for(kind)) == kind

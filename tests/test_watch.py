@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,8 @@ from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli, write_spec
 from tests.sshd import SshdCluster, sshd_available
-from tpuops.ops.watch import TpuView, judge_run, judge_tpu
+from tpuops.context import Context
+from tpuops.ops.watch import TpuView, Verdict, Watcher, WatchOptions, counts_as_preemption, judge_run, judge_tpu
 
 ZONE = "us-central2-b"
 WAIT_S = 90.0
@@ -67,6 +69,30 @@ def test_judge_tpu(tpu: TpuView, expected: tuple[str, str] | None) -> None:
 def test_judge_run(states: dict[str, str], restart_on_failure: bool, kind: str, code: int, recreate: bool) -> None:
     verdict = judge_run(states, restart_on_failure)
     assert (verdict.kind, verdict.exit_code, verdict.recreate) == (kind, code, recreate)
+    assert verdict.origin == (None if kind == "fine" else "workers")
+
+
+def test_where_a_verdict_came_from_is_its_origin_not_its_wording() -> None:
+    """Pool churn counts what the TPU API said, however its reason is worded; nothing else, however worded."""
+    for tpu in (TpuView("PREEMPTED"), TpuView("MISSING", None, "SUSPENDED"), TpuView("READY", None, None, "x-1 LOST")):
+        said = judge_tpu(tpu)
+        assert said is not None and said.origin == "tpu"
+        assert counts_as_preemption(said) and counts_as_preemption(replace(said, reason="the node went away"))
+    gone = judge_run({"w0": "lost", "w1": "none"}, False)
+    assert not counts_as_preemption(replace(gone, reason="TPU workers gone"))  # the wording once decided it
+    hang = Verdict("recover", "TPU looks hung: no step for 15m", origin="watchdog", confirmed=True)
+    assert not counts_as_preemption(hang)
+
+
+def test_a_wait_for_capacity_is_noted_by_the_phase_its_emitter_gave(tpuops_home: Path) -> None:
+    said: list[tuple[str, str]] = []
+    watcher = Watcher(Context.from_env(), "c", WatchOptions(),
+                      on_event=lambda at, kind, text: said.append((kind, text)))
+    watcher.up_progress("tpu", "c", "the zone is full", phase="waiting")  # any wording: the phase decides
+    watcher.up_progress("tpu", "c", "still full", phase="waiting")  # the same phase: noted once
+    watcher.up_progress("tpu", "c", "no capacity in us-central2-b")  # no phase given: no change
+    assert [text for kind, text in said if kind == "recovery"] == ["waiting for capacity (tpu c: the zone is full)"]
+    assert [kind for kind, _ in said].count("up") == 3  # every line printed
 
 
 # ------------------------------------------------------------------------------------- GCP + sshd

@@ -19,7 +19,8 @@ class ProgressView:
         self.lock = threading.Lock()
         self.live: Any = None
 
-    def update(self, kind: str, name: str, text: str) -> None:
+    def update(self, kind: str, name: str, text: str, phase: str | None = None) -> None:
+        """One line of progress (`phase`: what a recovery makes of it, nothing here)."""
         if not self.enabled:
             return
         with self.lock:

@@ -15,6 +15,24 @@ QuotaScope = Literal["zone", "region"]
 QuotaSlices = Literal["any", "device", "pod"]  # v2 and v3 count single devices (-8) and pod slices apart
 QuotaUnit = Literal["chips", "cores"]
 ANY_LOCATION = "*"  # a limit that holds wherever no limit names the zone or region itself
+PREEMPTIBLE_PROVISIONING = frozenset({"spot", "preemptible"})  # the models Google's preemptible quota serves
+
+
+def quota_kind(provisioning: str) -> QuotaKind:
+    """The quota a TPU draws on by how it is provisioned (a pool's spot, preemptible or on-demand): spot and
+    preemptible share Google's preemptible quota ("spot"); an on-demand TPU draws on the on-demand quota."""
+    return "spot" if provisioning in PREEMPTIBLE_PROVISIONING else "on-demand"
+
+
+def quota_kind_of(spot: bool, preemptible: bool = False) -> QuotaKind:
+    """The quota a TPU seen in the cloud draws on, by its scheduling flags."""
+    return quota_kind("spot" if spot else "preemptible" if preemptible else "on-demand")
+
+
+def provisioning_for(kind: QuotaKind) -> str:
+    """The provisioning of a pool that draws on quota `kind` (`init --from-quota`): spot for the preemptible quota,
+    the newer of the two models it serves."""
+    return "spot" if kind == "spot" else "on-demand"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tpuops import catalog
@@ -20,11 +20,20 @@ from tpuops.dashboard import hours
 from tpuops.dashboard.feeds import ClusterFeed
 from tpuops.errors import TpuopsError
 from tpuops.ops.status import ClusterStatus, cluster_status
+from tpuops.spec import Spec
 from tpuops.state import ClusterState
 
 LIVE_TTL_S = 15.0
 MARKED = {"preemption": "preemption", "hang": "hang", "failure": "failure", "recovered": "recovery",
           "restart": "restart"}  # ledger events drawn on the step axis
+
+
+@dataclass(frozen=True)
+class Held:
+    """What one request reads of a cluster, once: its state, and its spec (None: the file is gone or invalid)."""
+
+    state: ClusterState
+    spec: Spec | None
 
 
 class Board:
@@ -40,15 +49,18 @@ class Board:
     def names(self) -> list[str]:
         return sorted(self.ctx.store.names())
 
-    def state(self, name: str) -> ClusterState | None:
-        return self.ctx.store.load(name) if name in self.ctx.store.names() else None
+    def held(self, name: str) -> Held | None:
+        """The cluster's state and spec, read once for the request that asks (and handed on within it)."""
+        state = self.ctx.store.load(name) if name in self.ctx.store.names() else None
+        return Held(state, spec_of(state)) if state is not None else None
 
-    def feed(self, name: str, state: ClusterState) -> ClusterFeed:
+    def feed(self, held: Held) -> ClusterFeed:
+        name = held.state.name
         with self._lock:
             feed = self._feeds.get(name)
             if feed is None:
                 feed = self._feeds[name] = ClusterFeed(self.ctx, name, self.clock, self.feed_interval)
-        feed.refresh(state)
+        feed.refresh(held.state, held.spec)
         return feed
 
     def live(self, name: str, wait: bool = False) -> tuple[ClusterStatus | None, str | None, float | None]:
@@ -85,13 +97,13 @@ class Board:
     def clusters(self, wait: bool = False) -> dict[str, Any]:
         rows = []
         for name in self.names():
-            state = self.state(name)
-            if state is not None:
-                rows.append(self._overview(state, wait))
+            held = self.held(name)
+            if held is not None:
+                rows.append(self._overview(held, self.feed(held), wait))
         return {"now": self.clock(), "clusters": rows}
 
-    def _overview(self, state: ClusterState, wait: bool) -> dict[str, Any]:
-        feed = self.feed(state.name, state)
+    def _overview(self, held: Held, feed: ClusterFeed, wait: bool) -> dict[str, Any]:
+        state = held.state
         status, error, age = self.live(state.name, wait)
         cost = status.guard.cost if status is not None and status.guard is not None else None
         autostop = status.guard.autostop if status is not None and status.guard is not None else None
@@ -101,7 +113,8 @@ class Board:
         recorded = state.events[-1] if state.events else None
         return {
             "name": state.name, "provider": state.provider, "zone": state.zone, "pool": state.pool,
-            "tpu_type": _tpu_type(state), "tpu_state": status.tpu_state if status is not None else None,
+            "tpu_type": held.spec.tpu.type if held.spec is not None else None,
+            "tpu_state": status.tpu_state if status is not None else None,
             "status_age_s": age, "status_error": error,
             "cost": cost.as_dict() if cost is not None else None,
             "autostop": autostop.as_dict() if autostop is not None else None,
@@ -116,13 +129,14 @@ class Board:
         }
 
     def cluster(self, name: str, wait: bool = False) -> dict[str, Any] | None:
-        state = self.state(name)
-        if state is None:
+        held = self.held(name)
+        if held is None:
             return None
-        feed = self.feed(name, state)
+        state = held.state
+        feed = self.feed(held)
         status, error, age = self.live(name, wait)
         return {
-            "now": self.clock(), "overview": self._overview(state, wait),
+            "now": self.clock(), "overview": self._overview(held, feed, wait),
             "runs": [{"id": run.id, "command": run.command, "started_at": run.started_at, "restart": run.restart,
                       "workers": run.worker_states} for run in state.runs],
             "scalars": feed.scalars(),
@@ -141,14 +155,14 @@ class Board:
     def hours(self, start: float, end: float) -> dict[str, Any]:
         per_cluster = {}
         for name in self.names():
-            state = self.state(name)
-            if state is None:
+            held = self.held(name)
+            if held is None:
                 continue
-            feed = self.feed(name, state)
+            feed = self.feed(held)
             if not feed.events:
                 continue  # no ledger: no guard nor watch counted this cluster's time
             line = hours.timeline(feed.events, feed.steps(), min(end, self.clock()))
-            per_cluster[name] = hours.hours_of(line.segments, start, end, price_of(state))
+            per_cluster[name] = hours.hours_of(line.segments, start, end, price_of(held.state, held.spec))
         return {"from": start, "to": end, "clusters": per_cluster, "total": hours.total(per_cluster.values()),
                 "buckets": list(hours.BUCKETS)}
 
@@ -168,14 +182,8 @@ def markers(events: list[Any], incidents: list[dict[str, Any]]) -> list[dict[str
     return found
 
 
-def _tpu_type(state: ClusterState) -> str | None:
-    spec = spec_of(state)
-    return spec.tpu.type if spec is not None else None
-
-
-def price_of(state: ClusterState) -> hours.Price:
+def price_of(state: ClusterState, spec: Spec | None) -> hours.Price:
     """Chips and the list price per hour of the cluster's TPU (on demand or spot, as the spec asks)."""
-    spec = spec_of(state)
     if spec is None:
         return hours.Price(0, 0.0)
     accelerator = catalog.load().accelerator(spec.tpu.type, listed_only=False)

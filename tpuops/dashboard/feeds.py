@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuops.access.cluster import resolve_logdir, spec_of
+from tpuops.access.cluster import logdir_of, resolve_logdir
 from tpuops.access.guard_place import guard_store
 from tpuops.cloud.blob_types import BlobNotFound, BlobStore
 from tpuops.context import Context
@@ -24,6 +24,7 @@ from tpuops.errors import TpuopsError
 from tpuops.guard.ledger import Heartbeat, Ledger, LedgerEvent
 from tpuops.logs.tail import Pollable
 from tpuops.ops.logs import LogsRequest, logs_provider, open_source, run_map
+from tpuops.spec import Spec
 from tpuops.state import ClusterState
 from tpuops.watchdog.records import INCIDENTS, Incident, folder_name, incidents, records_store
 
@@ -65,14 +66,14 @@ class ClusterFeed:
         self._refreshes = 0
         self._lock = threading.Lock()
 
-    def refresh(self, state: ClusterState) -> None:
+    def refresh(self, state: ClusterState, spec: Spec | None) -> None:
+        """`state` and `spec` (None: its file unreadable): as the request that asks holds them."""
         with self._lock:
             now = self.clock()
             if self._refreshed and now - self._refreshed < self.min_interval:
                 return
             self._refreshed = now
-            spec = spec_of(state)
-            self._read("scalars", lambda: self._read_scalars(state))
+            self._read("scalars", lambda: self._read_scalars(state, spec))
             self._read("ledger", lambda: self._read_ledger(state, spec))
             if self._refreshes % INCIDENTS_EVERY == 0:
                 self._read("incidents", lambda: self._read_incidents(state, spec))
@@ -85,9 +86,11 @@ class ClusterFeed:
         except TpuopsError as err:
             self.errors[what] = err.message
 
-    def _read_scalars(self, state: ClusterState) -> None:
+    def _read_scalars(self, state: ClusterState, spec: Spec | None) -> None:
         if self._tail is None:
-            request = LogsRequest(logdir=resolve_logdir(self.ctx, state.name, None),
+            # Without a spec, resolve_logdir says why there is no logdir (its file gone, or no logs.tensorboard).
+            logdir = logdir_of(state, spec) if spec is not None else resolve_logdir(self.ctx, state.name, None)
+            request = LogsRequest(logdir=logdir,
                                   provider=logs_provider(self.ctx, state.name, None),
                                   runs=run_map(self.ctx, state.name, None, "all"))
             self._tail = open_source(self.ctx, request, warn=lambda text: None)
@@ -95,7 +98,7 @@ class ClusterFeed:
             self.series.setdefault((point.run, point.tag), Series()).points.append(
                 (point.step, point.value, point.wall_time))
 
-    def _read_ledger(self, state: ClusterState, spec: Any) -> None:
+    def _read_ledger(self, state: ClusterState, spec: Spec | None) -> None:
         if self._ledger is None:
             store = guard_store(self.ctx, state, spec)
             if store is None:
@@ -106,7 +109,7 @@ class ClusterFeed:
             self.events.append(event)
         self.heartbeat = self._ledger.heartbeat()
 
-    def _read_incidents(self, state: ClusterState, spec: Any) -> None:
+    def _read_incidents(self, state: ClusterState, spec: Spec | None) -> None:
         store = records_store(self.ctx, state, spec)
         found = incidents(store)
         self.incidents = [{**incident.as_dict(), "files": self._files_of(store, incident)} for incident in found]

@@ -263,8 +263,7 @@ class GuardedWatcher(watch_ops.Watcher):
 
     def event(self, kind: str, message: str, **data: Any) -> None:
         super().event(kind, message, **data)
-        error = kind in ERROR_KINDS or message.startswith("attempt failed")
-        if error:
+        if kind in ERROR_KINDS:  # the rest say so themselves (a failed recovery attempt: error=True)
             data["error"] = True
         if kind in RUN_OVER:  # which run: a guard started again leaves that one alone
             state = self.ctx.store.load(self.cluster)

@@ -6,7 +6,7 @@ from datetime import date
 from pathlib import Path
 
 from tpuops import catalog
-from tpuops.cloud.quotas import QuotaLimit
+from tpuops.cloud.quotas import QuotaLimit, provisioning_for
 from tpuops.context import Context
 from tpuops.errors import UsageError
 from tpuops.ops.quota import QuotaReport, granted_limits, project_quota
@@ -55,7 +55,7 @@ def pool_line(limit: QuotaLimit) -> str | None:
         sizes = [size for size in sizes if size > 8]
     if not sizes:
         return None
-    provisioning = "spot" if limit.kind == "spot" else "on-demand"
+    provisioning = provisioning_for(limit.kind)
     held = "unlimited" if limit.limit < 0 else f"{limit.limit} {limit.unit}"
     return (f"    - {{type: {generation.name}-{max(sizes)}, zone: {limit.location}, provisioning: {provisioning}}}"
             f"   # {held} granted\n")

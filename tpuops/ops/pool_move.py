@@ -18,7 +18,7 @@ from tpuops.durations import format_duration
 from tpuops.errors import CloudError
 from tpuops.ops.placement import PoolOrder
 from tpuops.ops.pool_health import PREEMPTED_EVENT
-from tpuops.spec import Spec, load_spec, region_of
+from tpuops.spec import Spec, region_of
 from tpuops.state import ClusterState, epoch_seconds
 
 CHURN_PREEMPTIONS = 3
@@ -70,10 +70,11 @@ class CheckpointCopy:
                 f"{self.bytes} bytes in {self.seconds:.1f}s")
 
 
-def follow(ctx: Context, before: ClusterState, after: ClusterState, why: str) -> tuple[str, dict[str, object]]:
+def follow(ctx: Context, before: ClusterState, after: ClusterState, why: str,
+           spec: Spec) -> tuple[str, dict[str, object]]:
     """The run moved from `before`'s pool to `after`'s: its checkpoints copied there; the `moved` event's
-    message and facts (for the ledger and guard.notify)."""
-    copied = copy_checkpoints(ctx, after, load_spec(after.spec_path), before.zone or "", after.zone or "")
+    message and facts (for the ledger and guard.notify). `spec`: as written (every pool), as recovery holds it."""
+    copied = copy_checkpoints(ctx, after, spec, before.zone or "", after.zone or "")
     facts: dict[str, object] = {"from_pool": before.pool, "to_pool": after.pool, "why": why}
     if copied is not None:
         facts |= {"checkpoint_bytes": copied.bytes, "checkpoint_objects": copied.objects,

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from tpuops.catalog import TYPE_RE
 from tpuops.cloud.base import Cloud
-from tpuops.cloud.quotas import ANY_LOCATION, QuotaKind, QuotaLimit
+from tpuops.cloud.quotas import ANY_LOCATION, QuotaKind, QuotaLimit, quota_kind_of
 from tpuops.context import Context
 from tpuops.errors import CloudError, UsageError
 from tpuops.ops.pool_health import PoolHealth, history, pool_health
@@ -144,14 +144,15 @@ def holdings(cloud: Cloud) -> list[Holding]:
     nodes it has not created yet, in any state: people report FAILED and SUSPENDED ones holding quota until they
     are deleted. Legacy TPU Nodes (the v1 API) are not counted."""
     nodes = cloud.tpus.find_nodes({})
-    held = [h for node in nodes
-            if (h := holding_of(node.name, node.accelerator_type, _kind(node.spot or node.preemptible), node.zone))]
+    held = [h for node in nodes if (h := holding_of(node.name, node.accelerator_type,
+                                                   quota_kind_of(node.spot, node.preemptible), node.zone))]
     existing = {(node.zone, node.name) for node in nodes}
     for queued in cloud.queued.find_queued({}):
         names = queued.node_names or ((queued.node_name,) if queued.node_name else (queued.name,))
         missing = [name for name in names if (queued.zone, name) not in existing]
         if missing and queued.accelerator_type:
-            found = holding_of(queued.name, queued.accelerator_type, _kind(queued.spot), queued.zone, len(missing))
+            found = holding_of(queued.name, queued.accelerator_type, quota_kind_of(queued.spot), queued.zone,
+                               len(missing))
             held += [found] if found else []
     return held
 
@@ -190,6 +191,3 @@ def granted_limits(report: QuotaReport) -> list[QuotaLimit]:
                          f"({report.source})", "see `tpuops quota`; TRC grants and approved increases show there")
     return list(chosen.values())
 
-
-def _kind(preemptible: bool) -> QuotaKind:
-    return "spot" if preemptible else "on-demand"

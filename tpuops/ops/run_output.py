@@ -25,7 +25,7 @@ from tpuops.errors import TpuopsError, UsageError
 from tpuops.logs.runs import Launch, choose
 from tpuops.remote.base import LineHandler, Runner, RunResult, remote_path
 from tpuops.remote.fanout import run_each
-from tpuops.shipped import script_text
+from tpuops.shipped import program
 from tpuops.state import RunRecord, bucket_of
 
 INTERVAL_ENV = "TPUOPS_OUTPUT_INTERVAL"  # seconds between two chunks of one worker (tests: a fraction)
@@ -68,7 +68,7 @@ def keep_output(ctx: Context, access: ClusterAccess, runners: Sequence[Runner], 
             config |= {"bucket": bucket, "prefix": f"{url.split('/', 3)[3]}/{runner.name}",
                        "storage": base_url(ctx.env.get("STORAGE_EMULATOR_HOST")) or "https://storage.googleapis.com",
                        "metadata_host": ctx.env.get("GCE_METADATA_HOST") or "metadata.google.internal"}
-        source = shlex.quote(script_text("output_shipper.py"))
+        source = shlex.quote(program("output_shipper"))
         line = (f"cd {remote_path(run_dir)} && setsid nohup python3 -S -c {source} "
                 f"{shlex.quote(json.dumps(config))} > output.shipper.log 2>&1 < /dev/null &")
         return runner.run(line, timeout=60)

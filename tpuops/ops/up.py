@@ -8,7 +8,6 @@ client VM). The state file is saved before every create, so an interrupted `up` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from graphlib import TopologicalSorter
@@ -20,7 +19,7 @@ from tpuops.access.cluster import ClusterAccess, access_for
 from tpuops.access.workers import number_hosts
 from tpuops.autostop.remote import AgentInstall
 from tpuops.cloud.kinds import HANDLERS, handler
-from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, silent
+from tpuops.cloud.kinds.base import Found, Job, Knobs, Ledger, Progress, silent
 from tpuops.cloud.kinds.tpu import reachable_hosts
 from tpuops.cloud.queued import QueuedLeftBehind, withdraw_queued
 from tpuops.context import Context
@@ -31,12 +30,10 @@ from tpuops.ops.placement import PoolOrder, place
 from tpuops.ops.specs import load_checked
 from tpuops.plan import Action, Kind, Plan, make_plan, tpu_kind
 from tpuops.providers.guard_host import GuardHostInfo
-from tpuops.spec import CLUSTER_LABEL
+from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.spec.autostop import AutostopSpec
 from tpuops.state import ClusterState, WorkerRecord
 from tpuops.state.autostop import kept_setting
-
-Progress = Callable[[str, str, str], None]  # (kind, name, what is happening)
 
 
 @dataclass(frozen=True)
@@ -80,11 +77,13 @@ class UpResult:
 def up(
     ctx: Context, spec_path: str | Path, wait_for_capacity: float = 0.0, progress: Progress | None = None,
     autostop: AutostopSpec | None = None, guard: bool | None = None, order: PoolOrder | None = None,
+    spec: Spec | None = None,
 ) -> UpResult:
     """`autostop` (--autostop) replaces the spec's setting for this cluster until changed again. `guard`
     (--guard; None: the spec's guard.enabled) starts or adopts the guard once everything is up. With several
-    pools the TPU is placed first (ops/placement.py; `order`: recovery's), the rest follows its region."""
-    spec = load_checked(spec_path)
+    pools the TPU is placed first (ops/placement.py; `order`: recovery's), the rest follows its region.
+    `spec`: the file at `spec_path` as `load_checked` read it, where the caller holds it already (recovery)."""
+    spec = spec if spec is not None else load_checked(spec_path)
     provider = ctx.provider_for(spec)
     start_guard = spec.guard.enabled if guard is None else guard
     if start_guard:

@@ -24,9 +24,9 @@ from datetime import datetime, timezone
 from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_attempt, wait_fixed
 
 from tpuops import retry
-from tpuops.access.cluster import resolve_name, spec_of
+from tpuops.access.cluster import placed, resolve_name, spec_of
 from tpuops.cloud.kinds import handler
-from tpuops.cloud.kinds.base import MISSING
+from tpuops.cloud.kinds.base import MISSING, Phase
 from tpuops.context import Context
 from tpuops.errors import (
     ClusterNotFound,
@@ -41,6 +41,7 @@ from tpuops.ops import down as down_ops
 from tpuops.ops import launch as launch_ops
 from tpuops.ops import pool_move
 from tpuops.ops import up as up_ops
+from tpuops.ops.specs import load_checked
 from tpuops.ops.status import tpu_mode
 from tpuops.ops.watch_verdicts import (  # noqa: F401  (watch's verdicts, options and result, as callers name them)
     ENV_KNOBS,
@@ -49,17 +50,19 @@ from tpuops.ops.watch_verdicts import (  # noqa: F401  (watch's verdicts, option
     RESTART_EVENT,
     UNREACHABLE,
     EventHandler,
+    Origin,
     TpuView,
     Verdict,
     WatchGaveUp,
     WatchOptions,
     WatchResult,
     all_unreachable,
+    counts_as_preemption,
     is_unhealthy,
     judge_run,
     judge_tpu,
 )
-from tpuops.spec import load_spec
+from tpuops.spec import Spec
 from tpuops.state import MOVED_EVENT, ClusterState
 from tpuops.watchdog.judge import Watchdog
 
@@ -98,6 +101,7 @@ class Watcher:
     awaited_record: bool = False  # a TPU gone with autostop on: one more poll for the agent's record
     watchdog: Watchdog | None = None  # the hang watchdog, asked while the run is running
     pool_failing_since: float | None = None  # with tpu.pools: when re-creating in the TPU's pool first failed
+    up_phase: Phase = "provisioning"  # during a re-creation: the phase `up`'s progress said last
 
     # ------------------------------------------------------------------------------------ the loop
     def run(self) -> WatchResult:
@@ -143,15 +147,17 @@ class Watcher:
             return verdict
         states = launch_ops.run_states(self.ctx, self.cluster)
         verdict = judge_run(states, self.options.restart_on_failure)
-        if verdict.kind == "fine" and (is_unhealthy(tpu) or all_unreachable(states)):
-            why = f"TPU health {tpu.health}" if is_unhealthy(tpu) else "every worker unreachable"
-            return self.after_grace(why)
+        if verdict.kind == "fine" and is_unhealthy(tpu):
+            return self.after_grace(f"TPU health {tpu.health}", "tpu")
+        if verdict.kind == "fine" and all_unreachable(states):
+            return self.after_grace("every worker unreachable", "workers")
         self.trouble_since = None
         if verdict.kind == "fine" and "running" in states.values() and self.watchdog is not None:
             hang = self.watchdog.verdict()  # None: progressing (or not yet started)
             if hang is not None:
-                return Verdict("ended", hang.reason, exit_code=1, keep_tpu=True) if hang.stop else \
-                    Verdict("recover", hang.reason, recreate=hang.recreate, confirmed=True, lost_for=hang.quiet_for)
+                return Verdict("ended", hang.reason, origin="watchdog", exit_code=1, keep_tpu=True) if hang.stop \
+                    else Verdict("recover", hang.reason, origin="watchdog", recreate=hang.recreate, confirmed=True,
+                                 lost_for=hang.quiet_for)
         return verdict
 
     def unless_autostopped(self, verdict: Verdict, gone: bool) -> Verdict:
@@ -165,9 +171,9 @@ class Watcher:
                 return FINE
             self.awaited_record = False
             return verdict
-        return Verdict("ended", f"the TPU was {record.line(confirmed=gone)}", exit_code=0)
+        return Verdict("ended", f"the TPU was {record.line(confirmed=gone)}", origin="autostop", exit_code=0)
 
-    def after_grace(self, why: str) -> Verdict:
+    def after_grace(self, why: str, origin: Origin) -> Verdict:
         """Trouble that may pass by itself (maintenance, a network blip) gets `unhealthy_grace` seconds."""
         now = time.monotonic()
         if self.trouble_since is None:
@@ -176,7 +182,7 @@ class Watcher:
         if now - self.trouble_since < self.options.unhealthy_grace:
             return FINE
         self.trouble_since = None
-        return Verdict("recover", f"{why} for more than {self.options.unhealthy_grace:g}s")
+        return Verdict("recover", f"{why} for more than {self.options.unhealthy_grace:g}s", origin=origin)
 
     # ------------------------------------------------------------------------------------- observe
     def state(self) -> ClusterState:
@@ -208,8 +214,7 @@ class Watcher:
         self.event("recovery", f"{verdict.reason}: recovering (restart {self.restarts + 1} "
                                f"of at most {self.options.max_restarts})")
         pool = self.state().pool
-        dead = verdict.reason.startswith(("TPU ", "queued resource ", "slice "))  # judge_tpu's: the API said so
-        if pool and dead and verdict.recreate and not verdict.confirmed and not self.pending_recreate:
+        if pool and counts_as_preemption(verdict) and not self.pending_recreate:
             self.event(pool_move.PREEMPTED_EVENT, f"{verdict.reason} in pool {pool}")  # what churn counts
         self.pending_recreate = self.pending_recreate or verdict.recreate
         policy = Retrying(
@@ -218,7 +223,8 @@ class Watcher:
             stop=stop_after_attempt(left),
             sleep=self.sleep,
             before_sleep=lambda state: self.event(
-                "recovery", f"attempt failed: {state.outcome.exception()}; trying again"),  # type: ignore[union-attr]
+                "recovery", f"attempt failed: {state.outcome.exception()}; trying again",  # type: ignore[union-attr]
+                error=True),
             reraise=True,
         )
         try:
@@ -245,12 +251,11 @@ class Watcher:
         self.event(RESTART_EVENT, f"run {report.run_id} relaunched as restart {restart} after: {reason}")
 
     def replace_tpu(self) -> None:
-        """Delete the TPU (or queued resource) and create it again the way `up` does (zones, capacity waits)."""
+        """Delete the TPU (or queued resource) and create it again the way `up` does (zones, capacity waits).
+        The spec file is read once here and handed on: to the pool choice, to `up`, to the checkpoints' move."""
         state = self.state()
-        spec = spec_of(state)
-        if spec is None:
-            raise SpecError(f"cannot read the spec of '{self.cluster}' at {state.spec_path}",
-                            "put the spec file back to let watch recreate the TPU")
+        written = self.spec_as_written(state)  # every pool, as `up` and the pool choice read it
+        spec = placed(written, state)  # the pool the TPU is in
         self.pending_recreate = True
         record = state.tpu_record()
         if record is not None and record.zone:
@@ -261,24 +266,14 @@ class Watcher:
             down_ops.delete_one(self.ctx.provider_for(spec, state).cloud(), tpu_mode(state, spec), doomed,
                                 lambda kind, name, text: None)
         self.forget_workers()
-        move = pool_move.choose(state, load_spec(state.spec_path), self.pool_failing_since)
+        move = pool_move.choose(state, written, self.pool_failing_since)
         if move.why:
             self.event("recovery", f"leaving pool {state.pool}: {move.why}")
         self.event("recovery", f"creating the TPU again ({spec.tpu.type})", phase="provisioning")
-        phase = ["provisioning"]
-
-        def progress(kind: str, name: str, text: str) -> None:
-            """`up`'s progress, printed; a wait for capacity, and its end, noted once per change."""
-            self.say("up", f"{kind} {name}: {text}")
-            now = up_phase(text)
-            if now is not None and now != phase[0]:
-                phase[0] = now
-                what = "waiting for capacity" if now == "waiting" else "capacity found, the TPU is being created"
-                self.note("recovery", f"{what} ({kind} {name}: {text})", phase=now)
-
+        self.up_phase = "provisioning"
         try:
             result = up_ops.up(self.ctx, state.spec_path, wait_for_capacity=self.options.wait_for_capacity,
-                               progress=progress, guard=False, order=move.order)
+                               progress=self.up_progress, guard=False, order=move.order, spec=written)
         except TpuopsError:
             self.pool_failing_since = self.pool_failing_since or time.time()
             raise
@@ -287,11 +282,28 @@ class Watcher:
         now = self.state()
         self.event("recovery", f"TPU ready again in {now.zone} with {len(result.workers)} worker(s)", phase="setup")
         if state.pool and now.pool != state.pool and state.zone and now.zone:
-            self.moved(state, now, move.why or "its pool could not create the TPU")
+            self.moved(state, now, move.why or "its pool could not create the TPU", written)
 
-    def moved(self, before: ClusterState, after: ClusterState, why: str) -> None:
+    def spec_as_written(self, state: ClusterState) -> Spec:
+        """The cluster's spec file, checked as `up` checks it, before anything is deleted."""
+        try:
+            return load_checked(state.spec_path)
+        except TpuopsError as err:
+            raise SpecError(f"cannot use the spec of '{self.cluster}' at {state.spec_path}: {err.message}",
+                            "put the spec file back (or fix it) to let watch recreate the TPU") from None
+
+    def up_progress(self, kind: str, name: str, text: str, phase: Phase | None = None) -> None:
+        """`up`'s progress, printed; a wait for capacity, and its end, noted once per change of the phase its
+        emitter gave (cloud/kinds/tpu.py)."""
+        self.say("up", f"{kind} {name}: {text}")
+        if phase is not None and phase != self.up_phase:
+            self.up_phase = phase
+            what = "waiting for capacity" if phase == "waiting" else "capacity found, the TPU is being created"
+            self.note("recovery", f"{what} ({kind} {name}: {text})", phase=phase)
+
+    def moved(self, before: ClusterState, after: ClusterState, why: str, spec: Spec) -> None:
         """The run now lives in another pool: its checkpoints follow it to that region, and it is said where."""
-        message, facts = pool_move.follow(self.ctx, before, after, why)
+        message, facts = pool_move.follow(self.ctx, before, after, why, spec)
         self.event(MOVED_EVENT, message, **facts)
 
     def forget_workers(self) -> None:
@@ -331,16 +343,6 @@ class Watcher:
         failures = step.failures()
         self.say("launch", f"{step.name}: " + (f"failed: {'; '.join(failures)}" if failures
                                                else f"ok on {len(step.results)} worker(s)"))
-
-
-def up_phase(text: str) -> str | None:
-    """Where a line of `up`'s progress (cloud/kinds/tpu.py) puts a recovery's time: waiting for capacity (a zone
-    full, a queued resource waiting), or provisioning (the TPU being created); None: no change."""
-    if text.startswith(("no capacity in ", "queued in ", "waiting for the queued resource")):
-        return "waiting"
-    if text.startswith(("CREATING", "PROVISIONING")):
-        return "provisioning"
-    return None
 
 
 def worth_retrying(err: BaseException) -> bool:

@@ -14,6 +14,9 @@ from tpuops.cloud.kinds.tpu import READY
 from tpuops.errors import TpuopsError
 
 EventHandler = Callable[[str, str, str], None]  # (time, kind, message)
+# Who called for a verdict: the TPU API (the TPU's or its queued resource's state, a lost slice, its health), the
+# run's state on the workers (over SSH), the hang watchdog, or the cost guard's record in the bucket.
+Origin = Literal["tpu", "workers", "watchdog", "autostop"]
 # Worker states in which the trainer is gone without leaving an exit code (a fresh host has no run: "none").
 GONE = frozenset({"lost", "none"})
 UNREACHABLE = "unreachable"
@@ -61,7 +64,8 @@ class TpuView:
 @dataclass(frozen=True)
 class Verdict:
     kind: Literal["fine", "ended", "recover"]
-    reason: str = ""
+    reason: str = ""  # for people: printed and kept, never read back (`origin` says where the verdict came from)
+    origin: Origin | None = None  # None: fine, nothing to act on
     exit_code: int = 0
     recreate: bool = True  # recover: delete and create the TPU again (False: relaunch only)
     keep_tpu: bool = False  # ended: keep the TPU even with --down (the watchdog stopped restarting a hung run)
@@ -70,6 +74,12 @@ class Verdict:
 
 
 FINE = Verdict("fine")
+
+
+def counts_as_preemption(verdict: Verdict) -> bool:
+    """A recovery the TPU API called for on its own (the TPU, its queued resource or a slice dead or gone, or its
+    health bad past the grace), not one the watchdog confirmed: what a pool's churn counts (ops/pool_move.py)."""
+    return verdict.origin == "tpu" and verdict.recreate and not verdict.confirmed
 
 
 @dataclass(frozen=True)
@@ -93,11 +103,12 @@ class WatchResult:
 def judge_tpu(tpu: TpuView) -> Verdict | None:
     """A verdict from the TPU alone (dead, missing, or not ready yet), or None: look at the run."""
     if tpu.queued_state in DEAD_QUEUED_STATES:
-        return Verdict("recover", f"queued resource {tpu.queued_state}")
+        return Verdict("recover", f"queued resource {tpu.queued_state}", origin="tpu")
     if tpu.lost_slice:
-        return Verdict("recover", f"slice {tpu.lost_slice} (Multislice cannot go on with a slice missing)")
+        return Verdict("recover", f"slice {tpu.lost_slice} (Multislice cannot go on with a slice missing)",
+                       origin="tpu")
     if tpu.state in DEAD_TPU_STATES or tpu.state == MISSING:
-        return Verdict("recover", f"TPU {tpu.state}")
+        return Verdict("recover", f"TPU {tpu.state}", origin="tpu")
     if tpu.state != READY:
         return FINE  # CREATING, REPAIRING, RESTARTING...: the cloud is working on it; look again later
     return None
@@ -114,20 +125,21 @@ def judge_run(states: dict[str, str], restart_on_failure: bool) -> Verdict:
     if not values or any(state in ("setup", "starting", "running") for state in values):
         return FINE
     if all(state in GONE for state in values):
-        return Verdict("recover", "every worker's trainer is gone without an exit code")
+        return Verdict("recover", "every worker's trainer is gone without an exit code", origin="workers")
     if any(state == UNREACHABLE for state in values):
         return FINE  # the rest ended or is gone: wait for the unreachable ones (their grace runs meanwhile)
     if any(state == "killed" for state in values):
-        return Verdict("ended", "the run was stopped (tpuops stop)", exit_code=1)
+        return Verdict("ended", "the run was stopped (tpuops stop)", origin="workers", exit_code=1)
     codes = [int(state.split()[1]) if state.startswith("exited ") else 255 for state in values]
     worst = max(codes)
     if worst == 0:
-        return Verdict("ended", "every worker exited 0")
+        return Verdict("ended", "every worker exited 0", origin="workers")
     failed = ", ".join(f"{w} {s}" for w, s in states.items() if s != "exited 0")
     if restart_on_failure:
-        return Verdict("recover", f"the trainer failed ({failed})", exit_code=worst, recreate=False)
+        return Verdict("recover", f"the trainer failed ({failed})", origin="workers", exit_code=worst,
+                       recreate=False)
     return Verdict("ended", f"the trainer failed by itself ({failed}); not restarted without --restart-on-failure",
-                   exit_code=worst)
+                   origin="workers", exit_code=worst)
 
 
 def all_unreachable(states: dict[str, str]) -> bool:

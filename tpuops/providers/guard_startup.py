@@ -17,7 +17,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from tpuops.shipped import script_text
+from tpuops.shipped import program
 from tpuops.spec import NAME_RE
 
 SERVICE = "tpuops-guard"
@@ -52,7 +52,7 @@ def key_path(home: str, cluster: str) -> str:
 
 
 def fetch_program() -> str:
-    text = script_text("guard_fetch_bundle.py")
+    text = program("guard_fetch_bundle")  # with its part, metadata_token.py
     assert "\nFETCH_BUNDLE_PY\n" not in text
     return text
 

@@ -2,7 +2,8 @@
 them here): the push agent (`push_agent.py` with its parts `push_protocol.py`, `push_receive.py`,
 `push_relay.py`), the autostop agent (`autostop_agent.py` with its part `autostop_agent_host.py`), the guard VM's
 bundle fetcher (`guard_fetch_bundle.py`), pull's reader (`pull_agent.py`), the worker's output shipper
-(`output_shipper.py`), and the host scripts (`*.sh`, `tpu_metrics.py`).
+(`output_shipper.py`), and the host scripts (`*.sh`, `tpu_metrics.py`). The three that act as the VM (the autostop
+agent, the bundle fetcher, the output shipper) share the part `metadata_token.py`: the VM's own token.
 
 Each program is standard-library only, Python 3.8 syntax, with no `from __future__` import: the hosts have no
 tpuops. A program may be split into parts for reading: `from tpuops.shipped.PART import (...)` in `NAME.py` is

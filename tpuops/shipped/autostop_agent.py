@@ -48,6 +48,9 @@ from tpuops.shipped.autostop_agent_host import (  # shipped: replaced by autosto
     read_json,
     write_json,
 )
+from tpuops.shipped.metadata_token import (  # shipped: replaced by metadata_token.py's text, which the host part uses
+    MetadataToken,  # noqa: F401
+)
 
 # ------------------------------------------------------------------------------------------- the loop
 

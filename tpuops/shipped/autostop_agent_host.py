@@ -22,6 +22,10 @@ try:
 except ImportError:  # pragma: no cover  (python 2 is not supported; keep the message readable)
     sys.exit("tpuops autostop needs python3")
 
+from tpuops.shipped.metadata_token import (  # shipped: autostop_agent.py carries metadata_token.py's text
+    MetadataToken,
+)
+
 CLUSTER_LABEL = "tpuops-cluster"
 DELETE_ROLE = "roles/tpu.admin"
 COMPUTE_DELETE_ROLE = "roles/compute.instanceAdmin.v1"
@@ -163,10 +167,15 @@ def http(method, url, headers=None, body=None, timeout=HTTP_TIMEOUT):
         response.close()
     except HTTPError as err:
         status, raw = err.code, err.read()
+    return status, parsed(raw)
+
+
+def parsed(raw):
+    """An answer's body: its JSON, else its text."""
     try:
-        return status, json.loads(raw.decode("utf-8", "replace") or "null")
+        return json.loads(raw.decode("utf-8", "replace") or "null")
     except ValueError:
-        return status, raw.decode("utf-8", "replace")
+        return raw.decode("utf-8", "replace")
 
 
 def error_message(answer):
@@ -176,25 +185,23 @@ def error_message(answer):
 
 
 class Metadata:
-    """The VM's metadata server: its default service account's token (cached until shortly before expiry)."""
+    """The VM's metadata server: its default service account's token (metadata_token.py) and email."""
 
     def __init__(self, host):
-        self.base = f"http://{host}/computeMetadata/v1/instance/service-accounts/default"
-        self.token = None
-        self.expires = 0.0
+        self.token = MetadataToken(host)
 
     def bearer(self):
-        if self.token is None or time.time() >= self.expires:
-            status, answer = http("GET", self.base + "/token", {"Metadata-Flavor": "Google"})
-            if status != 200 or not isinstance(answer, dict) or "access_token" not in answer:
-                raise DeleteFailed(status, f"metadata server gave no token: {error_message(answer)}")
-            self.token = answer["access_token"]
-            self.expires = time.time() + max(0.0, float(answer.get("expires_in", 300)) - 60)
-        return {"Authorization": "Bearer " + self.token}
+        try:
+            return {"Authorization": "Bearer " + self.token.get()}
+        except HTTPError as err:  # an answer, not an outage: the failure says what it was
+            answer = parsed(err.read())
+            raise DeleteFailed(err.code, f"metadata server gave no token: {error_message(answer)}") from None
+        except (KeyError, ValueError) as err:
+            raise DeleteFailed(200, f"metadata server gave no token: {type(err).__name__}: {err}") from None
 
     def email(self):
         try:
-            status, answer = http("GET", self.base + "/email", {"Metadata-Flavor": "Google"}, timeout=5)
+            status, answer = http("GET", self.token.url("email"), {"Metadata-Flavor": "Google"}, timeout=5)
         except (URLError, OSError):
             return "the TPU's service account"
         return answer if status == 200 and isinstance(answer, str) else "the TPU's service account"

@@ -1,6 +1,6 @@
 """Runs on the guard VM before tpuops is installed there (so: the standard library only, shipped as text inside
 the startup script): mirrors the bundle `guard up` staged under gs://BUCKET/PREFIX/ into the guard's home, with
-the VM's own token from the metadata server.
+the VM's own token from the metadata server (the part `metadata_token.py`, inlined by shipped.program).
 
 An object is fetched only when its generation differs from the one fetched last time (kept in
 `.bundle-generations.json`), so a reboot does not put back a stale copy over what the guard wrote since, and a
@@ -20,18 +20,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from tpuops.shipped.metadata_token import (  # shipped: replaced by metadata_token.py's text
+    MetadataToken,
+)
+
 MANIFEST = ".bundle-generations.json"
 EXECUTABLES = ".executables"  # written by guard/bundle.py
 CURRENT = "wheels/CURRENT"  # names the wheel to install; written after the wheel itself
 TIMEOUT = 30
-
-
-def metadata_token():
-    host = os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
-    url = f"http://{host}/computeMetadata/v1/instance/service-accounts/default/token"
-    request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
-    with urllib.request.urlopen(request, timeout=TIMEOUT) as answer:
-        return json.loads(answer.read().decode())["access_token"]
 
 
 def storage_base():
@@ -152,10 +148,11 @@ def main(argv):
     prefix = prefix.rstrip("/") + "/"
     os.makedirs(dest, exist_ok=True)
     deadline, pause = time.time() + wait, 2.0
+    token = MetadataToken()
     while True:
         problem = None
         try:
-            objects, fetched = mirror(bucket, prefix, dest, metadata_token())
+            objects, fetched = mirror(bucket, prefix, dest, token.get())
             for name in fetched:
                 print("fetched " + name)
             if any(name == CURRENT for name, _ in objects):

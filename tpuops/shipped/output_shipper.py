@@ -9,7 +9,8 @@ rewrites the same chunk with the same bytes, never a gap. When the run has ended
 wrapper gone) the rest goes, and the shipper exits.
 
 CONFIG: run_dir, restart, interval, and where: `dir` (the local simulator's bucket directory for PREFIX), or
-`bucket` + `prefix` with `storage` (the JSON API's base URL) and `metadata_host` (for the service account's token).
+`bucket` + `prefix` with `storage` (the JSON API's base URL) and `metadata_host` (for the service account's token,
+through the part `metadata_token.py`, inlined by shipped.program).
 """
 
 import json
@@ -19,6 +20,10 @@ import time
 from urllib.error import URLError
 from urllib.parse import quote
 from urllib.request import Request, urlopen
+
+from tpuops.shipped.metadata_token import (  # shipped: replaced by metadata_token.py's text
+    MetadataToken,
+)
 
 CHUNK_LIMIT = 4 * 1024 * 1024  # bytes per object at most
 POLL_SECONDS = 1.0  # how often the end of the run is looked for
@@ -32,8 +37,7 @@ class Shipper:
         self.output = os.path.join(self.run_dir, "output.log")
         self.state_path = os.path.join(self.run_dir, "output.shipped")
         self.restart = int(config.get("restart", 0))
-        self.token = None
-        self.token_expires = 0.0
+        self.token = MetadataToken(config.get("metadata_host"))
         state = self.read_state()
         self.seq, self.offset = state.get("seq", 0), state.get("offset", 0)
 
@@ -95,18 +99,8 @@ class Shipper:
         url = "{}/upload/storage/v1/b/{}/o?uploadType=media&name={}".format(
             self.config["storage"].rstrip("/"), quote(self.config["bucket"], safe=""),
             quote(self.config["prefix"].rstrip("/") + "/" + name, safe=""))
-        headers = {"Authorization": "Bearer " + self.bearer(), "Content-Type": "text/plain"}
+        headers = {"Authorization": "Bearer " + self.token.get(), "Content-Type": "text/plain"}
         urlopen(Request(url, data=data, headers=headers, method="POST"), timeout=HTTP_TIMEOUT).close()
-
-    def bearer(self):
-        if self.token is None or time.time() >= self.token_expires:
-            url = "http://{}/computeMetadata/v1/instance/service-accounts/default/token".format(
-                self.config.get("metadata_host") or "metadata.google.internal")
-            with urlopen(Request(url, headers={"Metadata-Flavor": "Google"}), timeout=HTTP_TIMEOUT) as answer:
-                token = json.loads(answer.read().decode())
-            self.token = token["access_token"]
-            self.token_expires = time.time() + max(0.0, float(token.get("expires_in", 300)) - 60)
-        return self.token
 
     def run(self):
         interval = float(self.config.get("interval", 30))

@@ -10,15 +10,23 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from tpuops.cloud.base import Cloud, TpuMode, TpuNode, has_labels
 from tpuops.plan import Action, Kind, ObservedResource
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import RECORD_TYPES, ClusterState, ResourceRecord, StateStore
 
-Progress = Callable[[str, str, str], None]  # (kind, name, what is happening)
+# Where a line of `up`'s progress puts a recovery's time (guard/goodput.py's buckets), said by whoever emits it:
+# waiting for capacity (a zone full, a queued resource waiting), or the TPU being created. None: no change.
+Phase = Literal["waiting", "provisioning"]
 MISSING = "MISSING"
+
+
+class Progress(Protocol):
+    """`up`'s progress: (kind, name, what is happening), and the phase it starts, when it starts one."""
+
+    def __call__(self, kind: str, name: str, text: str, phase: Phase | None = None) -> None: ...
 
 
 def owned_by(labels: object, cluster: str) -> bool:
@@ -26,7 +34,7 @@ def owned_by(labels: object, cluster: str) -> bool:
     return isinstance(labels, Mapping) and has_labels(labels, {CLUSTER_LABEL: cluster})  # the listing filter's rule
 
 
-def silent(kind: str, name: str, text: str) -> None:
+def silent(kind: str, name: str, text: str, phase: Phase | None = None) -> None:
     return None
 
 

@@ -94,7 +94,7 @@ class ComputeTpuKind:
                     made = compute_api(job.cloud).create_tpu_vm(request)
                 except CapacityError as err:
                     failures.append(f"{zone}: {err.message}")
-                    job.progress(self.kind, action.name, f"no capacity in {zone}")
+                    job.progress(self.kind, action.name, f"no capacity in {zone}", phase="waiting")
                     continue
                 node = as_tpu_node(made, spec.tpu.type)
                 record_created(job, action, zone, node)

@@ -136,7 +136,8 @@ class QueuedKind(TpuKind):
         timeout): a FAILED request (it holds quota), a timed-out wait or an error withdraws it, so nothing is
         granted later to nobody."""
         wait_seconds = job.knobs.wait_for_capacity or job.knobs.operation_timeout
-        job.progress(self.kind, action.name, f"queued in {request.zone}, valid for {wait_seconds:.0f}s")
+        job.progress(self.kind, action.name, f"queued in {request.zone}, valid for {wait_seconds:.0f}s",
+                     phase="waiting")
         create_queued_within(job.cloud.queued, action.name, request, wait_seconds, cluster=job.spec.name)
         return wait_node_ready(job, request.zone, node_names(job.spec)[0])
 
@@ -144,7 +145,7 @@ class QueuedKind(TpuKind):
         """A queued resource still waiting for capacity (after an interrupted `up`), then its TPU; withdrawn
         when the wait ends without it."""
         zone = action.zone or job.spec.zone or ""
-        job.progress(self.kind, action.name, "waiting for the queued resource to become ACTIVE")
+        job.progress(self.kind, action.name, "waiting for the queued resource to become ACTIVE", phase="waiting")
         limit = job.knobs.wait_for_capacity or job.knobs.operation_timeout
         try:
             retry.poll(lambda: job.cloud.queued.get_queued(zone, action.name),
@@ -251,7 +252,7 @@ def create_in_some_zone(job: Job, action: Action, create_in: CreateIn) -> TpuNod
                 node = create_in(job, action, request)
             except CapacityError as err:
                 failures.append(f"{zone}: {err.message}")
-                job.progress(action.kind, action.name, f"no capacity in {zone}")
+                job.progress(action.kind, action.name, f"no capacity in {zone}", phase="waiting")
                 continue
             record_created(job, action, zone, node)
             return node
