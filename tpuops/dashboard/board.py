@@ -148,9 +148,16 @@ class Board:
             if not feed.events:
                 continue  # no ledger: no guard nor watch counted this cluster's time
             line = hours.timeline(feed.events, feed.steps(), min(end, self.clock()))
-            per_cluster[name] = hours.hours_of(line.segments, start, end, price_of(state))
+            per_cluster[name] = hours.hours_of(line.segments, start, end, self.price_of(state))
         return {"from": start, "to": end, "clusters": per_cluster, "total": hours.total(per_cluster.values()),
                 "buckets": list(hours.BUCKETS)}
+
+    def price_of(self, state: ClusterState) -> hours.Price:
+        """As `status` prices it: the simulator's TPUs are free (its provider has no list prices)."""
+        price = price_of(state)
+        if self.ctx.provider_for(spec_of(state), state).list_prices:
+            return price
+        return hours.Price(price.chips, 0.0, free="simulator")
 
 
 def markers(events: list[Any], incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
