@@ -161,3 +161,12 @@ def test_nothing_but_the_cli_imports_the_dashboard() -> None:
 def test_the_goodput_fold_imports_nothing_of_the_guard() -> None:
     """The accounting is pure: the ledger carries its tally, so it sits below the ledger (and the workflows)."""
     assert not {d for d in GRAPH["tpuops.guard.goodput"] if d.startswith(("tpuops.guard", "tpuops.ops"))}
+
+
+MAX_MODULE_LINES = 400  # past this a module does more than one job: split it along its jobs (remote/ssh*.py did)
+
+
+def test_no_module_is_longer_than_a_few_hundred_lines() -> None:
+    long = {name: count for name, path in MODULES.items() if (count := len(path.read_text().splitlines())) >
+            MAX_MODULE_LINES}
+    assert long == {}, "split these along their jobs"

@@ -147,11 +147,14 @@ def test_where_the_hours_went_adds_up_over_the_range(cluster: tuple[str, Path], 
     assert rows["advancing"]["seconds"] <= rows["paid"]["seconds"] <= rows["wall"]["seconds"]
     assert rows["lost"]["seconds"] > 0 and rows["provisioning"]["seconds"] > 0
     assert rows["paid"]["chip_hours"] == pytest.approx(rows["paid"]["seconds"] / 3600 * 4, abs=1e-3)  # v2-8: 4 chips
-    assert rows["paid"]["dollars"] > 0 and rows["waiting"]["dollars"] == 0  # list price, held time only
+    # The simulator's TPUs are free, as `status` says: no dollars anywhere, and "simulator" where a price would be.
+    assert {(row["dollars"], row["free"]) for row in rows.values()} == {(0.0, "simulator")}
+    assert {(row["dollars"], row["free"]) for row in doc["total"].values()} == {(0.0, "simulator")}
+    shown = json.loads(run_cli("status", name, "--json", env={"TPUOPS_HOME": str(cluster[1])}).stdout)
+    assert shown["guard"]["cost"]["per_hour"] == 0.0  # what `status` says of the same cluster
     assert doc["total"]["wall"]["seconds"] >= rows["wall"]["seconds"]
     narrow = board.hours(now - 1, now)["clusters"][name]
     assert narrow["wall"]["seconds"] <= 1.0 + 1e-6
-
 
 
 def test_a_request_reads_each_clusters_spec_once(cluster: tuple[str, Path], history: tuple[TbWriter, float],
@@ -168,6 +171,19 @@ def test_a_request_reads_each_clusters_spec_once(cluster: tuple[str, Path], hist
         reads.clear()
         document()
         assert dict(reads) == {"spec": 1, "state": 1}
+
+
+def test_a_free_cluster_adds_no_dollars_and_a_priced_one_keeps_its_own() -> None:
+    from tpuops.dashboard.hours import Price, hours_of, total
+    from tpuops.guard.goodput import Segment
+
+    held = [Segment(0.0, 3600.0, "advancing", True)]
+    priced, free = hours_of(held, 0.0, 3600.0, Price(4, 8.0)), hours_of(held, 0.0, 3600.0, Price(4, 8.0, "simulator"))
+    assert (priced["paid"]["dollars"], "free" in priced["paid"]) == (8.0, False)
+    assert (free["paid"]["dollars"], free["paid"]["free"]) == (0.0, "simulator")
+    both = total([priced, free])
+    assert (both["paid"]["dollars"], "free" in both["paid"]) == (8.0, False)
+    assert total([free, free])["paid"]["free"] == "simulator"
 
 
 @pytest.fixture

@@ -97,6 +97,9 @@ def test_the_page_shows_the_recovery_on_the_chart_and_the_hang_incident(
     page = browser.new_page(viewport={"width": 1300, "height": 1800})  # type: ignore[attr-defined]
     page.goto(dashboard.url)
     page.wait_for_selector('tr[data-cluster="quickstart"]', timeout=PAGE_WAIT_MS)
+    page.wait_for_selector('#hours-body tr[data-cluster="quickstart"]', timeout=PAGE_WAIT_MS)
+    prices = page.locator('#hours-body tr[data-cluster="quickstart"] .price').all_inner_texts()
+    assert prices and set(prices) == {"simulator"}, prices  # free, as `status` says, not list-price dollars
     overview = tmp_path / "dashboard-clusters.png"
     page.screenshot(path=str(overview), full_page=True)
     page.click('a[href="#cluster=quickstart"]')

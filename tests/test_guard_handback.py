@@ -72,6 +72,17 @@ def test_the_guards_newer_tpu_and_its_relaunch_are_taken_and_what_only_the_lapto
     assert merge_states(merged, recovered(laptop)) == merged  # idempotent: merged at every command
 
 
+def test_a_move_to_another_region_keeps_both_buckets_for_down() -> None:
+    laptop = laptop_state()
+    guard = recovered(laptop)
+    guard.pool = "v4-8 spot in us-east5-a"
+    guard.set_resource(BucketRecord(name="bert-us-east5", status="created"))
+    merged = merge_states(laptop, guard)
+    assert merged.resource("bucket").name == "bert-us-east5"  # type: ignore[union-attr]
+    assert merged.recorded_buckets() == ["bert-b", "bert-us-east5"]
+    assert merge_states(merged, guard) == merged
+
+
 def test_the_laptops_newer_run_and_ended_states_are_kept() -> None:
     laptop = laptop_state()
     guard = recovered(laptop)

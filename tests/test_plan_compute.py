@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import run_cli, write_spec
+from tpuops import catalog
 from tpuops.errors import SpecError
 from tpuops.ops.specs import check_spec_file, load_checked
 from tpuops.plan import make_plan
@@ -91,3 +92,27 @@ def test_the_guard_of_a_compute_engine_tpu_needs_compute_roles(tmp_path: Path) -
     guarded = make_plan(load_checked(write_spec(tmp_path, IRONWOOD + "guard: {enabled: true}\n"))).guard
     assert guarded is not None and guarded.guard_roles[0].startswith("roles/compute.instanceAdmin.v1")
     assert not any("roles/tpu.admin" in role for role in guarded.guard_roles)
+
+
+POOLS = """
+name: ironwood
+tpu:
+  api: compute
+  pools:
+    - {type: tpu7x-32, zone: us-central1-c, provisioning: spot}
+    - {type: v6e-16, zone: us-east1-d, provisioning: spot}
+    - {type: v6e-2, zone: us-east1-d, provisioning: on-demand}
+bucket: {name: "ironwood-{region}"}
+"""
+
+
+def test_each_pool_is_priced_as_compute_engine_bills_it(tmp_path: Path) -> None:
+    """By machine type: TPU7x has no list price and v6e-2 no machine type, so neither is priced (not $0.00)."""
+    spec = write_spec(tmp_path, POOLS)
+    pools = make_plan(load_checked(spec)).pools
+    v6e_spot_chip = catalog.load().generations["v6e"].price_spot
+    assert [pool.price_per_hour for pool in pools] == [None, pytest.approx(4 * 4 * v6e_spot_chip), None]
+    shown = run_cli("plan", str(spec))
+    assert shown.returncode == 0, shown.stderr
+    lines = [line for line in shown.stdout.splitlines() if re.match(r" +\d\. ", line)]
+    assert [line.split()[6] for line in lines] == ["?", f"${16 * v6e_spot_chip:.2f}/h", "?"]

@@ -127,3 +127,40 @@ trainer: {{framework: jax, command: "sleep 300"}}
         cli("down", "blind", "--yes")
     assert not {"preemption", "preempted", "recovery", "moved", "restart"} & set(seen), seen
     assert (state["zone"], state["pool"]) == (FIRST, f"v2-8 spot in {FIRST}")
+
+
+def test_down_deletes_the_bucket_of_every_region_the_run_was_in_and_no_other(tmp_path: Path,
+                                                                             tpuops_home: Path) -> None:
+    """`up` in the first pool, preempted while that zone is out of capacity, `up` again moves to the next pool:
+    a bucket in each region. `down --delete-bucket` deletes both, says each, and leaves a third of the same
+    pattern and label alone, since tpuops never recorded making it."""
+    from tpuops.context import Context
+
+    grant = [{"generation": "v2", "kind": "spot", "zone": zone, "limit": 8} for zone in (FIRST, NEXT)]
+    (tpuops_home / "local").mkdir(parents=True, exist_ok=True)
+    (tpuops_home / "local" / "quota.json").write_text(json.dumps({"limits": grant}))
+    spec = tmp_path / "moved.yaml"
+    spec.write_text(f"""
+name: moved
+provider: local
+tpu:
+  pools: [{{type: v2-8, zone: {FIRST}, provisioning: spot}}, {{type: v2-8, zone: {NEXT}, provisioning: spot}}]
+bucket: {{name: "moved-{{region}}"}}
+""")
+    storage = Context.from_env().local_cloud().storage
+    try:
+        assert cli("up", str(spec)).returncode == 0
+        assert cli("simulate", "stockout", FIRST, "--for", "10m").returncode == 0
+        assert cli("simulate", "preempt", "moved").returncode == 0
+        moved = cli("up", str(spec))
+        assert moved.returncode == 0 and "bucket moved-sim-east1" in moved.stdout, moved.stdout
+        storage.create_bucket("moved-sim-central1", "SIM-CENTRAL1", {"tpuops-cluster": "moved"})
+        down = cli("down", "moved", "--yes", "--delete-bucket", "--force")
+        assert down.returncode == 0, down.stderr
+        assert [line.strip() for line in down.stdout.splitlines() if "checked gone" in line] == [
+            "bucket gs://moved-sim-west1 deleted, checked gone", "bucket gs://moved-sim-east1 deleted, checked gone"]
+        assert storage.get_bucket("moved-sim-west1") is None and storage.get_bucket("moved-sim-east1") is None
+        assert storage.get_bucket("moved-sim-central1") is not None
+    finally:
+        cli("simulate", "stockout", FIRST, "--for", "0")
+        cli("down", "moved", "--yes")

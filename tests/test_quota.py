@@ -11,11 +11,16 @@ from typing import get_args
 
 import pytest
 
+from tests.fakes.compute import ComputeFake, ComputeModel
+from tests.fakes.compute_tpus import TpuComputeModel, TpuComputeRoutes
 from tests.fakes.quotas_http import QuotasFake, QuotasModel
 from tests.fakes.tpu_model import FakeNode, FakeQueued, TpuModel
 from tests.fakes.tpu_v2_http import TpuV2Fake
 from tests.helpers import run_cli, write_spec
+from tpuops import catalog
 from tpuops.cloud.base import TpuRequest
+from tpuops.cloud.compute_tpu import TpuVmRequest
+from tpuops.cloud.gcp import make_cloud
 from tpuops.cloud.gcp.quotas import parse_quota_id
 from tpuops.cloud.quotas import QuotaKind, provisioning_for, quota_kind, quota_kind_of
 from tpuops.errors import SpecError
@@ -34,10 +39,14 @@ class Fakes:
     tpu_api: TpuV2Fake
     quotas: QuotasModel
     quotas_api: QuotasFake
+    compute: ComputeModel  # TPUs made as Compute Engine VMs hold quota too
+    compute_tpus: TpuComputeModel
+    compute_api: ComputeFake
 
     def env(self, home: Path) -> dict[str, str]:
         return {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": self.tpu_api.server.url + "/",
                 "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDQUOTAS": self.quotas_api.url + "/",
+                "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": self.compute_api.server.url + "/compute/v1/",
                 "GOOGLE_CLOUD_PROJECT": PROJECT, "TPUOPS_HOME": str(home), "TPUOPS_RETRY_INITIAL": "0.01",
                 "TPUOPS_POLL_INTERVAL": "0.02"}
 
@@ -52,7 +61,15 @@ def servers() -> Iterator[Fakes]:
         quotas_api = QuotasFake(quotas)
         quotas_api.server.start()
         try:
-            yield Fakes(tpu, tpu_api, quotas, quotas_api)
+            compute = ComputeModel(PROJECT)
+            compute_api = ComputeFake(compute)
+            compute_tpus = TpuComputeModel(compute)
+            TpuComputeRoutes(compute_api, compute_tpus)
+            compute_api.server.start()
+            try:
+                yield Fakes(tpu, tpu_api, quotas, quotas_api, compute, compute_tpus, compute_api)
+            finally:
+                compute_api.server.stop()
         finally:
             quotas_api.server.stop()
     finally:
@@ -65,7 +82,10 @@ def fakes(servers: Fakes) -> Iterator[Fakes]:
     servers.tpu.nodes.clear()
     servers.tpu.queued.clear()
     servers.quotas.quotas = {"tpu.googleapis.com": {}}
-    for server in (servers.tpu_api.server, servers.quotas_api.server):
+    for made in (servers.compute.instances, servers.compute_tpus.groups, servers.compute_tpus.templates,
+                 servers.compute_tpus.policies):
+        made.clear()
+    for server in (servers.tpu_api.server, servers.quotas_api.server, servers.compute_api.server):
         server.faults.rules.clear()
         server.requests.clear()
     yield servers
@@ -130,6 +150,34 @@ def test_quota_shows_the_grant_what_is_held_and_what_is_free(fakes: Fakes, tmp_p
     assert not [key for key in rows if key[0].startswith(("QueuedResources", "TPUV6EPerProject"))]
     # six quota ids at three a page: the client followed the pages
     assert len(fakes.quotas_api.server.calls("GET", r"/quotaInfos$")) == 2
+
+
+def test_compute_engine_tpus_count_as_use_of_the_grant(fakes: Fakes, tmp_path: Path) -> None:
+    """A v6e-16 on-demand slice (a group of 4 VMs) and a v6e-8 Spot VM made through Compute Engine hold 16 of the
+    on-demand quota and 8 of the spot grant; a reservation-bound VM draws on its reservation, not on them."""
+    a_trc_grant(fakes)
+    fakes.quotas.grant("TPUV6EPerProjectPerZoneForTPUAPI", {ZONE: 32})
+    compute_tpus = make_cloud(fakes.env(tmp_path), PROJECT).compute_tpus
+    assert compute_tpus is not None
+    for name, accelerator, provisioning in (("slice", "v6e-16", "standard"), ("single", "v6e-8", "spot"),
+                                            ("booked", "v6e-4", "reservation-bound")):
+        shape = catalog.load().compute_shape(accelerator)
+        assert shape is not None
+        compute_tpus.create_tpu_vm(TpuVmRequest(
+            name=name, zone=ZONE, accelerator_type=accelerator, machine_type=shape.machine_type, hosts=shape.hosts,
+            image_project=shape.image_project, image_family=shape.image_family, boot_disk_type=shape.boot_disk_type,
+            boot_disk_gb=shape.boot_disk_gb, topology=shape.topology, provisioning=provisioning,  # type: ignore[arg-type]
+            reservation="block-a" if provisioning == "reservation-bound" else None, labels={"tpuops-cluster": name}))
+    result = run_cli("quota", "--json", env=fakes.env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    rows = {(row["quota_id"], row["location"]): row for row in shown["quota"]}
+    assert (rows[(SPOT_ZONE, ZONE)]["used"], rows[(SPOT_ZONE, ZONE)]["free"]) == (8, 56)
+    assert rows[(SPOT_REGION, "europe-west4")]["used"] == 8
+    assert (rows[("TPUV6EPerProjectPerZoneForTPUAPI", ZONE)]["used"],
+            rows[("TPUV6EPerProjectPerZoneForTPUAPI", ZONE)]["free"]) == (16, 16)
+    assert sorted((held["name"], held["kind"], held["size"]) for held in shown["held_by"]) == [
+        ("single", "spot", 8), ("slice", "on-demand", 16)]
 
 
 def test_quota_for_one_zone_in_words(fakes: Fakes, tmp_path: Path) -> None:

@@ -95,12 +95,11 @@ def test_tensorboard_serves_the_runs_and_stops_cleanly(tpuops_home: Path) -> Non
     assert run_cli("down", "quickstart", "--yes", "--delete-bucket", "--force").returncode == 0
 
 
-def test_a_taken_port_is_one_line(tpuops_home: Path, tmp_path: Path) -> None:
-    import socket
-
+def sim_spec(directory: Path) -> Path:
+    """A local cluster with a logdir and no run yet: enough for TensorBoard to start on."""
     from tests.helpers import write_spec
 
-    spec = write_spec(tmp_path, """
+    spec = write_spec(directory, """
         name: sim
         provider: local
         tpu: {type: v2-8, workers: 1}
@@ -108,8 +107,32 @@ def test_a_taken_port_is_one_line(tpuops_home: Path, tmp_path: Path) -> None:
         code: {path: ./src}
         logs: {tensorboard: gs://sim-bucket/logs}
     """)
-    (tmp_path / "src").mkdir()
-    assert run_cli("up", str(spec)).returncode == 0
+    (directory / "src").mkdir()
+    return spec
+
+
+def test_port_zero_serves_on_a_free_port_and_says_which(tpuops_home: Path, tmp_path: Path) -> None:
+    """As `dashboard --port 0`: TensorBoard takes any free port and the URL printed names it."""
+    assert run_cli("up", str(sim_spec(tmp_path))).returncode == 0
+    board = subprocess.Popen([sys.executable, "-m", "tpuops", "tensorboard", "sim", "--port", "0", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    marker = str(tpuops_home)
+    try:
+        info = json.loads(first_line(board, timeout=180))
+        port = int(info["url"].removeprefix("http://127.0.0.1:").rstrip("/"))
+        assert port > 0 and get_json(f"{info['url']}data/runs") == []
+    finally:
+        _, stderr = interrupt(board, signum=signal.SIGINT)
+        assert run_cli("down", "sim", "--yes", "--delete-bucket", "--force").returncode == 0
+    assert board.returncode == 0, stderr
+    assert_clean_exit(stderr)
+    assert tensorboard_processes(marker) == []
+
+
+def test_a_taken_port_is_one_line(tpuops_home: Path, tmp_path: Path) -> None:
+    import socket
+
+    assert run_cli("up", str(sim_spec(tmp_path))).returncode == 0
     try:
         with socket.socket() as taken:
             taken.bind(("127.0.0.1", 0))

@@ -106,6 +106,23 @@ class Catalog:
         found = self.compute.generations.get(generation.name) if self.compute and generation else None
         return found.default_api if found else "tpu"
 
+    def machine_type_price(self, machine_type: str, spot: bool) -> float | None:
+        """A Compute Engine TPU machine type's list price per hour: its generation's per-chip price times its chips
+        (docs/compute-engine-tpus.md says why that is assumed); None where the catalog has no price."""
+        found = self.compute.machine_types().get(machine_type) if self.compute else None
+        generation = self.generations.get(found[0]) if found else None
+        if found is None or generation is None:
+            return None
+        per_chip = generation.price_spot if spot else generation.price_on_demand
+        return None if per_chip is None else per_chip * found[1]
+
+    def compute_price(self, accelerator_type: str, spot: bool) -> float | None:
+        """What this type costs per hour made by Compute Engine: its hosts times their machine type's price (None
+        where Compute Engine cannot make it or the catalog has no price)."""
+        shape = self.compute_shape(accelerator_type)
+        price = self.machine_type_price(shape.machine_type, spot) if shape else None
+        return None if shape is None or price is None else price * shape.hosts
+
     def compute_shape(self, accelerator_type: str) -> ComputeShape | None:
         """How Compute Engine makes this type (None: it does not, or the size has no known machine type)."""
         accelerator = self.accelerator(accelerator_type, listed_only=False)

@@ -103,6 +103,9 @@ def merge_states(laptop: ClusterState, guard: ClusterState) -> ClusterState:
             merged.resources = [r for r in merged.resources if r.kind not in moved] + \
                 [r.model_copy(deep=True) for r in guard.resources if r.kind in moved]
             merged.pool = guard.pool
+    buckets = list(dict.fromkeys([*laptop.recorded_buckets(), *guard.recorded_buckets()]))
+    if buckets != laptop.recorded_buckets():  # the guard moved the run: each region's bucket is remembered
+        merged.buckets = buckets
     merged.runs = join_runs(merged.runs, guard.runs)
     merged.events = join_events(merged.events, guard.events)
     merged.updated_at = laptop.updated_at  # compared by value: only a real change is saved

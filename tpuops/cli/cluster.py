@@ -267,6 +267,8 @@ def down(
         console.print(f"{result.cluster}: nothing was left to delete (searched {result.where})")
     else:
         console.print(f"{result.cluster}: deleted " + ", ".join(f"{d.kind} {d.name}" for d in result.deleted))
+    for bucket in (d.name for d in result.deleted if d.kind == "bucket"):
+        console.print(f"  bucket gs://{bucket} deleted, checked gone", markup=False)
     if result.cost is not None:
         console.print(f"  {cost_in_all(result.cost)}", markup=False)
     if result.kept_bucket:

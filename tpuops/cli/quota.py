@@ -32,7 +32,7 @@ def quota_command(
         return
     console.print(f"TPU quota of project {report.project}{' in ' + report.zone if report.zone else ''} "
                   f"(limits: {report.source}; use: {len(report.holdings)} TPUs and queued resources holding quota, "
-                  "listed through the TPU API)")
+                  "listed through the TPU API and Compute Engine)")
     rows = report.rows
     print_health(report.health)
     if not rows:

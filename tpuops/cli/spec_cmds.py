@@ -63,7 +63,7 @@ def plan(
 def render_pools(result: Plan) -> None:
     console.print("Pools, in order:")
     for index, pool in enumerate(result.pools, 1):
-        price = "price unknown" if pool.price_per_hour is None else f"${pool.price_per_hour:.2f}/h"
+        price = "?" if pool.price_per_hour is None else f"${pool.price_per_hour:.2f}/h"  # as `tpuops catalog`
         bucket = f"bucket {pool.bucket}" if pool.bucket else "no bucket"
         reservation = f", reservation {pool.reservation}" if pool.reservation else ""
         console.print(f"  {index}. {pool.type:<14} {pool.zone:<16} region {pool.region:<14} {pool.provisioning:<11} "

@@ -15,7 +15,7 @@ from tpuops.cli.render import print_json_line
 def tensorboard(
     name: str | None = typer.Argument(None, metavar="NAME", autocompletion=complete_cluster,
                                       help="Cluster whose spec names the logdir (default: the only one)."),
-    port: int = typer.Option(6006, "--port", "-p", metavar="N", help="Local port."),
+    port: int = typer.Option(6006, "--port", "-p", metavar="N", help="Local port (0: any free one)."),
     host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS",
                              help="Address to listen on (127.0.0.1: this machine only)."),
     run: str | None = typer.Option(None, "--run", metavar="ID|all",
@@ -32,6 +32,7 @@ def tensorboard(
     Examples:
       tpuops tensorboard my-bert
       tpuops tensorboard my-bert --port 6007 --run 20261127-102403-0e82
+      tpuops tensorboard my-bert --port 0   # any free port; the URL says which
     """
     from tpuops.context import Context
     from tpuops.ops.tensorboard import tensorboard as serve

@@ -162,9 +162,16 @@ class Board:
             if not feed.events:
                 continue  # no ledger: no guard nor watch counted this cluster's time
             line = hours.timeline(feed.events, feed.steps(), min(end, self.clock()))
-            per_cluster[name] = hours.hours_of(line.segments, start, end, price_of(held.state, held.spec))
+            per_cluster[name] = hours.hours_of(line.segments, start, end, self.price_of(held.state, held.spec))
         return {"from": start, "to": end, "clusters": per_cluster, "total": hours.total(per_cluster.values()),
                 "buckets": list(hours.BUCKETS)}
+
+    def price_of(self, state: ClusterState, spec: Spec | None) -> hours.Price:
+        """As `status` prices it: the simulator's TPUs are free (its provider has no list prices)."""
+        price = price_of(state, spec)
+        if self.ctx.provider_for(spec, state).list_prices:
+            return price
+        return hours.Price(price.chips, 0.0, free="simulator")
 
 
 def markers(events: list[Any], incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -41,7 +41,8 @@ def timeline(events: Iterable[Any], steps: Iterable[tuple[float, int]], now: flo
 @dataclass(frozen=True)
 class Price:
     chips: int
-    per_hour: float  # dollars per hour of the whole TPU at list price (0: not in the catalog)
+    per_hour: float  # dollars per hour of the whole TPU at list price (0: not in the catalog, or free)
+    free: str | None = None  # why it costs nothing, said where a price would be ("simulator"), as `status` does
 
 
 def hours_of(segments: Sequence[Segment], start: float, end: float, price: Price) -> dict[str, Any]:
@@ -55,17 +56,23 @@ def hours_of(segments: Sequence[Segment], start: float, end: float, price: Price
     return rows
 
 
-def _row(seconds: float, paid_seconds: float, price: Price) -> dict[str, float]:
-    return {"seconds": round(seconds, 1), "chip_hours": round(seconds / HOUR * price.chips, 4),
-            "dollars": round(paid_seconds / HOUR * price.per_hour, 2)}
+def _row(seconds: float, paid_seconds: float, price: Price) -> dict[str, Any]:
+    row: dict[str, Any] = {"seconds": round(seconds, 1), "chip_hours": round(seconds / HOUR * price.chips, 4),
+                           "dollars": 0.0 if price.free else round(paid_seconds / HOUR * price.per_hour, 2)}
+    return {**row, "free": price.free} if price.free else row
 
 
 def total(per_cluster: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The rows of every cluster added up."""
-    summed: dict[str, dict[str, float]] = {}
+    """The rows of every cluster added up; free (and why) only when every cluster's is, for the same reason."""
+    summed: dict[str, dict[str, Any]] = {}
+    reasons: dict[str, set[str | None]] = {}
     for rows in per_cluster:
         for key, row in rows.items():
             into = summed.setdefault(key, {"seconds": 0.0, "chip_hours": 0.0, "dollars": 0.0})
-            for field_name, value in row.items():
-                into[field_name] = round(into[field_name] + value, 4)
+            for field_name in ("seconds", "chip_hours", "dollars"):
+                into[field_name] = round(into[field_name] + row[field_name], 4)
+            reasons.setdefault(key, set()).add(row.get("free"))
+    for key, why in reasons.items():
+        if len(why) == 1 and None not in why:
+            summed[key]["free"] = next(iter(why))
     return summed

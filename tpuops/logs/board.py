@@ -65,8 +65,16 @@ def port_taken(host: str, port: int) -> bool:
     return False
 
 
+def served_port(pid: int) -> int | None:
+    """The port the TensorBoard process `pid` listens on, from the info file it writes once it serves (what
+    `tensorboard.manager` reads for `%tensorboard` in notebooks); None until then."""
+    from tensorboard import manager  # the TensorBoard tpuops starts is this interpreter's
+
+    return next((info.port for info in manager.get_all() if info.pid == pid), None)
+
+
 class Board:
-    """One TensorBoard process over `logdir` on host:port."""
+    """One TensorBoard process over `logdir` on host:port (port 0: any free one, known once it serves)."""
 
     def __init__(self, logdir: Path, host: str, port: int, reload_seconds: int = 5) -> None:
         self.logdir, self.host, self.port, self.reload_seconds = logdir, host, port, reload_seconds
@@ -91,6 +99,11 @@ class Board:
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 raise TpuopsError(f"TensorBoard exited at start: {self._log_tail()}", f"see {self.log_path}")
+            if self.port == 0:  # it chose the port: learnt from its info file once it serves
+                self.port = served_port(self.process.pid) or 0
+                if self.port == 0:
+                    time.sleep(0.2)
+                    continue
             try:
                 with urllib.request.urlopen(self.url + "data/runs", timeout=2):
                     return

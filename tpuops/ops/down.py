@@ -97,11 +97,11 @@ def find(ctx: Context, target: str, delete_bucket: bool = False, force: bool = F
             finder.check_recorded(kind, expected, spec.zone)
     bucket_name = bucket_of(state, spec)
     kept = None
-    if bucket_name:
-        if delete_bucket:
-            finder.add_bucket(bucket_name, force)
-        elif cloud.storage.get_bucket(bucket_name) is not None:
-            kept = bucket_name
+    if delete_bucket:
+        for each in buckets_to_delete(state, bucket_name):
+            finder.add_bucket(each, force)
+    elif bucket_name and cloud.storage.get_bucket(bucket_name) is not None:
+        kept = bucket_name
     where = f"{'recorded resources and ' if state else ''}zone(s) {', '.join(searched) or '-'}"
     plan = DownPlan(name, tuple(finder.doomed), tuple(finder.left_alone), kept, where, mode=mode)
     return plan, cloud
@@ -159,6 +159,10 @@ def execute(ctx: Context, plan: DownPlan, cloud: Cloud, progress: Progress | Non
             future.result()
         for doomed in (d for d in plan.doomed if not handler(d.kind).zonal):
             delete_one(cloud, plan.mode, doomed, report)
+        still = [d.name for d in plan.doomed if d.kind == "bucket" and cloud.storage.get_bucket(d.name) is not None]
+        if still:
+            raise CloudError(f"bucket {', '.join(f'gs://{name}' for name in still)} still exists after its deletion",
+                             "run `tpuops down --delete-bucket` again")
     forget_cluster(ctx, plan, state)
     return DownResult(plan.cluster, plan.doomed, plan.left_alone, plan.kept_bucket, plan.where, cost)
 
@@ -208,6 +212,13 @@ def forget_cluster(ctx: Context, plan: DownPlan, state: ClusterState | None) -> 
         ctx.store.save(state)
     else:
         ctx.store.delete(plan.cluster)
+
+
+def buckets_to_delete(state: ClusterState | None, spec_bucket: str | None) -> list[str]:
+    """Every bucket the state recorded (a run that moved across regions has one in each), else the spec's; each
+    still checked to carry the cluster's label before it is deleted (Finder.add_bucket)."""
+    recorded = state.recorded_buckets() if state is not None else []
+    return recorded or ([spec_bucket] if spec_bucket else [])
 
 
 def made_by_compute_engine(state: ClusterState | None, spec: Spec | None) -> bool:

@@ -144,19 +144,17 @@ def _catalog_offerings(zone: str | None) -> Offerings:
 
 
 def _machine_offers(generations: set[str]) -> tuple[MachineOffer, ...]:
-    """Compute Engine's TPU machine types of these generations; the price is the generation's per-chip list price
-    times the VM's chips (docs/compute-engine-tpus.md says why that is assumed)."""
+    """Compute Engine's TPU machine types of these generations, each at its list price (Catalog.machine_type_price)."""
     cat = catalog.load()
     if cat.compute is None:
         return ()
     offers = []
     for machine, (name, chips) in cat.compute.machine_types().items():
-        generation = cat.generations.get(name)
-        if name not in generations or generation is None:
+        if name not in generations or name not in cat.generations:
             continue
-        on_demand, spot = generation.price_on_demand, generation.price_spot
-        offers.append(MachineOffer(machine, name, chips, None if on_demand is None else round(on_demand * chips, 4),
-                                   None if spot is None else round(spot * chips, 4),
+        on_demand, spot = cat.machine_type_price(machine, spot=False), cat.machine_type_price(machine, spot=True)
+        offers.append(MachineOffer(machine, name, chips, None if on_demand is None else round(on_demand, 4),
+                                   None if spot is None else round(spot, 4),
                                    cat.compute.generations[name].default_api))
     return tuple(offers)
 

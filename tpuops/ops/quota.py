@@ -1,8 +1,9 @@
 """`tpuops quota`: the project's TPU quota where it is in effect, what its TPUs and queued resources hold of it
 now, and so what is free; and whether a pool of the spec is covered (`plan --live`, `init --from-quota`).
 
-The quota service says only what the limits are; use is counted here from the TPU API's listings (every zone),
-in the unit each quota counts: the number in the accelerator type (v4-32 holds 32 TensorCores, v6e-8 8 chips).
+The quota service says only what the limits are; use is counted here from the TPU API's listings and the Compute
+Engine TPUs tpuops made (every zone), in the unit each quota counts: the number in the accelerator type (v4-32
+holds 32 TensorCores, v6e-8 8 chips).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 from tpuops.catalog import TYPE_RE
 from tpuops.cloud.base import Cloud
+from tpuops.cloud.compute_tpu import ACCELERATOR_LABEL
 from tpuops.cloud.quotas import ANY_LOCATION, QuotaKind, QuotaLimit, quota_kind_of
 from tpuops.context import Context
 from tpuops.errors import CloudError, UsageError
@@ -140,9 +142,13 @@ def quota_of(cloud: Cloud, project: str, zone: str | None = None) -> QuotaReport
 
 
 def holdings(cloud: Cloud) -> list[Holding]:
-    """What the project's TPU VMs and queued resources hold, in every zone. A queued resource counts for the
-    nodes it has not created yet, in any state: people report FAILED and SUSPENDED ones holding quota until they
-    are deleted. Legacy TPU Nodes (the v1 API) are not counted."""
+    """What the project's TPU VMs, queued resources and Compute Engine TPUs hold, in every zone. A queued resource
+    counts for the nodes it has not created yet, in any state: people report FAILED and SUSPENDED ones holding
+    quota until they are deleted. Legacy TPU Nodes (the v1 API) are not counted."""
+    return tpu_api_holdings(cloud) + compute_holdings(cloud)
+
+
+def tpu_api_holdings(cloud: Cloud) -> list[Holding]:
     nodes = cloud.tpus.find_nodes({})
     held = [h for node in nodes if (h := holding_of(node.name, node.accelerator_type,
                                                    quota_kind_of(node.spot, node.preemptible), node.zone))]
@@ -154,6 +160,22 @@ def holdings(cloud: Cloud) -> list[Holding]:
             found = holding_of(queued.name, queued.accelerator_type, quota_kind_of(queued.spot), queued.zone,
                                len(missing))
             held += [found] if found else []
+    return held
+
+
+def compute_holdings(cloud: Cloud) -> list[Holding]:
+    """The TPUs tpuops made as Compute Engine VMs (tpu.api: compute), in every zone, each as the accelerator type
+    it was made as (a slice counts whole, in any state: a preempted one holds its chips until deleted). A
+    reservation-bound one draws on its reservation, not on the grant."""
+    if cloud.compute_tpus is None:
+        return []
+    held = []
+    for found in cloud.compute_tpus.find_tpu_vms({}):
+        accelerator_type = found.labels.get(ACCELERATOR_LABEL)
+        if accelerator_type is None or found.provisioning == "reservation-bound":
+            continue
+        holding = holding_of(found.name, accelerator_type, quota_kind_of(found.provisioning == "spot"), found.zone)
+        held += [holding] if holding else []
     return held
 
 

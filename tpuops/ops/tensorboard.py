@@ -46,12 +46,13 @@ def tensorboard(
     those), start TensorBoard on it, keep mirroring every `interval` seconds until TensorBoard exits or the caller
     is interrupted (KeyboardInterrupt goes on up); TensorBoard and the mirror thread are stopped either way.
     Returns TensorBoard's exit code when it ended by itself."""
-    if not 0 < port < 65536:
-        raise UsageError(f"--port {port} is not a port number", "give one from 1 to 65535, e.g. --port 6007")
+    if not 0 <= port < 65536:
+        raise UsageError(f"--port {port} is not a port number",
+                         "give one from 1 to 65535, e.g. --port 6007, or 0 for any free one")
     cluster = resolve_name(ctx, name)
     location = resolve_logdir(ctx, cluster, None)
     runs = run_map(ctx, cluster, None, run or "all")
-    if port_taken(host, port):
+    if port and port_taken(host, port):
         raise UsageError(f"port {port} on {host} is in use (another TensorBoard?)", "choose another with --port N")
     provider = logs_provider(ctx, cluster, None)
     assert provider is not None

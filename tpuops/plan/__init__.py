@@ -16,6 +16,7 @@ from tpuops.cloud.compute_tpu import policy_name, template_name
 from tpuops.errors import ForeignResourceError
 from tpuops.plan.guard_vm import GuardPlan, guard_plan
 from tpuops.spec import CLUSTER_LABEL, Spec
+from tpuops.spec.pools import PoolSpec
 
 # compute_tpu: a TPU made by Compute Engine (tpu.api: compute), one instance or policy + template + group.
 Kind = Literal["bucket", "iam", "tpu", "queued_resource", "compute_tpu", "client_vm", "guard_vm"]
@@ -53,7 +54,8 @@ class PoolPlan:
     provisioning: str
     runtime: str | None
     reservation: str | None
-    price_per_hour: float | None  # list price; None where the catalog has none (or the simulator: 0)
+    price_per_hour: float | None  # list price (tpu.api: compute: by machine type); None where the catalog has
+    # none, 0 on the simulator
     bucket: str | None
     quota: str | None = None  # "covered: ..." / "NOT covered: ..." (plan --live)
     move: str | None = None  # what moving the run here from the first pool costs in inter-region transfer
@@ -150,11 +152,26 @@ def pool_plans(spec: Spec) -> list[PoolPlan]:
     for pool in spec.pools():
         accelerator = cat.accelerator(pool.type, listed_only=False)
         runtime = pool.runtime or (cat.default_runtime(accelerator, spec.tpu.mode, framework) if accelerator else None)
-        price = None if accelerator is None else 0.0 if spec.provider == "local" else \
-            round(accelerator.price_per_hour(spot=pool.provisioning != "on-demand") * spec.tpu.slices, 4)
+        price = _pool_price(spec, pool, accelerator)
         plans.append(PoolPlan(pool.type, pool.zone, pool.region, pool.provisioning, runtime, pool.reservation, price,
                               spec.bucket_for(pool.region)))
     return plans
+
+
+def _pool_price(spec: Spec, pool: PoolSpec, accelerator: catalog.Accelerator | None) -> float | None:
+    """The pool's list price per hour as the API that makes its TPU bills it: Compute Engine by machine type, the
+    TPU API by accelerator type and slices; None where the catalog has none, 0 on the simulator."""
+    if accelerator is None:
+        return None
+    if spec.provider == "local":
+        return 0.0
+    spot = pool.provisioning != "on-demand"
+    if (spec.tpu.api or catalog.load().default_api(pool.type)) == "compute":
+        price = catalog.load().compute_price(pool.type, spot=spot)
+    else:
+        known = accelerator.known_price_per_hour(spot=spot)
+        price = None if known is None else known * spec.tpu.slices
+    return None if price is None else round(price, 4)
 
 
 def _wanted(spec: Spec, accelerator: catalog.Accelerator | None) -> list[tuple[Kind, str, str | None, str]]:
@@ -265,7 +282,7 @@ def _compute_cost(spec: Spec, accelerator: catalog.Accelerator | None) -> tuple[
     as_of = cat.compute.as_of if cat.compute else cat.as_of
     if spec.tpu.reservation:
         return 0.0, f"{machines}: billed through reservation {spec.tpu.reservation}"
-    price = accelerator.known_price_per_hour(spot=spec.tpu.spot) if accelerator else None
+    price = cat.compute_price(spec.tpu.type, spot=spec.tpu.spot)
     if price is None:
         return 0.0, f"no list price known for {machines} (catalog as of {as_of})"
     note = f"list price as of {as_of}: {machines} ${price:.2f}/h"

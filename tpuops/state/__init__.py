@@ -183,6 +183,9 @@ class ClusterState(StateModel):
     pool: str | None = None  # with tpu.pools: the pool the TPU is in (its label, `v6e-8 spot in europe-west4-a`)
     spec_path: str
     resources: list[ResourceRecord] = Field(default_factory=list)
+    # Every bucket recorded for the cluster, in order: with tpu.pools and {region} a run that moved has one per
+    # region, while `resources` holds the current one only. `down --delete-bucket` deletes these and no other.
+    buckets: list[str] = Field(default_factory=list)
     workers: list[WorkerRecord] = Field(default_factory=list)
     ssh_user: str | None = None
     autostop: AutostopSpec | None = None  # set by `up --autostop` / `tpuops autostop`: wins over the spec's
@@ -200,6 +203,13 @@ class ClusterState(StateModel):
 
     def set_resource(self, record: ResourceRecord) -> None:
         self.resources = [r for r in self.resources if r.kind != record.kind] + [record]
+        if record.kind == "bucket" and record.name not in self.buckets:
+            self.buckets.append(record.name)
+
+    def recorded_buckets(self) -> list[str]:
+        """Every bucket recorded for the cluster (a state written before `buckets` existed: its current one)."""
+        current = self.resource("bucket")
+        return list(dict.fromkeys([*self.buckets, *([current.name] if current else [])]))
 
     def drop_resource(self, kind: ResourceKind) -> None:
         self.resources = [r for r in self.resources if r.kind != kind]

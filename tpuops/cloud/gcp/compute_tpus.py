@@ -122,7 +122,8 @@ class ComputeTpusApi:
             return self._group_slice(zone, group)
         instance = self._get_instance(zone, name)
         return None if instance is None else to_slice(name, zone, [to_host(instance, single=True)], 1,
-                                                      dict(instance.labels), instance.machine_type)
+                                                      dict(instance.labels), instance.machine_type,
+                                                      provisioning_model=instance.scheduling.provisioning_model)
 
     def _group_slice(self, zone: str, group: Any) -> TpuSlice:
         names = [m.instance.rsplit("/", 1)[-1] for m in self._managed(zone, group.name) if m.instance]
