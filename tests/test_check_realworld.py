@@ -3,6 +3,7 @@ says which snapshots it lacks instead of scoring without them (it runs here with
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,17 +12,24 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "check_realworld.py"
-JUDGEMENTS = ROOT / "bench" / "check_realworld" / "judgements.yaml"
-PARTS = {"fit", "held_out", "held_out_2", "held_out_3"}
+FILES = sorted((ROOT / "bench" / "check_realworld").glob("*.yaml"), key=lambda p: (p.name != "judgements.yaml", p.name))
+PART = re.compile(r"fit|held_out(_\d+)?")
+
+
+def all_trainers() -> list[dict]:
+    return [trainer for path in FILES for trainer in yaml.safe_load(path.read_text())["trainers"]]
 
 
 def test_every_trainer_is_pinned_and_every_line_judged_with_a_reason() -> None:
-    doc = yaml.safe_load(JUDGEMENTS.read_text())
-    trainers = doc["trainers"]
+    trainers = all_trainers()
     assert len(trainers) >= 20 and len({t["id"] for t in trainers}) == len(trainers)
+    for path in FILES:
+        doc = yaml.safe_load(path.read_text())
+        assert doc["judged"] and doc["scope"], path.name  # who judged when, and by which scope
     for trainer in trainers:
-        assert set(trainer) == {"id", "repo", "commit", "path", "style", "part", "lines"}, trainer["id"]
-        assert len(trainer["commit"]) == 40 and trainer["part"] in PARTS, trainer["id"]
+        keys = {"id", "repo", "commit", "path", "style", "part", "lines"}
+        assert set(trainer) in (keys, keys | {"first_read_hazards"}), trainer["id"]
+        assert len(trainer["commit"]) == 40 and PART.fullmatch(trainer["part"]), trainer["id"]
         for line in trainer["lines"]:
             assert set(line) == {"file", "line", "rule", "hazard", "why"} and line["why"], (trainer["id"], line)
             assert isinstance(line["hazard"], bool) and line["rule"].startswith("XLA"), (trainer["id"], line)
@@ -30,7 +38,7 @@ def test_every_trainer_is_pinned_and_every_line_judged_with_a_reason() -> None:
 def test_a_missing_snapshot_is_skipped_with_one_line_each(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    trainers = yaml.safe_load(JUDGEMENTS.read_text())["trainers"]
+    trainers = all_trainers()
     skipped = [line for line in result.stdout.splitlines() if line.startswith("SKIPPED ")]
     assert len(skipped) == len(trainers)
     assert skipped[0] == f"SKIPPED {trainers[0]['id']}: no snapshot of {trainers[0]['repo']} at " \

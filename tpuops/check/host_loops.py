@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from tpuops.check.findings import Finding
 from tpuops.check.project import Module, dotted, last_name
-from tpuops.check.scopes import compiler
+from tpuops.check.wrappers import compiler
 
 READ_CALLS = {"float", "int", "device_get", "asarray", "array", "print"}
 HINT = ("read it every N steps (`if step % N == 0`) or keep a running sum on the device; to confirm, compare "

@@ -13,9 +13,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from tpuops.check.file_rules import FILE_RULES
 from tpuops.check.findings import Finding
 from tpuops.check.host_loops import host_loop_notes
-from tpuops.check.lint_rules import FILE_RULES, RULES_BY_ID, STEP_RULES, Rule
+from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.scopes import Step, StepFinder
 from tpuops.check.settings import Settings

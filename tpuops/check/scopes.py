@@ -26,58 +26,29 @@ from tpuops.check.pyvalues import (
     PythonValued,
     flag_params,
     is_partial_of,
-    none_default_params,
     partial_traced,
     python_valued_functions,
     scalar_params,
 )
-from tpuops.check.regions import loop_batch, region_nodes, runs_model, uses_torch_xla
+from tpuops.check.regions import loop_batch, region_nodes
 from tpuops.check.returns import TensorReturning
+from tpuops.check.steps import KIND_WORDS, Step  # noqa: F401  (where callers name them)
 from tpuops.check.tensors import TensorValues
+from tpuops.check.torch_steps import RUNS_MODEL, TorchXlaSteps, params_of
+from tpuops.check.wrappers import compiler, is_false, keyword, wrapper_name
 
-JAX_WRAPPERS = {"jit", "pjit", "pmap", "xmap", "shard_map", "filter_jit", "filter_pmap"}
 TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial", "filter_value_and_grad",
               "filter_grad", "filter_vmap", "shard_map", "named_call", "custom_vjp", "custom_jvp", "pmap", "jit",
               "pjit", "filter_jit"}
-XLA_STEP_ENDS = {"mark_step", "sync", "optimizer_step"}
-DEVICE_LOADERS = {"MpDeviceLoader", "per_device_loader", "ParallelLoader"}
 KERAS_STEP_METHODS = {"train_step", "test_step"}
 STRATEGY_RUNS = {"run", "experimental_run_v2"}  # tf.distribute's step runner, under its TF 2.0/2.1 name too
-RUNS_MODEL = "each iteration runs the model on the XLA device (a loop with no step end, e.g. evaluation)"
-KIND_WORDS = {"jax": "JAX", "tf": "TensorFlow", "keras": "TensorFlow (Keras)", "torch": "PyTorch/XLA",
-              "lazy": "PyTorch/XLA"}
 
 
 Target = tuple[Module, FunctionNode | ast.Lambda, frozenset[str]]  # a compiled function, the names partial binds
 
 
-@dataclass(frozen=True)
-class Step:
-    """A compiled region: a function, lambda or loop body (node None: the step lives in a library)."""
-
-    name: str
-    # "jax" | "tf" (AutoGraph converts its Python control flow) | "keras" (an overridden train_step: Keras 3 runs
-    # it with autograph.experimental.do_not_convert) | "torch" (a traced PyTorch function) | "lazy" (PyTorch/XLA
-    # between two step ends)
-    kind: str
-    how: str  # how it was recognised, e.g. "jax.jit", "step loop (xm.optimizer_step)"
-    module: Module | None
-    node: ast.AST | None = None
-    traced: frozenset[str] = frozenset()  # names that hold tensors from the start
-    guessed: frozenset[str] = frozenset()  # parameters a caller passes a value only guessed to be a tensor
-    root: bool = True  # False: reached only because a step calls it
-
-    @property
-    def line(self) -> int:
-        return getattr(self.node, "lineno", 0)
-
-    def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "framework": KIND_WORDS[self.kind], "how": self.how,
-                "file": self.module.rel if self.module else None, "line": self.line or None}
-
-
 @dataclass
-class StepFinder:
+class StepFinder(TorchXlaSteps):
     project: Project
     steps: dict[int, Step] = field(default_factory=dict)  # id(node) -> step
     library: list[Step] = field(default_factory=list)
@@ -149,7 +120,7 @@ class StepFinder:
                 for method in cls_node.body:
                     if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
                         yield Step(f"{cls_node.name}.{method.name}", kind, "Keras train_step", module, method,
-                                   frozenset(_params(method) - {"self"}))
+                                   frozenset(params_of(method) - {"self"}))
         for loop in module.loops:
             how = self._step_loop(loop, module)
             if how == RUNS_MODEL:  # no step end: whether it iterates batches or, say, split names is a guess
@@ -157,49 +128,30 @@ class StepFinder:
             elif how:
                 yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, loop_batch(loop, module))
 
-    def _drives_steps(self, function: FunctionNode, module: Module, depth: int = 0) -> bool:
-        """The function runs step loops, its own or a callee's (a `main` that also ends a step once, after
-        loading): it drives the steps, it is not one; the loops are the steps."""
-        if id(function) in self._drivers:
-            return self._drivers[id(function)]
-        self._drivers[id(function)] = False  # a recursive call answers no while this one is decided
-        loops, calls = self._owned_by(function, module)
-        drives = any(id(loop) in self._ending_loops for loop in loops) or (depth < 3 and any(
-            self._drives_steps(c, m, depth + 1)
-            for call in calls for m, c in self.project.functions(call.func, module)))
-        self._drivers[id(function)] = drives
-        return drives
 
-    def _owned_by(self, function: FunctionNode, module: Module) -> tuple[list[ast.AST], list[ast.Call]]:
-        if not self._owned:
-            for each in self.project.modules:
-                for node in [*each.loops, *each.calls]:
-                    owned = self._owned.setdefault(id(each.context[id(node)][0]), ([], []))
-                    (owned[1] if isinstance(node, ast.Call) else owned[0]).append(node)
-        return self._owned.get(id(function), ([], []))
 
     def _decorated(self, node: FunctionNode, module: Module) -> Iterator[Step]:
         for decorator in node.decorator_list:
             kind = compiler(decorator, module)
             if kind:
-                how = _wrapper_name(decorator)
+                how = wrapper_name(decorator)
                 yield Step(node.name, kind, how, module, node,
-                           frozenset(_params(node) - _static(decorator, node) - flag_params(node)))
+                           frozenset(params_of(node) - _static(decorator, node) - flag_params(node)))
 
     def _wrapped(self, call: ast.Call, module: Module) -> Iterator[Step]:
         """jax.jit(f), pjit(f, ...), torch_xla.compile(f), strategy.run(f), keras compile(jit_compile=...)."""
         kind = compiler(call, module) if not isinstance(call.func, ast.Call) else compiler(call.func, module)
-        how = _wrapper_name(call.func if isinstance(call.func, ast.Call) else call)
+        how = wrapper_name(call.func if isinstance(call.func, ast.Call) else call)
         if kind is None and last_name(call.func) in STRATEGY_RUNS and "strategy" in dotted(call.func).lower():
             kind, how = "tf", f"strategy.{last_name(call.func)}"
-        if last_name(call.func) == "compile" and _keyword(call, "loss") is not None and _keras(module):
+        if last_name(call.func) == "compile" and keyword(call, "loss") is not None and _keras(module):
             # Keras compiles the loss into its train function (XLA on a TPU): the trainer's own loss is a step
-            for target_module, target, _ in self._targets(_keyword(call, "loss"), module):
+            for target_module, target, _ in self._targets(keyword(call, "loss"), module):
                 if isinstance(target, FunctionNode):
                     yield Step(target.name, "tf", "a Keras loss (compile(loss=...))", target_module, target,
-                               frozenset(_params(target) - {"self", "cls"} - flag_params(target)))
-        if kind is None and last_name(call.func) == "compile" and _keyword(call, "jit_compile") is not None \
-                and not _false(_keyword(call, "jit_compile")):
+                               frozenset(params_of(target) - {"self", "cls"} - flag_params(target)))
+        if kind is None and last_name(call.func) == "compile" and keyword(call, "jit_compile") is not None \
+                and not is_false(keyword(call, "jit_compile")):
             self.library.append(Step("Keras fit (compile(jit_compile=...))", "tf", "Keras compile + fit", module,
                                      call, root=True))
             return
@@ -211,9 +163,9 @@ class StepFinder:
             self.library.append(Step(f"{ast.unparse(call.args[0])} (compiled module)", kind, how, module, call))
         for target_module, target, bound in targets:
             if isinstance(target, ast.Lambda):
-                name, traced = f"lambda at line {target.lineno}", _params(target)
+                name, traced = f"lambda at line {target.lineno}", params_of(target)
             else:
-                name, traced = target.name, _params(target) - _static(wrapper, target) - flag_params(target)
+                name, traced = target.name, params_of(target) - _static(wrapper, target) - flag_params(target)
             yield Step(name, kind, how, target_module, target, frozenset(traced - bound - {"self", "cls"}))
 
     def _targets(self, expr: ast.AST, module: Module, bound: frozenset[str] = frozenset()) -> Iterator[Target]:
@@ -239,102 +191,14 @@ class StepFinder:
 
     # ------------------------------------------------------------------------------ PyTorch/XLA steps
 
-    def ends_step(self, function: FunctionNode, module: Module) -> bool:
-        """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
-        return id(function) in self._enders
 
-    def _find_step_ends(self) -> None:
-        """From the calls up: a boundary call (xm.mark_step() & co) ends a step for the loop right around it, or,
-        outside any loop, for its function; a call to such a function does the same, to a fixed point."""
-        ender_names: set[str] = set()
-        for module in self.project.modules:
-            for defs in module.defs.values():
-                for function in defs:
-                    if any(compiler(d, module) == "torch" for d in function.decorator_list):
-                        self._enders.add(id(function))
-                        ender_names.add(function.name)
-        for _ in range(4):  # a step ended three calls deep is found; deeper is rare
-            before = len(self._enders)
-            self._drivers.clear()
-            for module in self.project.modules:
-                for call in module.calls:
-                    name = last_name(call.func)
-                    if name in XLA_STEP_ENDS and _is_xla(dotted(call.func)):
-                        self._ends_at(call, module, f"{dotted(call.func)}()", ender_names)
-                    elif name in ender_names:
-                        callee = next((c for m, c in self.project.functions(call.func, module)
-                                       if id(c) in self._enders and not self._drives_steps(c, m)), None)
-                        if callee is not None:
-                            self._ends_at(call, module, f"{callee.name}()", ender_names)
-            if len(self._enders) == before:
-                break
 
-    def _ends_at(self, call: ast.Call, module: Module, how: str, ender_names: set[str]) -> None:
-        owner, loop = module.context[id(call)]
-        if loop is not None:
-            self._ending_loops.setdefault(id(loop), how)
-        elif isinstance(owner, FunctionNode):
-            self._enders.add(id(owner))
-            ender_names.add(owner.name)
 
-    def _step_loop(self, loop: ast.For | ast.AsyncFor | ast.While, module: Module) -> str:
-        if id(loop) in self._ending_loops:
-            return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
-        if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
-            return "each iteration ends a step: a device loader"
-        if uses_torch_xla(module) and runs_model(loop.body, module):
-            return RUNS_MODEL
-        return ""
 
-    def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module, depth: int = 0) -> bool:
-        """The loop iterates a device loader (`MpDeviceLoader(...)`, `pl.ParallelLoader(...).per_device_loader`,
-        an Accelerate-prepared loader), directly or through a name (`loader = tqdm(loader)` followed a few
-        assignments deep, not forever)."""
-        if depth > 4:
-            return False
-        while isinstance(expr, ast.Call) and last_name(expr.func) in {"enumerate", "tqdm", "iter", "zip"} \
-                and expr.args:
-            expr = expr.args[0]
-        if isinstance(expr, ast.Call):
-            return last_name(expr.func) in DEVICE_LOADERS
-        if not isinstance(expr, ast.Name):
-            return False
-        scope = module.scope_of(loop)
-        scope = scope if isinstance(scope, FunctionNode) else None
-        for node in module.assigns:
-            if scope is not None and not scope.lineno <= node.lineno <= (scope.end_lineno or 0):
-                continue
-            if isinstance(node.value, ast.Call) and any(
-                    isinstance(n, ast.Name) and n.id == expr.id for t in node.targets for n in ast.walk(t)):
-                called = last_name(node.value.func)
-                if called in DEVICE_LOADERS or (called == "prepare" and "accel" in dotted(node.value.func)):
-                    return True
-                if called in {"tqdm", "enumerate"} and self._device_loader(node.value, loop, module, depth + 1):
-                    return True
-        return False
 
     # ----------------------------------------------------------------------------------------- callees
 
-    def _model_forwards(self, step: Step) -> Iterator[Step]:
-        """The `forward` of every torch.nn.Module of the trainer's own: a PyTorch/XLA step runs the model, whose
-        forward is traced into the step's graph (`model(batch)` is never resolved to a class from the source)."""
-        for module in self.project.modules:
-            for cls_node in module.classes.values():
-                if not any(_torch_module_base(base, module) or last_name(base) in self._torch_modules
-                           for base in cls_node.bases):
-                    continue
-                for method in cls_node.body:
-                    if isinstance(method, FunctionNode) and method.name == "forward":
-                        # `input_ids=None`: a forward's tensors default to None; `return_dict=True` is a setting
-                        settings = (flag_params(method) - none_default_params(method)) | scalar_params(method)
-                        yield Step(f"{cls_node.name}.forward", "lazy", f"the model's forward, run by {step.name}",
-                                   module, method, frozenset(_params(method) - {"self"} - settings), root=False)
 
-    @property
-    def _torch_modules(self) -> set[str]:
-        """Classes of the project that subclass torch.nn.Module directly (a base for the others)."""
-        return {c.name for m in self.project.modules for c in m.classes.values()
-                if any(last_name(b) == "Module" for b in c.bases)}
 
     def _callees(self, step: Step) -> Iterator[Step]:
         if step.node is None or step.module is None or isinstance(step.node, ast.Call):
@@ -355,7 +219,7 @@ class StepFinder:
                     isinstance(getattr(node, "ctx", None), ast.Load) and not _is_called(node, module):
                 partial = is_partial_of(node, module.parent(node))
                 for callee_module, callee in self.project.functions(node, module):  # jax.grad(loss_fn), scan(body)
-                    traced = _params(callee) - {"self", "cls"} - flag_params(callee) if partial is None else \
+                    traced = params_of(callee) - {"self", "cls"} - flag_params(callee) if partial is None else \
                         partial_traced(partial, callee, isinstance(node, ast.Attribute), values.is_tensor)
                     yield Step(callee.name, step.kind, f"used by {step.name}", callee_module, callee,
                                frozenset(traced), root=False)
@@ -363,39 +227,10 @@ class StepFinder:
 
 
 
-def compiler(expr: ast.AST, module: Module) -> str | None:
-    """The framework a decorator or wrapper (call or reference) compiles with, or None."""
-    call = expr if isinstance(expr, ast.Call) else None
-    target = call.func if call else expr
-    name, path = last_name(target), dotted(target)
-    if name == "partial" and call and call.args:
-        return compiler(call.args[0], module)
-    root = path.split(".")[0]
-    if (name in JAX_WRAPPERS or name.endswith("_jit")) and root not in {"torch", "tf", "tensorflow"}:
-        return "jax"
-    if name == "function" and call is not None:
-        jit = _keyword(call, "jit_compile") or _keyword(call, "experimental_compile")
-        return "tf" if jit is not None and not _false(jit) else None
-    if name == "compile" and ("torch_xla" in path or root == "torch_xla"):
-        return "torch"
-    if name == "compile" and root == "torch" and call is not None:
-        backend = _keyword(call, "backend")
-        if isinstance(backend, ast.Constant) and str(backend.value).startswith("openxla"):
-            return "torch"
-    return None
 
 
-def _is_xla(path: str) -> bool:
-    root = path.split(".")[0]
-    return root == "xm" or "xla" in root.lower()
 
 
-def _wrapper_name(wrapper: ast.AST) -> str:
-    """`jax.jit`, or `nnx.jit` for `partial(nnx.jit, ...)`, as the user wrote it."""
-    target = wrapper.func if isinstance(wrapper, ast.Call) else wrapper
-    if last_name(target) == "partial" and isinstance(wrapper, ast.Call) and wrapper.args:
-        return _wrapper_name(wrapper.args[0])
-    return dotted(target) or "a compiling wrapper"
 
 
 def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValues) -> tuple[set[str], set[str]]:
@@ -416,10 +251,6 @@ def _is_called(node: ast.AST, module: Module) -> bool:
     return isinstance(parent, ast.Call) and parent.func is node
 
 
-def _params(function: FunctionNode | ast.Lambda) -> set[str]:
-    arguments = function.args
-    return {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
-
 
 def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
     """Under jax.jit every argument is traced but those static_argnums/static_argnames (pmap:
@@ -427,26 +258,17 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
     static: set[str] = {"self", "cls"}
     params = [a.arg for a in function.args.posonlyargs + function.args.args] if function else []
     for call in (n for n in ast.walk(wrapper) if isinstance(n, ast.Call)):
-        for keyword in call.keywords:
-            values = keyword.value.elts if isinstance(keyword.value, ast.Tuple | ast.List) else [keyword.value]
+        for given in call.keywords:
+            values = given.value.elts if isinstance(given.value, ast.Tuple | ast.List) else [given.value]
             for value in (v.value for v in values if isinstance(v, ast.Constant)):
-                if keyword.arg == "static_argnames" and isinstance(value, str):
+                if given.arg == "static_argnames" and isinstance(value, str):
                     static.add(value)
-                elif keyword.arg in {"static_argnums", "static_broadcasted_argnums"} and isinstance(value, int) \
+                elif given.arg in {"static_argnums", "static_broadcasted_argnums"} and isinstance(value, int) \
                         and value < len(params):
                     static.add(params[value])
     return static
 
 
-def _torch_module_base(base: ast.AST, module: Module) -> bool:
-    """torch.nn.Module, a LightningModule, or a Hugging Face model class (`ElectraForPreTraining`,
-    `GPT2PreTrainedModel`), all of them torch.nn.Modules."""
-    name = last_name(base)
-    if name in {"Module", "LightningModule"}:
-        return True
-    source = module.imported.get(dotted(base).split(".")[0], ("", None))[0]
-    return source.startswith("transformers") and not name.startswith(("TF", "Flax")) and \
-        (name.endswith(("PreTrainedModel", "Model")) or "For" in name)
 
 
 def _tf_keras(cls_node: ast.ClassDef, module: Module) -> bool:
@@ -464,9 +286,5 @@ def _keras(module: Module) -> bool:
     return any(source.split(".")[0] in {"tensorflow", "keras", "tf_keras"} for source, _ in module.imported.values())
 
 
-def _keyword(call: ast.Call, name: str) -> ast.AST | None:
-    return next((k.value for k in call.keywords if k.arg == name), None)
 
 
-def _false(value: ast.AST | None) -> bool:
-    return isinstance(value, ast.Constant) and value.value in (False, None)

@@ -1,0 +1,169 @@
+"""PyTorch/XLA's lazy steps: the code between two step ends (a loop each of whose iterations ends a step, or a
+function that ends one), the loops that only run the model (evaluation), and the model's own forward, which a step
+traces into its graph."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from tpuops.check.project import FunctionNode, Module, dotted, last_name
+from tpuops.check.pyvalues import flag_params, none_default_params, scalar_params
+from tpuops.check.regions import runs_model, uses_torch_xla
+from tpuops.check.steps import Step
+from tpuops.check.wrappers import compiler
+
+if TYPE_CHECKING:
+    from tpuops.check.project import Project
+
+XLA_STEP_ENDS = {"mark_step", "sync", "optimizer_step"}
+DEVICE_LOADERS = {"MpDeviceLoader", "per_device_loader", "ParallelLoader"}
+RUNS_MODEL = "each iteration runs the model on the XLA device (a loop with no step end, e.g. evaluation)"
+
+
+class TorchXlaSteps:
+    """The PyTorch/XLA half of the step finder (mixed into `StepFinder`, whose fields it uses)."""
+
+    project: Project
+    _enders: set[int]  # functions that end a PyTorch/XLA step each time they run
+    _ending_loops: dict[int, str]  # loops whose every iteration ends one -> how
+    _drivers: dict[int, bool]  # function -> it runs step loops (cached)
+    _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]]  # loops, calls
+
+    def ends_step(self, function: FunctionNode, module: Module) -> bool:
+        """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
+        return id(function) in self._enders
+
+    def _find_step_ends(self) -> None:
+        """From the calls up: a boundary call (xm.mark_step() & co) ends a step for the loop right around it, or,
+        outside any loop, for its function; a call to such a function does the same, to a fixed point."""
+        ender_names: set[str] = set()
+        for module in self.project.modules:
+            for defs in module.defs.values():
+                for function in defs:
+                    if any(compiler(d, module) == "torch" for d in function.decorator_list):
+                        self._enders.add(id(function))
+                        ender_names.add(function.name)
+        for _ in range(4):  # a step ended three calls deep is found; deeper is rare
+            before = len(self._enders)
+            self._drivers.clear()
+            for module in self.project.modules:
+                for call in module.calls:
+                    name = last_name(call.func)
+                    if name in XLA_STEP_ENDS and _is_xla(dotted(call.func)):
+                        self._ends_at(call, module, f"{dotted(call.func)}()", ender_names)
+                    elif name in ender_names:
+                        callee = next((c for m, c in self.project.functions(call.func, module)
+                                       if id(c) in self._enders and not self._drives_steps(c, m)), None)
+                        if callee is not None:
+                            self._ends_at(call, module, f"{callee.name}()", ender_names)
+            if len(self._enders) == before:
+                break
+
+    def _ends_at(self, call: ast.Call, module: Module, how: str, ender_names: set[str]) -> None:
+        owner, loop = module.context[id(call)]
+        if loop is not None:
+            self._ending_loops.setdefault(id(loop), how)
+        elif isinstance(owner, FunctionNode):
+            self._enders.add(id(owner))
+            ender_names.add(owner.name)
+
+    def _step_loop(self, loop: ast.For | ast.AsyncFor | ast.While, module: Module) -> str:
+        if id(loop) in self._ending_loops:
+            return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
+        if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
+            return "each iteration ends a step: a device loader"
+        if uses_torch_xla(module) and runs_model(loop.body, module):
+            return RUNS_MODEL
+        return ""
+
+    def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module, depth: int = 0) -> bool:
+        """The loop iterates a device loader (`MpDeviceLoader(...)`, `pl.ParallelLoader(...).per_device_loader`,
+        an Accelerate-prepared loader), directly or through a name (`loader = tqdm(loader)` followed a few
+        assignments deep, not forever)."""
+        if depth > 4:
+            return False
+        while isinstance(expr, ast.Call) and last_name(expr.func) in {"enumerate", "tqdm", "iter", "zip"} \
+                and expr.args:
+            expr = expr.args[0]
+        if isinstance(expr, ast.Call):
+            return last_name(expr.func) in DEVICE_LOADERS
+        if not isinstance(expr, ast.Name):
+            return False
+        scope = module.scope_of(loop)
+        scope = scope if isinstance(scope, FunctionNode) else None
+        for node in module.assigns:
+            if scope is not None and not scope.lineno <= node.lineno <= (scope.end_lineno or 0):
+                continue
+            if isinstance(node.value, ast.Call) and any(
+                    isinstance(n, ast.Name) and n.id == expr.id for t in node.targets for n in ast.walk(t)):
+                called = last_name(node.value.func)
+                if called in DEVICE_LOADERS or (called == "prepare" and "accel" in dotted(node.value.func)):
+                    return True
+                if called in {"tqdm", "enumerate"} and self._device_loader(node.value, loop, module, depth + 1):
+                    return True
+        return False
+
+    def _drives_steps(self, function: FunctionNode, module: Module, depth: int = 0) -> bool:
+        """The function runs step loops, its own or a callee's (a `main` that also ends a step once, after
+        loading): it drives the steps, it is not one; the loops are the steps."""
+        if id(function) in self._drivers:
+            return self._drivers[id(function)]
+        self._drivers[id(function)] = False  # a recursive call answers no while this one is decided
+        loops, calls = self._owned_by(function, module)
+        drives = any(id(loop) in self._ending_loops for loop in loops) or (depth < 3 and any(
+            self._drives_steps(c, m, depth + 1)
+            for call in calls for m, c in self.project.functions(call.func, module)))
+        self._drivers[id(function)] = drives
+        return drives
+
+    def _owned_by(self, function: FunctionNode, module: Module) -> tuple[list[ast.AST], list[ast.Call]]:
+        if not self._owned:
+            for each in self.project.modules:
+                for node in [*each.loops, *each.calls]:
+                    owned = self._owned.setdefault(id(each.context[id(node)][0]), ([], []))
+                    (owned[1] if isinstance(node, ast.Call) else owned[0]).append(node)
+        return self._owned.get(id(function), ([], []))
+
+    def _model_forwards(self, step: Step) -> Iterator[Step]:
+        """The `forward` of every torch.nn.Module of the trainer's own: a PyTorch/XLA step runs the model, whose
+        forward is traced into the step's graph (`model(batch)` is never resolved to a class from the source)."""
+        for module in self.project.modules:
+            for cls_node in module.classes.values():
+                if not any(_torch_module_base(base, module) or last_name(base) in self._torch_modules
+                           for base in cls_node.bases):
+                    continue
+                for method in cls_node.body:
+                    if isinstance(method, FunctionNode) and method.name == "forward":
+                        # `input_ids=None`: a forward's tensors default to None; `return_dict=True` is a setting
+                        settings = (flag_params(method) - none_default_params(method)) | scalar_params(method)
+                        yield Step(f"{cls_node.name}.forward", "lazy", f"the model's forward, run by {step.name}",
+                                   module, method, frozenset(params_of(method) - {"self"} - settings), root=False)
+
+    @property
+    def _torch_modules(self) -> set[str]:
+        """Classes of the project that subclass torch.nn.Module directly (a base for the others)."""
+        return {c.name for m in self.project.modules for c in m.classes.values()
+                if any(last_name(b) == "Module" for b in c.bases)}
+
+
+def _is_xla(path: str) -> bool:
+    root = path.split(".")[0]
+    return root == "xm" or "xla" in root.lower()
+
+
+def _torch_module_base(base: ast.AST, module: Module) -> bool:
+    """torch.nn.Module, a LightningModule, or a Hugging Face model class (`ElectraForPreTraining`,
+    `GPT2PreTrainedModel`), all of them torch.nn.Modules."""
+    name = last_name(base)
+    if name in {"Module", "LightningModule"}:
+        return True
+    source = module.imported.get(dotted(base).split(".")[0], ("", None))[0]
+    return source.startswith("transformers") and not name.startswith(("TF", "Flax")) and \
+        (name.endswith(("PreTrainedModel", "Model")) or "For" in name)
+
+
+def params_of(function: FunctionNode | ast.Lambda) -> set[str]:
+    arguments = function.args
+    return {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
