@@ -121,8 +121,11 @@ class StepFinder(TorchXlaSteps):
                     if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
                         yield Step(f"{cls_node.name}.{method.name}", kind, "Keras train_step", module, method,
                                    frozenset(params_of(method) - {"self"}))
+        hows = {id(loop): self._step_loop(loop, module) for loop in module.loops}
         for loop in module.loops:
-            how = self._step_loop(loop, module)
+            how = hows[id(loop)]
+            if how and any(hows.get(id(inner)) for inner in ast.walk(loop) if inner is not loop):
+                continue  # an epoch (or chunk) loop around a step loop: what it runs besides runs once per epoch
             if how == RUNS_MODEL:  # no step end: whether it iterates batches or, say, split names is a guess
                 yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, guessed=loop_batch(loop, module))
             elif how:
