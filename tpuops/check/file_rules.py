@@ -31,7 +31,8 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
     for node in module.calls:
         padding = _keyword(node, "padding")
         values = settings.values(padding, module) if padding is not None else frozenset()
-        if any(v is True or v == "longest" for v in values) and not fixed_blocks and \
+        if any(v is True or v == "longest" for v in values) and not _fixed_data(module) and \
+                not _aborts(node, module) and \
                 not _padded_again(node, module) and \
                 not _runs_once(node, module) and not _bucketed(node, module, settings) and \
                 not _fixed_features(node, module):  # module-level code outside any loop pads one batch: one shape
@@ -50,6 +51,16 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
         elif last_name(node.func) == "pad_sequence" and settings.torch_xla and not _in_forward(node, module) and \
                 not _padded_again(node, module):
             yield node, "pad_sequence pads each batch to its longest sequence"
+
+
+def _aborts(node: ast.AST, module: Module) -> bool:
+    """The statements around the call end in `raise` (a diagnostics branch: "compute the max length and set
+    it"): no training runs past it."""
+    for ancestor in module.ancestors(node):
+        for body in (getattr(ancestor, "body", None), getattr(ancestor, "orelse", None)):
+            if isinstance(body, list) and any(n is node or node in ast.walk(n) for n in body):
+                return bool(body) and isinstance(body[-1], ast.Raise)
+    return False
 
 
 def _in_forward(node: ast.AST, module: Module) -> bool:

@@ -1,6 +1,7 @@
 """The trainer's own functions that evidently return tensors, e.g. `get_batch(split)` ending in `x.to(device)`:
 a call to one is a tensor whatever its arguments (`X, Y = get_batch("train")`), where the tensor inference
-would otherwise only guess from the arguments."""
+would otherwise only guess from the arguments; and those that return boolean tensors (masks), whose result
+indexes by a mask (`x[make_mask(ids)]`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ class TensorReturning:
     returns a value its own body makes a tensor (a framework op, a model's output, `.to(device)`), with no
     parameter taken for a tensor and no container filled with tensors taken for one."""
 
-    def __init__(self, project: Project, python_calls: Container[str]) -> None:
+    def __init__(self, project: Project, python_calls: Container[str], booleans: bool = False) -> None:
+        self.booleans = booleans  # ask for functions returning boolean tensors (masks) instead
         self._defs: dict[str, list[tuple[Module, FunctionNode]]] = {}
         for module in project.modules:
             for name, defs in module.defs.items():
@@ -41,4 +43,6 @@ class TensorReturning:
         # tensor to return.
         values = TensorValues(module.bindings.get(id(function), []), module.aliases, (), self._python_calls,
                               guesses=False, containers=False)
+        if self.booleans:
+            return all(values.is_bool(value) for value in returns)
         return all(values.is_tensor(value) for value in returns)

@@ -58,6 +58,7 @@ class StepFinder(TorchXlaSteps):
     _regions: dict[tuple[int, str], list[ast.AST]] = field(default_factory=dict)
     _python_calls: PythonValued | None = None  # the project's functions that return Python values
     _tensor_calls: TensorReturning | None = None  # and those that return tensors
+    _bool_calls: TensorReturning | None = None  # and boolean tensors (masks)
     _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
 
@@ -72,9 +73,11 @@ class StepFinder(TorchXlaSteps):
             if self._python_calls is None:
                 self._python_calls = python_valued_functions(self.project)
                 self._tensor_calls = TensorReturning(self.project, self._python_calls)
+                self._bool_calls = TensorReturning(self.project, self._python_calls, booleans=True)
             self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
                                              step.traced, self._python_calls, guessed=step.guessed,
-                                             tensor_calls=self._tensor_calls or frozenset())
+                                             tensor_calls=self._tensor_calls or frozenset(),
+                                             bool_calls=self._bool_calls or frozenset())
         return self._values[key]
 
     def region(self, step: Step) -> list[ast.AST]:
@@ -121,8 +124,11 @@ class StepFinder(TorchXlaSteps):
                     if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
                         yield Step(f"{cls_node.name}.{method.name}", kind, "Keras train_step", module, method,
                                    frozenset(params_of(method) - {"self"}))
+        hows = {id(loop): self._step_loop(loop, module) for loop in module.loops}
         for loop in module.loops:
-            how = self._step_loop(loop, module)
+            how = hows[id(loop)]
+            if how and any(hows.get(id(inner)) for inner in ast.walk(loop) if inner is not loop):
+                continue  # an epoch (or chunk) loop around a step loop: what it runs besides runs once per epoch
             if how == RUNS_MODEL:  # no step end: whether it iterates batches or, say, split names is a guess
                 yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, guessed=loop_batch(loop, module))
             elif how:

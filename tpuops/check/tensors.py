@@ -56,9 +56,11 @@ class TensorValues:
     def __init__(self, bindings: list[tuple[list[ast.AST], ast.AST]], aliases: set[str],
                  traced: Iterable[str] = (), python_calls: Container[str] = frozenset(),
                  guesses: bool = True, guessed: Iterable[str] = (),
-                 tensor_calls: Container[str] = frozenset(), containers: bool = True) -> None:
+                 tensor_calls: Container[str] = frozenset(), containers: bool = True,
+                 bool_calls: Container[str] = frozenset()) -> None:
         self.aliases = aliases
         self.tensor_calls = tensor_calls  # the project's functions that return tensors (returns.py)
+        self.bool_calls = bool_calls  # and those that return boolean tensors (masks)
         self.guesses = guesses  # an unknown function given a tensor returns one
         self.python_calls = python_calls  # the project's functions that return Python values (pyvalues.py)
         # Names bound to a plain attribute (`dynamic_scale = state.dynamic_scale`): a field of a structure, which
@@ -76,7 +78,8 @@ class TensorValues:
         # (`info["batch_idx"]`): key -> which keys hold tensors; a name bound whole to a tensor is dropped here.
         self.keyed: dict[str, set[object]] = {}
         whole: set[str] = set(self.names)
-        for _ in range(3):  # a loop body can use a name assigned further down
+        bindings = sorted(bindings, key=lambda binding: getattr(binding[1], "lineno", 0))  # in the order they run
+        for _ in range(8):  # to a fixed point: a loop body can use a name assigned further down
             before = len(self.names) + len(self.bool_names) + sum(map(len, self.keyed.values()))
             for targets, value in bindings:
                 if self.is_tensor(value) and not (len(targets) == 1 and isinstance(targets[0], ast.Name)
@@ -95,7 +98,7 @@ class TensorValues:
             if len(self.names) + len(self.bool_names) + sum(map(len, self.keyed.values())) == before:
                 break
         self.evident = TensorValues(bindings, aliases, traced, python_calls, guesses=False,
-                                    tensor_calls=tensor_calls) if guesses else self
+                                    tensor_calls=tensor_calls, bool_calls=bool_calls) if guesses else self
 
     # ------------------------------------------------------------------------------------------ calls
 
@@ -208,6 +211,8 @@ class TensorValues:
             return self.is_bool(expr.left) or self.is_bool(expr.right)
         if isinstance(expr, ast.Call):
             name = last_name(expr.func)
+            if name in self.bool_calls:
+                return True  # a mask one of the trainer's functions makes
             return (name.startswith("logical_") or name in {"isnan", "isinf", "isfinite", "bool", "not_equal",
                                                             "equal", "greater", "less", "eq", "ne", "gt", "lt"}) \
                 and self.is_tensor(expr)
