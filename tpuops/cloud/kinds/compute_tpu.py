@@ -32,8 +32,8 @@ from tpuops.cloud.kinds.base import (
     ResourceStatus,
     owned_by,
 )
-from tpuops.cloud.kinds.tpu import candidate_zones, record_created, timed_out
-from tpuops.errors import CapacityError, CloudError, SpecError
+from tpuops.cloud.kinds.tpu import ZoneAttempt, candidate_zones, create_in_some_zone, record_created, timed_out
+from tpuops.errors import CloudError, SpecError
 from tpuops.plan import Action, Kind, ObservedResource, tpu_name
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ResourceRecord, TpuRecord
@@ -76,38 +76,16 @@ class ComputeTpuKind:
         return Found(ObservedResource(self.kind, action.name, node.state, True, node.zone), node=node)
 
     def create(self, job: Job, action: Action) -> TpuNode:
-        """The spec's zone, then each of tpu.zones; with --wait-for-capacity, all of them again until it runs out.
-        A refused create leaves nothing behind (the adapter deletes what it made), so the next zone starts clean."""
-        spec = job.spec
-        zones = list(dict.fromkeys([spec.zone or "", *spec.tpu.zones]))
+        """In the zones as a TPU VM is. A refused create leaves nothing behind (the adapter deletes what it made),
+        so the next zone starts clean."""
         if action.verb == "create":
             self.clear_leftovers(job)
+        return create_in_some_zone(job, action, self.attempt_in)
 
-        def try_every_zone() -> TpuNode:
-            failures: list[str] = []
-            for zone in zones:
-                request = compute_request(spec, zone, job.ssh_keys)
-                job.ledger.record(self.kind, action.name, zone, "creating", node=request.name, mode="vm",
-                                  parts=parts_of(request))
-                job.progress(self.kind, action.name, f"creating in {zone}")
-                try:
-                    made = compute_api(job.cloud).create_tpu_vm(request)
-                except CapacityError as err:
-                    failures.append(f"{zone}: {err.message}")
-                    job.progress(self.kind, action.name, f"no capacity in {zone}")
-                    continue
-                node = as_tpu_node(made, spec.tpu.type)
-                record_created(job, action, zone, node)
-                return node
-            raise CapacityError(
-                f"no capacity for {spec.tpu.type} ({'; '.join(failures)})",
-                "rerun with --wait-for-capacity 2h to keep trying, or add zones in the region to tpu.zones",
-            )
-
-        if job.knobs.wait_for_capacity <= 0:
-            return try_every_zone()
-        return retry.bounded_by(job.knobs.wait_for_capacity, initial=job.knobs.capacity_backoff,
-                                retry_on=CapacityError)(try_every_zone)
+    def attempt_in(self, job: Job, action: Action, zone: str) -> ZoneAttempt:
+        request = compute_request(job.spec, zone, job.ssh_keys)
+        return ZoneAttempt({"node": request.name, "mode": "vm", "parts": parts_of(request)},
+                           lambda: as_tpu_node(compute_api(job.cloud).create_tpu_vm(request), job.spec.tpu.type))
 
     def clear_leftovers(self, job: Job) -> None:
         """A slice's template and policy outlive a group the autostop agent deleted (or an interrupted `up`): a

@@ -8,6 +8,7 @@ holds quota until deleted.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from tpuops import catalog, retry
 from tpuops.cloud.base import (
@@ -49,7 +50,6 @@ from tpuops.state import ResourceRecord, TpuRecord, now_iso
 
 READY = "READY"
 ACTIVE = "ACTIVE"
-CreateIn = Callable[[Job, Action, TpuRequest], TpuNode]  # create in the request's zone, wait until READY
 
 
 class TpuKind:
@@ -76,7 +76,7 @@ class TpuKind:
             self.delete(job.cloud, job.spec.tpu.mode, Doomed(self.kind, action.name, zone))
             job.ledger.forget_workers()
         if action.verb in ("create", "recreate"):
-            node = create_in_some_zone(job, action, self.create_in)
+            node = create_in_some_zone(job, action, self.attempt_in)
         else:
             node = self.wait_kept(job, action)
         slices = self.every_slice(job, action, node)
@@ -86,6 +86,11 @@ class TpuKind:
     def every_slice(self, job: Job, action: Action, first: TpuNode) -> tuple[TpuNode, ...]:
         """Every slice's node once the first is ready: one TPU made directly is one slice."""
         return (first,)
+
+    def attempt_in(self, job: Job, action: Action, zone: str) -> ZoneAttempt:
+        request = tpu_request(job, zone)
+        return ZoneAttempt({"node": request.name, "mode": request.mode},
+                           lambda: self.create_in(job, action, request))
 
     def create_in(self, job: Job, action: Action, request: TpuRequest) -> TpuNode:
         return job.cloud.tpu_api(request.mode).create_node(request)
@@ -236,7 +241,19 @@ def node_name(record: ResourceRecord) -> str:
     return (record.node if isinstance(record, TpuRecord) else None) or record.name
 
 
-def create_in_some_zone(job: Job, action: Action, create_in: CreateIn) -> TpuNode:
+@dataclass(frozen=True)
+class ZoneAttempt:
+    """Creating the TPU in one zone: what the ledger records before it starts (so an interrupted `up` finds it,
+    and `down` deletes it), and the create itself (blocks until READY, CapacityError when the zone has none)."""
+
+    facts: Mapping[str, object]
+    create: Callable[[], TpuNode]
+
+
+AttemptIn = Callable[[Job, Action, str], ZoneAttempt]
+
+
+def create_in_some_zone(job: Job, action: Action, attempt_in: AttemptIn) -> TpuNode:
     """The spec's zone, then each of tpu.zones; with --wait-for-capacity, all of them again until it runs out."""
     spec = job.spec
     zones = list(dict.fromkeys([spec.zone or "", *spec.tpu.zones]))
@@ -244,11 +261,11 @@ def create_in_some_zone(job: Job, action: Action, create_in: CreateIn) -> TpuNod
     def try_every_zone() -> TpuNode:
         failures: list[str] = []
         for zone in zones:
-            request = tpu_request(job, zone)
-            job.ledger.record(action.kind, action.name, zone, "creating", node=request.name, mode=request.mode)
+            attempt = attempt_in(job, action, zone)
+            job.ledger.record(action.kind, action.name, zone, "creating", **attempt.facts)
             job.progress(action.kind, action.name, f"creating in {zone}")
             try:
-                node = create_in(job, action, request)
+                node = attempt.create()
             except CapacityError as err:
                 failures.append(f"{zone}: {err.message}")
                 job.progress(action.kind, action.name, f"no capacity in {zone}")
