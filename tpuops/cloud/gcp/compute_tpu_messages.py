@@ -10,12 +10,13 @@ from typing import Any
 
 from tpuops.cloud.compute_tpu import (
     ACCELERATOR_LABEL,
+    STOPPED,
     Provisioning,
-    SliceState,
     TpuHost,
     TpuSlice,
     TpuVmRequest,
     policy_name,
+    slice_state,
     template_name,
 )
 from tpuops.cloud.gcp.compute_common import addresses, boot_disk, metadata, network_interface, service_accounts
@@ -25,8 +26,6 @@ PROVISIONING_MODELS: dict[Provisioning, str] = {
     "standard": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START", "reservation-bound": "RESERVATION_BOUND",
 }
 PROVISIONING_OF = {model: name for name, model in PROVISIONING_MODELS.items()}
-STOPPED = frozenset({"STOPPING", "TERMINATED", "STOPPED", "SUSPENDING", "SUSPENDED"})
-BROKEN_TOPOLOGY = frozenset({"FAILED", "INCOMPLETE", "DEACTIVATING"})
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 
 
@@ -136,26 +135,3 @@ def to_slice(name: str, zone: str, hosts: Sequence[TpuHost], expected: int, labe
                     expected_hosts=expected, labels=dict(labels),
                     provisioning=PROVISIONING_OF.get(provisioning_model, "standard"),
                     topology_state=topology_state, detail=detail)
-
-
-def slice_state(hosts: Sequence[TpuHost], expected: int, topology_state: str | None) -> tuple[SliceState, str]:
-    """Whole (READY) only when every host runs with its own rank and the group says the topology is ACTIVE."""
-    preempted = [host.instance for host in hosts if host.preempted]
-    if preempted:
-        return "PREEMPTED", f"Spot VM {preempted[0]} was preempted"
-    stopped = [f"{host.instance} {host.status}" for host in hosts if host.status in STOPPED]
-    if stopped:
-        return "BROKEN", f"host {stopped[0]}"
-    if hosts and len(hosts) < expected:
-        return "BROKEN", f"{len(hosts)} of {expected} hosts"
-    if topology_state in BROKEN_TOPOLOGY:
-        return "BROKEN", f"accelerator topology {topology_state}"
-    if len(hosts) < expected or any(host.status != "RUNNING" for host in hosts):
-        return "CREATING", f"{sum(h.status == 'RUNNING' for h in hosts)} of {expected} hosts running"
-    ranks = sorted(host.rank for host in hosts)
-    if ranks != list(range(expected)):
-        return "CREATING", "hosts without their agent-worker-number yet"
-    if topology_state not in (None, "ACTIVE"):
-        return "CREATING", f"accelerator topology {topology_state}"
-    return "READY", ""
-
