@@ -26,6 +26,8 @@ from tpuops.cloud.gcp.errors import none_if_missing
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CloudError
 
+BOOTING = frozenset({"PROVISIONING", "STAGING"})  # a VM's statuses before RUNNING
+
 
 class ComputeApi:
     """VmApi and ProjectApi over compute_v1's InstancesClient, ZoneOperationsClient and ProjectsClient."""
@@ -80,10 +82,15 @@ class ComputeApi:
         insert_and_wait(self.timing, lambda: self.instances.insert_unary(
             project=self.project, zone=request.zone, instance_resource=instance_message(request)),
             self._wait_in(request.zone), what)
-        vm = self.get_vm(request.zone, request.name)
+        return self.timing.poll_until(lambda: self._booted(request.zone, request.name, what), what)
+
+    def _booted(self, zone: str, name: str, what: str) -> Vm | None:
+        """The VM once it is past booting: after a retried insert's 409 nobody waited on the first attempt's
+        operation, and until it is DONE the VM reads PROVISIONING or STAGING, without addresses."""
+        vm = self.get_vm(zone, name)
         if vm is None:
             raise CloudError(f"{what}: the operation finished but the VM is not there", "rerun `tpuops up`")
-        return vm
+        return None if vm.state in BOOTING else vm
 
     def start_vm(self, zone: str, name: str) -> Vm:
         what = f"start VM {name}"
