@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tpuops import catalog, retry
+from tpuops import catalog
 from tpuops.cloud.base import Cloud, TpuMode, TpuNode, Worker
 from tpuops.cloud.compute_tpu import (
     ACCELERATOR_LABEL,
@@ -30,15 +30,19 @@ from tpuops.cloud.kinds.base import (
     Job,
     Known,
     ResourceStatus,
-    owned_by,
 )
-from tpuops.cloud.kinds.tpu import ZoneAttempt, candidate_zones, create_in_some_zone, record_created, timed_out
+from tpuops.cloud.kinds.tpu import (
+    ZoneAttempt,
+    create_in_some_zone,
+    delete_to_recreate,
+    observe_in_zones,
+    record_created,
+    wait_ready,
+)
 from tpuops.errors import CloudError, SpecError
 from tpuops.plan import Action, Kind, ObservedResource, tpu_name
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ResourceRecord, TpuRecord
-
-READY = "READY"
 
 
 def compute_api(cloud: Cloud) -> ComputeTpuApi:
@@ -56,21 +60,16 @@ class ComputeTpuKind:
 
     def observe(self, job: Job, known: Known) -> Found:
         api = compute_api(job.cloud)
-        for zone in candidate_zones(job.spec, job.ledger.recorded(self.kind)):
+
+        def node_in(zone: str) -> TpuNode | None:
             found = api.get_tpu_vm(zone, tpu_name(job.spec))
-            if found is not None:
-                owned = owned_by(found.labels, job.spec.name)
-                return Found(ObservedResource(self.kind, found.name, found.state, owned, zone),
-                             node=as_tpu_node(found, job.spec.tpu.type))
-        return Found()
+            return None if found is None else as_tpu_node(found, job.spec.tpu.type)
+
+        return observe_in_zones(job, self.kind, node_in)
 
     def ensure(self, job: Job, action: Action, known: Known) -> Found:
         if action.verb == "recreate":
-            zone = action.zone or job.spec.zone or ""
-            job.ledger.record(self.kind, action.name, zone, "deleting")
-            job.progress(self.kind, action.name, f"deleting ({action.reason})")
-            compute_api(job.cloud).delete_tpu_vm(zone, action.name)
-            job.ledger.forget_workers()
+            delete_to_recreate(job, action, lambda zone: compute_api(job.cloud).delete_tpu_vm(zone, action.name))
         node = self.create(job, action) if action.verb in ("create", "recreate") else self.wait_kept(job, action)
         job.progress(self.kind, action.name, f"{node.state} in {node.zone}")
         return Found(ObservedResource(self.kind, action.name, node.state, True, node.zone), node=node)
@@ -100,15 +99,7 @@ class ComputeTpuKind:
         """A kept TPU: maybe still CREATING after an interrupted `up`."""
         zone = action.zone or job.spec.zone or ""
         api = compute_api(job.cloud)
-        found = retry.poll(lambda: api.get_tpu_vm(zone, action.name),
-                           lambda s: s is None or s.state != "CREATING",
-                           interval=job.knobs.poll_interval, timeout=job.knobs.operation_timeout,
-                           on_timeout=timed_out(f"TPU {action.name} to be ready", job.knobs.operation_timeout))
-        if found is None:
-            raise CloudError(f"TPU {action.name} disappeared while it was being created", "rerun `tpuops up`")
-        if found.state != READY:
-            raise CloudError(f"TPU {action.name} is {found.state} ({found.detail}), not READY",
-                             "run `tpuops down` then `tpuops up`")
+        found = wait_ready(job, action.name, lambda: api.get_tpu_vm(zone, action.name), lambda s: s.detail)
         node = as_tpu_node(found, job.spec.tpu.type)
         record_created(job, action, zone, node)
         return node

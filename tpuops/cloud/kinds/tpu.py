@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from tpuops import catalog, retry
 from tpuops.cloud.base import (
@@ -61,20 +62,12 @@ class TpuKind:
 
     def observe(self, job: Job, known: Known) -> Found:
         api = job.cloud.tpu_api(job.spec.tpu.mode)
-        for zone in candidate_zones(job.spec, job.ledger.recorded(self.kind)):
-            node = api.get_node(zone, tpu_name(job.spec))
-            if node is not None:
-                owned = owned_by(node.labels, job.spec.name)
-                return Found(ObservedResource(self.kind, node.name, node.state, owned, zone), node=node)
-        return Found()
+        return observe_in_zones(job, self.kind, lambda zone: api.get_node(zone, tpu_name(job.spec)))
 
     def ensure(self, job: Job, action: Action, known: Known) -> Found:
         if action.verb == "recreate":
-            zone = action.zone or job.spec.zone or ""
-            job.ledger.record(self.kind, action.name, zone, "deleting")
-            job.progress(self.kind, action.name, f"deleting ({action.reason})")
-            self.delete(job.cloud, job.spec.tpu.mode, Doomed(self.kind, action.name, zone))
-            job.ledger.forget_workers()
+            delete_to_recreate(job, action, lambda zone: self.delete(job.cloud, job.spec.tpu.mode,
+                                                                     Doomed(self.kind, action.name, zone)))
         if action.verb in ("create", "recreate"):
             node = create_in_some_zone(job, action, self.attempt_in)
         else:
@@ -237,6 +230,25 @@ def candidate_zones(spec: Spec, recorded: ResourceRecord | None) -> list[str]:
     return list(dict.fromkeys(zone for zone in zones if zone))
 
 
+def observe_in_zones(job: Job, kind: Kind, get_node: Callable[[str], TpuNode | None]) -> Found:
+    """The cluster's TPU in the first of its candidate zones that has it."""
+    for zone in candidate_zones(job.spec, job.ledger.recorded(kind)):
+        node = get_node(zone)
+        if node is not None:
+            owned = owned_by(node.labels, job.spec.name)
+            return Found(ObservedResource(kind, node.name, node.state, owned, zone), node=node)
+    return Found()
+
+
+def delete_to_recreate(job: Job, action: Action, delete: Callable[[str], None]) -> None:
+    """A dead TPU deleted (in its zone) before it is made again; its workers' facts forgotten with it."""
+    zone = action.zone or job.spec.zone or ""
+    job.ledger.record(action.kind, action.name, zone, "deleting")
+    job.progress(action.kind, action.name, f"deleting ({action.reason})")
+    delete(zone)
+    job.ledger.forget_workers()
+
+
 def node_name(record: ResourceRecord) -> str:
     return (record.node if isinstance(record, TpuRecord) else None) or record.name
 
@@ -294,16 +306,32 @@ def record_created(job: Job, action: Action, zone: str, node: TpuNode) -> None:
                       created_at=created_at)
 
 
+class Stated(Protocol):
+    @property
+    def state(self) -> str: ...
+
+
+S = TypeVar("S", bound=Stated)
+
+
 def wait_node_ready(job: Job, zone: str, name: str) -> TpuNode:
     api = job.cloud.tpu_api(job.spec.tpu.mode)
-    node = retry.poll(lambda: api.get_node(zone, name), lambda n: n is None or n.state != "CREATING",
-                      interval=job.knobs.poll_interval, timeout=job.knobs.operation_timeout,
-                      on_timeout=timed_out(f"TPU {name} to be ready", job.knobs.operation_timeout))
-    if node is None:
+    return wait_ready(job, name, lambda: api.get_node(zone, name))
+
+
+def wait_ready(job: Job, name: str, get: Callable[[], S | None], why: Callable[[S], str] = lambda _: "") -> S:
+    """TPU `name` (as `get` reads it) once it is no longer CREATING; an error unless it is READY then (`why`: what
+    the API says of a state)."""
+    found = retry.poll(get, lambda seen: seen is None or seen.state != "CREATING",
+                       interval=job.knobs.poll_interval, timeout=job.knobs.operation_timeout,
+                       on_timeout=timed_out(f"TPU {name} to be ready", job.knobs.operation_timeout))
+    if found is None:
         raise CloudError(f"TPU {name} disappeared while it was being created", "rerun `tpuops up`")
-    if node.state != READY:
-        raise CloudError(f"TPU {name} is {node.state}, not READY", "run `tpuops down` then `tpuops up`")
-    return node
+    if found.state != READY:
+        reason = why(found)
+        raise CloudError(f"TPU {name} is {found.state}{f' ({reason})' if reason else ''}, not READY",
+                         "run `tpuops down` then `tpuops up`")
+    return found
 
 
 def timed_out(what: str, limit: float) -> Callable[[], CloudError]:
