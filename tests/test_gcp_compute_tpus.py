@@ -9,11 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from tests.fakes.compute import ComputeFake, ComputeModel
+from tests.fakes.compute import ComputeFake, ComputeModel, FakeInstance
 from tests.fakes.compute_tpus import TpuComputeModel, TpuComputeRoutes
 from tpuops import catalog
+from tpuops.cloud.base import VmRequest
 from tpuops.cloud.compute_tpu import TpuVmRequest
-from tpuops.cloud.gcp.clients import COMPUTE_ENDPOINT, Endpoints, compute_tpu_clients
+from tpuops.cloud.gcp.clients import COMPUTE_ENDPOINT, Endpoints, compute_clients, compute_tpu_clients
+from tpuops.cloud.gcp.compute import ComputeApi
 from tpuops.cloud.gcp.compute_tpus import ComputeTpusApi
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CapacityError, PermissionDenied, QuotaError
@@ -222,6 +224,66 @@ def test_resize_through_the_real_client(rig: Rig) -> None:
     """The fake's resize: a group shrunk to 0 keeps itself and loses its VMs (what a slice must never do alone)."""
     rig.api.create_tpu_vm(request_for("tpu7x-16"))
     operation = rig.api.c.groups.resize_unary(project=PROJECT, zone=ZONE, instance_group_manager="ironwood", size=0)
+    assert operation.status.name == "RUNNING"  # as Compute answers at first: the wait says when it is done
+    for _ in range(3):
+        operation = rig.api.c.zone_operations.wait(project=PROJECT, zone=ZONE, operation=operation.name)
+        if operation.status.name == "DONE":
+            break
     assert operation.status.name == "DONE"
     group = rig.api.c.groups.get(project=PROJECT, zone=ZONE, instance_group_manager="ironwood")
     assert group.target_size == 0 and not rig.compute.instances
+
+
+def test_every_operation_is_waited_on_until_done(rig: Rig) -> None:
+    """Compute answers RUNNING at first: each insert and delete (zone, region and global operations) is waited on
+    until DONE before the next step. Only a read finishes an operation here, so a step that went on without its wait
+    would fail: the template is in use until the group's deletion is DONE."""
+    rig.compute.operations.linger = 600.0
+    rig.api.create_tpu_vm(request_for("tpu7x-16"))
+    rig.api.create_tpu_vm(request_for("v6e-8", name="trillium"))
+    rig.api.delete_tpu_vm(ZONE, "ironwood")
+    rig.api.delete_tpu_vm(ZONE, "trillium")
+    operations = rig.compute.operations.all()
+    scopes = sorted(next(scope for scope in ("/global/", "/regions/", "/zones/") if scope in op.name)
+                    for op in operations)
+    assert scopes == ["/global/"] * 2 + ["/regions/"] * 2 + ["/zones/"] * 4  # policy, template, group, instance
+    assert [(op.target, op.reads) for op in operations if not op.done or op.error or op.reads < 2] == []
+    assert not rig.tpus.groups and not rig.tpus.templates and not rig.tpus.policies and not rig.compute.instances
+
+
+def plain_vms(rig: Rig) -> ComputeApi:
+    """The adapter of client and guard VMs (compute.py) on the rig's fake."""
+    from google.auth.credentials import AnonymousCredentials
+
+    endpoints = Endpoints.from_env({COMPUTE_ENDPOINT: rig.fake.server.url + "/compute/v1/"})
+    return ComputeApi(lambda: compute_clients(endpoints, AnonymousCredentials()), PROJECT,
+                      Timing(poll_interval=0.01, operation_timeout=20, retry_initial=0.01))
+
+
+CLIENT = VmRequest(name="client", zone=ZONE, machine_type="e2-small", disk_gb=10, image_project="debian-cloud",
+                   image_family="debian-12")
+
+
+def test_a_plain_vms_operations_are_waited_on_until_done(rig: Rig) -> None:
+    """The same for a client or guard VM (compute.py): created, stopped by Google, started, deleted."""
+    rig.compute.operations.linger = 600.0
+    vms = plain_vms(rig)
+    made = vms.create_vm(CLIENT)
+    assert made.state == "RUNNING"
+    rig.compute.instances[(ZONE, "client")].status = "TERMINATED"
+    assert vms.start_vm(ZONE, "client").state == "RUNNING"
+    vms.delete_vm(ZONE, "client")
+    assert vms.get_vm(ZONE, "client") is None
+    operations = rig.compute.operations.all()
+    assert len(operations) == 3 and all(op.done and op.error is None and op.reads >= 2 for op in operations)
+
+
+def test_a_vm_whose_first_insert_got_through_is_returned_once_booted(rig: Rig) -> None:
+    """A retried insert meets 409 while the first attempt's operation still runs (its answer was lost, e.g. to a
+    timeout): create_vm waits until the VM has booted, as after its own operation, instead of returning it
+    PROVISIONING without an address."""
+    rig.compute.operations.linger = 1.0  # nobody knows the first attempt's operation: it finishes unobserved
+    rig.compute.insert(FakeInstance(CLIENT.name, ZONE, f"zones/{ZONE}/machineTypes/e2-small", wants_external_ip=True))
+    made = plain_vms(rig).create_vm(CLIENT)
+    assert (made.state, made.internal_ip) == ("RUNNING", "10.140.0.2") and made.external_ip
+    assert len(rig.fake.server.calls("POST", r"/instances$")) == 1  # the 409: one insert through the API

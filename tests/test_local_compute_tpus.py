@@ -1,21 +1,30 @@
 """The local simulator answers ComputeTpuApi as the Compute Engine adapter does: hosts in rank order apart from
-their names, a preemption and a broken slice seen as such, deletion that ends the hosts' processes."""
+their names, a preemption and a broken slice seen as such, deletion that ends the hosts' processes; and as the
+simulated TPU VMs are made: refused in a stocked-out zone, CREATING before READY."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import run_cli, write_spec
 from tests.test_watch import FAST, finish, wait_for
 from tpuops import catalog
+from tpuops.cloud.base import TpuRequest
 from tpuops.cloud.compute_tpu import ComputeTpuApi, TpuVmRequest
 from tpuops.cloud.local import make_cloud
+from tpuops.cloud.local.apis import LocalCloud
+from tpuops.cloud.local.compute_tpus import LocalComputeTpus
+from tpuops.errors import CapacityError
 
 LABELS = {"tpuops-cluster": "ironwood"}
 
@@ -147,3 +156,71 @@ def test_the_guard_recreates_a_preempted_spot_slice_once(tmp_path: Path, tpuops_
     assert "TPU PREEMPTED" in preemption.message, preemption
     api = make_cloud(tpuops_home / "local").compute_tpus
     assert api is not None and api.get_tpu_vm("local", "irong") is None  # down deleted the slice made again
+
+
+def test_a_stocked_out_zone_refuses_a_compute_tpu_as_it_refuses_a_tpu_vm(tmp_path: Path) -> None:
+    """`tpuops simulate stockout` holds for tpu.api: compute: the same CapacityError as a TPU VM's, nothing made."""
+    cloud = make_cloud(tmp_path)
+    api = cloud.compute_tpus
+    assert api is not None
+    LocalCloud(tmp_path).stock_out("local", 600)
+    with pytest.raises(CapacityError) as compute_refused:
+        api.create_tpu_vm(request_for("tpu7x-16"))
+    with pytest.raises(CapacityError) as vm_refused:
+        cloud.tpus.create_node(TpuRequest(name="ironwood", zone="local", accelerator_type="v2-8", runtime="r"))
+    assert "the simulated zone is out of capacity for" in compute_refused.value.message
+    assert _without_seconds(compute_refused.value) == _without_seconds(vm_refused.value)
+    assert api.get_tpu_vm("local", "ironwood") is None and not (tmp_path / "workers" / "ironwood").exists()
+
+    LocalCloud(tmp_path).stock_out("local", 0)  # capacity again
+    assert api.create_tpu_vm(request_for("tpu7x-16")).state == "READY"
+
+
+def _without_seconds(err: CapacityError) -> tuple[str, str | None]:
+    return re.sub(r"for \d+s more", "for Ns more", err.message), err.hint
+
+
+class WatchedComputeTpus(LocalComputeTpus):
+    """The simulator itself, with what a reader would see after each of its writes noted down."""
+
+    seen: list[tuple[str, str]]
+
+    def _write(self, record: Mapping[str, object]) -> None:
+        super()._write(record)
+        found = self.get_tpu_vm(str(record["zone"]), str(record["name"]))
+        self.seen.append((found.state, found.detail) if found else ("MISSING", ""))
+
+
+def test_a_create_passes_through_creating(tmp_path: Path) -> None:
+    """Recorded CREATING (hosts STAGING, no homes yet) before its hosts are made, then READY: what an interrupted
+    `up` finds again and `down` deletes."""
+    api = WatchedComputeTpus(tmp_path)
+    api.seen = []
+    made = api.create_tpu_vm(request_for("tpu7x-16"))
+    assert api.seen == [("CREATING", "0 of 2 hosts running"), ("READY", "")]
+    assert made.state == "READY" and made.topology_state == "ACTIVE"
+
+
+def test_a_tpu7x_up_on_a_stocked_out_zone_fails_with_nothing_made(tmp_path: Path, tpuops_home: Path) -> None:
+    """Through the CLI: `up` of an api: compute TPU in a zone `simulate stockout` took out says there is no
+    capacity and makes nothing; once the stockout is lifted, the same `up` makes it."""
+    spec = write_spec(tmp_path, """
+        name: ironout
+        provider: local
+        zone: sim-west1-a
+        tpu: {type: tpu7x-8}
+        """)
+    assert run_cli("simulate", "stockout", "sim-west1-a", "--for", "10m").returncode == 0
+    try:
+        refused = run_cli("up", str(spec), "--yes", env=FAST)
+        assert refused.returncode != 0
+        assert "no capacity" in refused.stderr and "simulate stockout" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert not (tpuops_home / "local" / "tpu_vms" / "ironout.json").exists()
+        assert run_cli("simulate", "stockout", "sim-west1-a", "--for", "0").returncode == 0
+        made = run_cli("up", str(spec), "--yes", env=FAST)
+        assert made.returncode == 0, made.stderr[-3000:]
+        assert json.loads((tpuops_home / "local" / "tpu_vms" / "ironout.json").read_text())["zone"] == "sim-west1-a"
+    finally:
+        run_cli("down", "ironout", "--yes", timeout=60)
+    assert not (tpuops_home / "local" / "tpu_vms" / "ironout.json").exists()

@@ -14,7 +14,8 @@ Knobs (set them before `tpuops up`):
 - host keys published as guest attributes: `fake_gcp.tpu.host_keys = lambda node, index: [("ssh-ed25519", b64)]`,
   `fake_gcp.compute.host_keys = lambda vm: [...]` (e.g. the keys of the sshd a test started);
 - latency: `fake_gcp.tpu.create_seconds`, `.delete_seconds`, `.queued_seconds`, `fake_gcp.compute.create_seconds`,
-  `fake_gcp.gcs.faults.delay("POST", r"/storage/v1/b$", 0.5)`;
+  `fake_gcp.gcs.faults.delay("POST", r"/storage/v1/b$", 0.5)`; Compute's operations answer RUNNING to their first
+  read (`fake_gcp.compute.operations.running_reads`, default 1) and, unread, finish `.linger` (1 s) after due;
 - faults: `fake_gcp.tpu_v2.server.faults.http_error("POST", r"/nodes$", 503, times=2)`,
   `fake_gcp.tpu_v1.faults.http_error("RPC", "CreateNode", 503)`, `fake_gcp.tpu.capacity_failures[zone] = n`
   (-1: always), `.transient_failures[zone]`, `.queued_failures[zone]`, `fake_gcp.tpu.preempt(zone, node)`,

@@ -62,7 +62,8 @@ class ComputeModel:
     def __init__(self, project: str) -> None:
         self.project = project
         self.lock = threading.RLock()
-        self.operations = Operations(self.lock, "operation")
+        # RUNNING when inserted or deleted, DONE at the second read: the clients' waits always wait
+        self.operations = Operations(self.lock, "operation", running_reads=1)
         self.instances: dict[tuple[str, str], FakeInstance] = {}
         self.firewalls: dict[str, FakeFirewall] = {rule.name: rule for rule in DEFAULT_NETWORK_RULES}
         self.create_seconds = 0.0

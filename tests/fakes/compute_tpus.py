@@ -9,6 +9,7 @@ The state and its knobs: tests/fakes/compute_tpu_model.py.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from tests.fakes.compute import ComputeFake
@@ -191,9 +192,9 @@ class TpuComputeRoutes:
 
     def delete_group(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         with self.model.lock:
-            group = self._group(zone, name)
-            self.model.delete_group(group)
-        return self._operation(self._start(f"projects/{project}/zones/{zone}", name), "delete")
+            group = self._group(zone, name)  # with its VMs, and using its template and policy, until DONE
+            return self._operation(self._start(f"projects/{project}/zones/{zone}", name,
+                                               lambda: self.model.delete_group(group)), "delete")
 
     def resize_group(self, request: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         size = int(request.query.get("size", "-1"))
@@ -229,8 +230,8 @@ class TpuComputeRoutes:
         return _dict(compute_v1.InstanceGroupManagersListManagedInstancesResponse(managed_instances=items))
 
     # ---------------------------------------------------------------------------------------- operations
-    def _start(self, location: str, target: str) -> FakeOperation:
-        return self.model.compute.operations.start(location, target, 0.0, lambda: None)
+    def _start(self, location: str, target: str, complete: Callable[[], Any] = lambda: None) -> FakeOperation:
+        return self.model.compute.operations.start(location, target, 0.0, complete)
 
     def get_region_operation(self, request: Request, project: str, region: str, op: str) -> dict[str, Any]:
         return self._operation(self._known(self.model.compute.operations.get(

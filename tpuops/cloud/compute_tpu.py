@@ -25,6 +25,8 @@ SliceState = Literal["CREATING", "READY", "PREEMPTED", "BROKEN", "DELETING"]
 DEAD_SLICE_STATES = frozenset({"PREEMPTED", "BROKEN"})  # only deleting and creating it again brings it back
 # Every VM of a Compute Engine TPU carries its accelerator type under this label: a client or guard VM does not.
 ACCELERATOR_LABEL = "tpuops-accelerator"
+STOPPED = frozenset({"STOPPING", "TERMINATED", "STOPPED", "SUSPENDING", "SUSPENDED"})  # a host's Compute statuses
+BROKEN_TOPOLOGY = frozenset({"FAILED", "INCOMPLETE", "DEACTIVATING"})  # a group's applied accelerator topology
 
 
 def is_compute_tpu(labels: Mapping[str, str]) -> bool:
@@ -117,3 +119,27 @@ class ComputeTpuApi(Protocol):
     def find_tpu_vms(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[TpuSlice]:
         """Every slice or single-host TPU carrying `labels`, in `zones` or every zone."""
         ...
+
+
+def slice_state(hosts: Sequence[TpuHost], expected: int, topology_state: str | None) -> tuple[SliceState, str]:
+    """A slice's state from its hosts and its group's topology, the same for Compute Engine and the local
+    simulator. Whole (READY) only when every host runs with its own rank and the group says the topology is ACTIVE."""
+    preempted = [host.instance for host in hosts if host.preempted]
+    if preempted:
+        return "PREEMPTED", f"Spot VM {preempted[0]} was preempted"
+    stopped = [f"{host.instance} {host.status}" for host in hosts if host.status in STOPPED]
+    if stopped:
+        return "BROKEN", f"host {stopped[0]}"
+    if hosts and len(hosts) < expected:
+        return "BROKEN", f"{len(hosts)} of {expected} hosts"
+    if topology_state in BROKEN_TOPOLOGY:
+        return "BROKEN", f"accelerator topology {topology_state}"
+    if len(hosts) < expected or any(host.status != "RUNNING" for host in hosts):
+        return "CREATING", f"{sum(h.status == 'RUNNING' for h in hosts)} of {expected} hosts running"
+    ranks = sorted(host.rank for host in hosts)
+    if ranks != list(range(expected)):
+        return "CREATING", "hosts without their agent-worker-number yet"
+    if topology_state not in (None, "ACTIVE"):
+        return "CREATING", f"accelerator topology {topology_state}"
+    return "READY", ""
+

@@ -141,7 +141,7 @@ def create_in_pool(job: Job, pool: PoolSpec, share: float, started: float) -> Pl
     in_pool = replace(job, spec=spec, knobs=replace(job.knobs, wait_for_capacity=wait))
     action = Action("create", kind, _name(spec), pool.zone, f"{kind} in pool {pool.label}")
     job.progress(kind, action.name, f"pool {pool.label}")
-    create_in_some_zone(in_pool, action, handler(kind).create_in)  # type: ignore[attr-defined]
+    create_in_some_zone(in_pool, action, handler(kind).attempt_in)  # type: ignore[attr-defined]
     took = time.monotonic() - started
 
     def record(state: ClusterState) -> None:

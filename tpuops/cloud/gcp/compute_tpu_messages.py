@@ -10,23 +10,22 @@ from typing import Any
 
 from tpuops.cloud.compute_tpu import (
     ACCELERATOR_LABEL,
+    STOPPED,
     Provisioning,
-    SliceState,
     TpuHost,
     TpuSlice,
     TpuVmRequest,
     policy_name,
+    slice_state,
     template_name,
 )
+from tpuops.cloud.gcp.compute_common import addresses, boot_disk, metadata, network_interface, service_accounts
 
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RANK_KEY = "agent-worker-number"
 PROVISIONING_MODELS: dict[Provisioning, str] = {
     "standard": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START", "reservation-bound": "RESERVATION_BOUND",
 }
 PROVISIONING_OF = {model: name for name, model in PROVISIONING_MODELS.items()}
-STOPPED = frozenset({"STOPPING", "TERMINATED", "STOPPED", "SUSPENDING", "SUSPENDED"})
-BROKEN_TOPOLOGY = frozenset({"FAILED", "INCOMPLETE", "DEACTIVATING"})
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 
 
@@ -48,30 +47,15 @@ def scheduling(request: TpuVmRequest) -> Any:
 
 
 def _common(request: TpuVmRequest, disk_type: str) -> dict[str, Any]:
-    """The parts an instance and an instance template share."""
+    """The parts an instance and an instance template share (those of any VM: compute_common.py)."""
     from google.cloud import compute_v1
 
-    interface = compute_v1.NetworkInterface(
-        network=f"global/networks/{request.network}",
-        access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
-    )
-    if request.subnetwork:
-        interface.subnetwork = f"regions/{request.zone.rsplit('-', 1)[0]}/subnetworks/{request.subnetwork}"
-    # guest attributes on: each host publishes its SSH host keys there, so they are pinned as on TPU VMs
-    metadata = [compute_v1.Items(key="enable-guest-attributes", value="TRUE")]
-    if request.ssh_keys:
-        metadata.append(compute_v1.Items(key="ssh-keys", value=request.ssh_keys))
     fields: dict[str, Any] = {
-        "disks": [compute_v1.AttachedDisk(boot=True, auto_delete=True,
-                                          initialize_params=compute_v1.AttachedDiskInitializeParams(
-                                              source_image=f"projects/{request.image_project}/global/images/family/"
-                                                           f"{request.image_family}",
-                                              disk_size_gb=request.boot_disk_gb, disk_type=disk_type))],
-        "network_interfaces": [interface],
-        "metadata": compute_v1.Metadata(items=metadata),
+        "disks": [boot_disk(request.image_project, request.image_family, request.boot_disk_gb, disk_type)],
+        "network_interfaces": [network_interface(request.network, request.subnetwork, request.zone)],
+        "metadata": metadata(request.ssh_keys),
         "labels": {**request.labels, ACCELERATOR_LABEL: request.accelerator_type},
-        "service_accounts": [compute_v1.ServiceAccount(email=request.service_account or "default",
-                                                       scopes=[CLOUD_PLATFORM_SCOPE])],
+        "service_accounts": service_accounts(request.service_account),
         "scheduling": scheduling(request),
     }
     if request.provisioning == "reservation-bound" and request.reservation:
@@ -137,12 +121,10 @@ def to_host(instance: Any, single: bool) -> TpuHost:
     rank yet (-1)."""
     raw = metadata_of(instance).get(RANK_KEY, "")
     rank = int(raw) if raw.strip().isdigit() else (0 if single else -1)
-    interfaces = list(instance.network_interfaces)
-    first = interfaces[0] if interfaces else None
-    external = next((c.nat_i_p for c in first.access_configs if c.nat_i_p), None) if first is not None else None
+    internal, external = addresses(instance)
     spot = instance.scheduling.provisioning_model == "SPOT"
-    return TpuHost(rank=rank, instance=instance.name, internal_ip=first.network_i_p if first is not None else "",
-                   external_ip=external, status=instance.status, preempted=spot and instance.status in STOPPED)
+    return TpuHost(rank=rank, instance=instance.name, internal_ip=internal or "", external_ip=external,
+                   status=instance.status, preempted=spot and instance.status in STOPPED)
 
 
 def to_slice(name: str, zone: str, hosts: Sequence[TpuHost], expected: int, labels: Mapping[str, str],
@@ -153,26 +135,3 @@ def to_slice(name: str, zone: str, hosts: Sequence[TpuHost], expected: int, labe
                     expected_hosts=expected, labels=dict(labels),
                     provisioning=PROVISIONING_OF.get(provisioning_model, "standard"),
                     topology_state=topology_state, detail=detail)
-
-
-def slice_state(hosts: Sequence[TpuHost], expected: int, topology_state: str | None) -> tuple[SliceState, str]:
-    """Whole (READY) only when every host runs with its own rank and the group says the topology is ACTIVE."""
-    preempted = [host.instance for host in hosts if host.preempted]
-    if preempted:
-        return "PREEMPTED", f"Spot VM {preempted[0]} was preempted"
-    stopped = [f"{host.instance} {host.status}" for host in hosts if host.status in STOPPED]
-    if stopped:
-        return "BROKEN", f"host {stopped[0]}"
-    if hosts and len(hosts) < expected:
-        return "BROKEN", f"{len(hosts)} of {expected} hosts"
-    if topology_state in BROKEN_TOPOLOGY:
-        return "BROKEN", f"accelerator topology {topology_state}"
-    if len(hosts) < expected or any(host.status != "RUNNING" for host in hosts):
-        return "CREATING", f"{sum(h.status == 'RUNNING' for h in hosts)} of {expected} hosts running"
-    ranks = sorted(host.rank for host in hosts)
-    if ranks != list(range(expected)):
-        return "CREATING", "hosts without their agent-worker-number yet"
-    if topology_state not in (None, "ACTIVE"):
-        return "CREATING", f"accelerator topology {topology_state}"
-    return "READY", ""
-

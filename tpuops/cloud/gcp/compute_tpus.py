@@ -1,8 +1,8 @@
 """ComputeTpuApi over compute_v1 (REST): single-host TPU instances, and multi-host slices made of a regional workload
 policy, a global instance template and a zonal managed instance group (see cloud/compute_tpu.py).
 
-Each operation is waited on with the public Zone/Region/GlobalOperationsClient (`ExtendedOperation.result()` would
-build its own client and ignore a custom endpoint). The messages are built in compute_tpu_messages.py.
+Inserts, deletes and the waits on their operations, listing by label and host keys go through compute_common.py, as
+for plain VMs; the messages are built in compute_tpu_messages.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ from typing import Any
 from tpuops.cloud.base import HostKey, has_labels
 from tpuops.cloud.compute_tpu import TpuSlice, TpuVmRequest, is_compute_tpu, policy_name, template_name
 from tpuops.cloud.gcp.clients import ComputeTpuClients
-from tpuops.cloud.gcp.compute import OPERATION_WAIT_S, label_filter, raise_operation_error
+from tpuops.cloud.gcp.compute_common import (
+    API,
+    WaitOnce,
+    delete_and_wait,
+    guest_host_keys,
+    insert_and_wait,
+    labelled_instances,
+)
 from tpuops.cloud.gcp.compute_tpu_messages import (
     group_message,
     instance_message,
@@ -23,12 +30,9 @@ from tpuops.cloud.gcp.compute_tpu_messages import (
     to_host,
     to_slice,
 )
-from tpuops.cloud.gcp.errors import none_if_missing, refusal
+from tpuops.cloud.gcp.errors import none_if_missing, operation_failure
 from tpuops.cloud.gcp.waiting import Timing
-from tpuops.errors import CapacityError, CloudError, TpuopsError
-
-API = "compute"
-RUNNING = "RUNNING"
+from tpuops.errors import CloudError, TpuopsError
 
 
 def region_of(zone: str) -> str:
@@ -74,18 +78,7 @@ class ComputeTpusApi:
             "zone", request.zone, f"{what}: instance group")
 
     def _insert(self, insert: Callable[[], Any], scope: str, where: str, what: str) -> None:
-        from google.api_core import exceptions as gexc
-
-        def attempt() -> None:
-            try:
-                operation = self.timing.call(insert, what, API)
-            except CloudError as err:
-                if isinstance(err.__cause__, gexc.Conflict):
-                    return  # a retried insert whose first attempt got through
-                raise
-            self._wait(operation, scope, where, what)
-
-        self.timing.retry_transient(attempt)
+        insert_and_wait(self.timing, insert, self._wait_in(scope, where), what)
 
     def _usable(self, request: TpuVmRequest, what: str) -> TpuSlice | None:
         """The slice once every host runs with its rank; a failed creation attempt of the group raises."""
@@ -104,15 +97,8 @@ class ComputeTpusApi:
         """A BULK group waits for all its VMs at once; its last attempt's error says why it does not get them."""
         for managed in self._managed(zone, name):
             errors = list(managed.last_attempt.errors.errors) if managed.last_attempt else []
-            if not errors:
-                continue
-            message = "; ".join(f"{error.code}: {error.message}" for error in errors)
-            refused = refusal(what, message)
-            if refused is not None:
-                raise refused
-            if any(error.code.endswith("RESOURCE_POOL_EXHAUSTED") or "STOCKOUT" in error.code for error in errors):
-                raise CapacityError(f"{what}: no capacity: {message}", "try another zone or --wait-for-capacity")
-            raise CloudError(f"{what}: {message}")
+            if errors:
+                raise operation_failure(what, ((error.code, error.message) for error in errors))
 
     # ---------------------------------------------------------------------------------------------- read
     def get_tpu_vm(self, zone: str, name: str) -> TpuSlice | None:
@@ -149,20 +135,13 @@ class ComputeTpusApi:
 
     def host_keys(self, zone: str, name: str) -> list[HostKey]:
         found = self.get_tpu_vm(zone, name)
-        keys: list[HostKey] = []
-        for host in found.hosts if found else ():
-            request = {"project": self.project, "zone": zone, "instance": host.instance, "query_path": "hostkeys/"}
-            attributes = self._get(lambda request=request: self.c.instances.get_guest_attributes(request=request),
-                                   f"read host keys of VM {host.instance}")
-            keys += [HostKey(worker=host.rank, key_type=item.key, key=item.value.strip())
-                     for item in (attributes.query_value.items if attributes else ())
-                     if item.namespace == "hostkeys" and item.value]
-        return keys
+        return [key for host in (found.hosts if found else ())
+                for key in guest_host_keys(self.timing, self.c.instances, self.project, zone, host.instance, host.rank)]
 
     def find_tpu_vms(self, labels: Mapping[str, str], zones: Sequence[str] = ()) -> list[TpuSlice]:
         """By the instances' labels (a group's VMs carry its template's), plus groups whose VMs are not made yet."""
         found: dict[tuple[str, str], None] = {}
-        for zone, instance in self._labelled_instances(labels, zones):
+        for zone, instance in labelled_instances(self.timing, self.c.instances, self.project, labels, zones):
             if not is_compute_tpu(instance.labels):
                 continue  # a plain VM of the same cluster (a client or guard VM)
             creator = next((i.value for i in instance.metadata.items if i.key == "created-by"), "")
@@ -173,23 +152,6 @@ class ComputeTpusApi:
             found.update({(zone, group.name): None for group in groups})
         slices = [self.get_tpu_vm(zone, name) for zone, name in found]
         return [s for s in slices if s is not None and has_labels(s.labels, labels)]
-
-    def _labelled_instances(self, labels: Mapping[str, str], zones: Sequence[str]) -> list[tuple[str, Any]]:
-        expression = label_filter(labels)
-        if zones:
-            return [(zone, i) for zone in zones for i in self.timing.call(
-                lambda zone=zone: list(self.c.instances.list(request={"project": self.project, "zone": zone,
-                                                                      "filter": expression})),
-                f"list VMs in {zone}", API)]
-        request = {"project": self.project, "filter": expression}
-        pages = self.timing.call(lambda: list(self.c.instances.aggregated_list(request=request).pages),
-                                 "list VMs in every zone", API)
-        unreachable = sorted({scope for page in pages for scope in page.unreachables})
-        if unreachable:
-            raise CloudError(f"list VMs in every zone: the API could not reach {', '.join(unreachable)}",
-                             "try again later, or search named zones with --zone")
-        return [(scope.rsplit("/", 1)[-1], i) for page in pages for scope, scoped in page.items.items()
-                for i in scoped.instances]
 
     # -------------------------------------------------------------------------------------------- delete
     def delete_tpu_vm(self, zone: str, name: str) -> None:
@@ -207,26 +169,17 @@ class ComputeTpusApi:
              "region", region, f"delete workload policy {policy_name(name)}"),
         ]
         for delete, scope, where, what in steps:
-            operation = self._get(delete, what)
-            if operation is not None:
-                self._wait(operation, scope, where, what)
+            delete_and_wait(self.timing, delete, self._wait_in(scope, where), what)
 
     # ---------------------------------------------------------------------------------------------- misc
     def _get(self, call: Callable[[], Any], what: str) -> Any:
         return self.timing.call(none_if_missing(call), what, API)
 
-    def _wait(self, operation: Any, scope: str, where: str, what: str) -> None:
-        name, project = operation.name, self.project
-
-        def done() -> Any:
-            if scope == "zone":
-                current = self.c.zone_operations.wait(project=project, zone=where, operation=name)
-            elif scope == "region":
-                current = self.c.region_operations.wait(project=project, region=where, operation=name)
-            else:
-                current = self.c.global_operations.wait(project=project, operation=name)
-            return current if current.status.name == "DONE" else None
-
-        finished = self.timing.poll_until(
-            lambda: self.timing.call(done, f"{what} (waiting)", API, server_wait=OPERATION_WAIT_S), what)
-        raise_operation_error(finished, what)
+    def _wait_in(self, scope: str, where: str) -> WaitOnce:
+        """One wait on an operation of `scope` (zone, region or global) in `where`."""
+        project, c = self.project, self.c
+        if scope == "zone":
+            return lambda operation: c.zone_operations.wait(project=project, zone=where, operation=operation)
+        if scope == "region":
+            return lambda operation: c.region_operations.wait(project=project, region=where, operation=operation)
+        return lambda operation: c.global_operations.wait(project=project, operation=operation)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from tpuops.errors import CapacityError, CloudError, PermissionDenied, QuotaError, TpuopsError, TransientError
@@ -25,6 +25,8 @@ API_NAMES = {"tpu": "tpu.googleapis.com", "compute": "compute.googleapis.com", "
 
 NOT_ALLOWED_MARKER = "not allowed to use the machine type"
 QUOTA_HINT = "request more in the console (IAM & Admin > Quotas) or use another region"
+CAPACITY_HINT = "try another zone or --wait-for-capacity"
+TRANSIENT_HINT = "the API is busy or unavailable; try again"
 ALLOWLIST_HINT = ("Compute Engine TPU machine types are allowlisted per project: ask your Google account team, or use "
                   "tpu.api: tpu where the generation allows it")
 
@@ -50,6 +52,34 @@ def is_capacity_message(message: str) -> bool:
     return any(marker in lowered for marker in CAPACITY_MARKERS)
 
 
+def classify(what: str, message: str, capacity: bool = False, transient: bool = False) -> CloudError:
+    """The verdict on a failure reported as text (a Compute operation's errors, a group's last creation attempt's,
+    an SDK error's): see `known_failure`; anything else is a CloudError that says what went wrong."""
+    return known_failure(what, message, capacity, transient) or CloudError(f"{what}: {message}")
+
+
+def known_failure(what: str, message: str, capacity: bool = False, transient: bool = False,
+                  may_refuse: bool = True) -> CloudError | None:
+    """A quota or allowlist refusal (unless `may_refuse` is off: a rate limit's text may speak of quota), no
+    capacity (from the text, or `capacity`: the caller knows it from a code), or transient (`transient`: the caller
+    knows it from a status); None for anything else."""
+    refused = refusal(what, message) if may_refuse else None
+    if refused is not None:
+        return refused
+    if capacity or is_capacity_message(message):
+        return CapacityError(f"{what}: no capacity: {message}", CAPACITY_HINT)
+    if transient:
+        return TransientError(f"{what}: {message}", TRANSIENT_HINT)
+    return None
+
+
+def operation_failure(what: str, errors: Iterable[tuple[str, str]], http_status: int | None = None) -> CloudError:
+    """A Compute Engine operation's errors (or a managed instance's last attempt's), as (code, message) pairs; the
+    operation's HTTP status says whether it failed transiently."""
+    message = "; ".join(f"{code}: {text}" for code, text in errors)
+    return classify(what, message, transient=http_status in TRANSIENT_HTTP)
+
+
 def translate(err: BaseException, what: str, api: str, from_operation: bool = False) -> TpuopsError:
     """Map one SDK exception raised while doing `what` (e.g. "create TPU x") to a tpuops error."""
     from google.api_core import exceptions as gexc
@@ -60,13 +90,11 @@ def translate(err: BaseException, what: str, api: str, from_operation: bool = Fa
     if isinstance(err, gexc.GoogleAPICallError):
         code = err.code if isinstance(err.code, int) else None
         grpc_code = _grpc_code(err)
-        refused = refusal(what, message) if code != 429 else None
-        if refused is not None:
-            return refused
-        if is_capacity_message(message) or (from_operation and grpc_code == 8):
-            return CapacityError(f"{what}: no capacity: {message}", "try another zone or --wait-for-capacity")
-        if code in TRANSIENT_HTTP or grpc_code in TRANSIENT_GRPC or isinstance(err, gexc.DeadlineExceeded):
-            return TransientError(f"{what}: {message}", "the API is busy or unavailable; try again")
+        transient = code in TRANSIENT_HTTP or grpc_code in TRANSIENT_GRPC or isinstance(err, gexc.DeadlineExceeded)
+        known = known_failure(what, message, capacity=from_operation and grpc_code == 8, transient=transient,
+                              may_refuse=code != 429)
+        if known is not None:
+            return known
         if isinstance(err, gexc.Forbidden):
             return _permission_error(what, api, message)
         if isinstance(err, gexc.Unauthenticated):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tpuops import catalog, retry
+from tpuops import catalog
 from tpuops.cloud.base import Cloud, TpuMode, TpuNode, Worker
 from tpuops.cloud.compute_tpu import (
     ACCELERATOR_LABEL,
@@ -30,15 +30,19 @@ from tpuops.cloud.kinds.base import (
     Job,
     Known,
     ResourceStatus,
-    owned_by,
 )
-from tpuops.cloud.kinds.tpu import candidate_zones, record_created, timed_out
-from tpuops.errors import CapacityError, CloudError, SpecError
+from tpuops.cloud.kinds.tpu import (
+    ZoneAttempt,
+    create_in_some_zone,
+    delete_to_recreate,
+    observe_in_zones,
+    record_created,
+    wait_ready,
+)
+from tpuops.errors import CloudError, SpecError
 from tpuops.plan import Action, Kind, ObservedResource, tpu_name
 from tpuops.spec import CLUSTER_LABEL, Spec
 from tpuops.state import ResourceRecord, TpuRecord
-
-READY = "READY"
 
 
 def compute_api(cloud: Cloud) -> ComputeTpuApi:
@@ -56,58 +60,31 @@ class ComputeTpuKind:
 
     def observe(self, job: Job, known: Known) -> Found:
         api = compute_api(job.cloud)
-        for zone in candidate_zones(job.spec, job.ledger.recorded(self.kind)):
+
+        def node_in(zone: str) -> TpuNode | None:
             found = api.get_tpu_vm(zone, tpu_name(job.spec))
-            if found is not None:
-                owned = owned_by(found.labels, job.spec.name)
-                return Found(ObservedResource(self.kind, found.name, found.state, owned, zone),
-                             node=as_tpu_node(found, job.spec.tpu.type))
-        return Found()
+            return None if found is None else as_tpu_node(found, job.spec.tpu.type)
+
+        return observe_in_zones(job, self.kind, node_in)
 
     def ensure(self, job: Job, action: Action, known: Known) -> Found:
         if action.verb == "recreate":
-            zone = action.zone or job.spec.zone or ""
-            job.ledger.record(self.kind, action.name, zone, "deleting")
-            job.progress(self.kind, action.name, f"deleting ({action.reason})")
-            compute_api(job.cloud).delete_tpu_vm(zone, action.name)
-            job.ledger.forget_workers()
+            delete_to_recreate(job, action, lambda zone: compute_api(job.cloud).delete_tpu_vm(zone, action.name))
         node = self.create(job, action) if action.verb in ("create", "recreate") else self.wait_kept(job, action)
         job.progress(self.kind, action.name, f"{node.state} in {node.zone}")
         return Found(ObservedResource(self.kind, action.name, node.state, True, node.zone), node=node)
 
     def create(self, job: Job, action: Action) -> TpuNode:
-        """The spec's zone, then each of tpu.zones; with --wait-for-capacity, all of them again until it runs out.
-        A refused create leaves nothing behind (the adapter deletes what it made), so the next zone starts clean."""
-        spec = job.spec
-        zones = list(dict.fromkeys([spec.zone or "", *spec.tpu.zones]))
+        """In the zones as a TPU VM is. A refused create leaves nothing behind (the adapter deletes what it made),
+        so the next zone starts clean."""
         if action.verb == "create":
             self.clear_leftovers(job)
+        return create_in_some_zone(job, action, self.attempt_in)
 
-        def try_every_zone() -> TpuNode:
-            failures: list[str] = []
-            for zone in zones:
-                request = compute_request(spec, zone, job.ssh_keys)
-                job.ledger.record(self.kind, action.name, zone, "creating", node=request.name, mode="vm",
-                                  parts=parts_of(request))
-                job.progress(self.kind, action.name, f"creating in {zone}")
-                try:
-                    made = compute_api(job.cloud).create_tpu_vm(request)
-                except CapacityError as err:
-                    failures.append(f"{zone}: {err.message}")
-                    job.progress(self.kind, action.name, f"no capacity in {zone}", phase="waiting")
-                    continue
-                node = as_tpu_node(made, spec.tpu.type)
-                record_created(job, action, zone, node)
-                return node
-            raise CapacityError(
-                f"no capacity for {spec.tpu.type} ({'; '.join(failures)})",
-                "rerun with --wait-for-capacity 2h to keep trying, or add zones in the region to tpu.zones",
-            )
-
-        if job.knobs.wait_for_capacity <= 0:
-            return try_every_zone()
-        return retry.bounded_by(job.knobs.wait_for_capacity, initial=job.knobs.capacity_backoff,
-                                retry_on=CapacityError)(try_every_zone)
+    def attempt_in(self, job: Job, action: Action, zone: str) -> ZoneAttempt:
+        request = compute_request(job.spec, zone, job.ssh_keys)
+        return ZoneAttempt({"node": request.name, "mode": "vm", "parts": parts_of(request)},
+                           lambda: as_tpu_node(compute_api(job.cloud).create_tpu_vm(request), job.spec.tpu.type))
 
     def clear_leftovers(self, job: Job) -> None:
         """A slice's template and policy outlive a group the autostop agent deleted (or an interrupted `up`): a
@@ -122,15 +99,7 @@ class ComputeTpuKind:
         """A kept TPU: maybe still CREATING after an interrupted `up`."""
         zone = action.zone or job.spec.zone or ""
         api = compute_api(job.cloud)
-        found = retry.poll(lambda: api.get_tpu_vm(zone, action.name),
-                           lambda s: s is None or s.state != "CREATING",
-                           interval=job.knobs.poll_interval, timeout=job.knobs.operation_timeout,
-                           on_timeout=timed_out(f"TPU {action.name} to be ready", job.knobs.operation_timeout))
-        if found is None:
-            raise CloudError(f"TPU {action.name} disappeared while it was being created", "rerun `tpuops up`")
-        if found.state != READY:
-            raise CloudError(f"TPU {action.name} is {found.state} ({found.detail}), not READY",
-                             "run `tpuops down` then `tpuops up`")
+        found = wait_ready(job, action.name, lambda: api.get_tpu_vm(zone, action.name), lambda s: s.detail)
         node = as_tpu_node(found, job.spec.tpu.type)
         record_created(job, action, zone, node)
         return node

@@ -8,6 +8,8 @@ holds quota until deleted.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from tpuops import catalog, retry
 from tpuops.cloud.base import (
@@ -49,7 +51,6 @@ from tpuops.state import ResourceRecord, TpuRecord, now_iso
 
 READY = "READY"
 ACTIVE = "ACTIVE"
-CreateIn = Callable[[Job, Action, TpuRequest], TpuNode]  # create in the request's zone, wait until READY
 
 
 class TpuKind:
@@ -61,22 +62,14 @@ class TpuKind:
 
     def observe(self, job: Job, known: Known) -> Found:
         api = job.cloud.tpu_api(job.spec.tpu.mode)
-        for zone in candidate_zones(job.spec, job.ledger.recorded(self.kind)):
-            node = api.get_node(zone, tpu_name(job.spec))
-            if node is not None:
-                owned = owned_by(node.labels, job.spec.name)
-                return Found(ObservedResource(self.kind, node.name, node.state, owned, zone), node=node)
-        return Found()
+        return observe_in_zones(job, self.kind, lambda zone: api.get_node(zone, tpu_name(job.spec)))
 
     def ensure(self, job: Job, action: Action, known: Known) -> Found:
         if action.verb == "recreate":
-            zone = action.zone or job.spec.zone or ""
-            job.ledger.record(self.kind, action.name, zone, "deleting")
-            job.progress(self.kind, action.name, f"deleting ({action.reason})")
-            self.delete(job.cloud, job.spec.tpu.mode, Doomed(self.kind, action.name, zone))
-            job.ledger.forget_workers()
+            delete_to_recreate(job, action, lambda zone: self.delete(job.cloud, job.spec.tpu.mode,
+                                                                     Doomed(self.kind, action.name, zone)))
         if action.verb in ("create", "recreate"):
-            node = create_in_some_zone(job, action, self.create_in)
+            node = create_in_some_zone(job, action, self.attempt_in)
         else:
             node = self.wait_kept(job, action)
         slices = self.every_slice(job, action, node)
@@ -86,6 +79,11 @@ class TpuKind:
     def every_slice(self, job: Job, action: Action, first: TpuNode) -> tuple[TpuNode, ...]:
         """Every slice's node once the first is ready: one TPU made directly is one slice."""
         return (first,)
+
+    def attempt_in(self, job: Job, action: Action, zone: str) -> ZoneAttempt:
+        request = tpu_request(job, zone)
+        return ZoneAttempt({"node": request.name, "mode": request.mode},
+                           lambda: self.create_in(job, action, request))
 
     def create_in(self, job: Job, action: Action, request: TpuRequest) -> TpuNode:
         return job.cloud.tpu_api(request.mode).create_node(request)
@@ -233,11 +231,42 @@ def candidate_zones(spec: Spec, recorded: ResourceRecord | None) -> list[str]:
     return list(dict.fromkeys(zone for zone in zones if zone))
 
 
+def observe_in_zones(job: Job, kind: Kind, get_node: Callable[[str], TpuNode | None]) -> Found:
+    """The cluster's TPU in the first of its candidate zones that has it."""
+    for zone in candidate_zones(job.spec, job.ledger.recorded(kind)):
+        node = get_node(zone)
+        if node is not None:
+            owned = owned_by(node.labels, job.spec.name)
+            return Found(ObservedResource(kind, node.name, node.state, owned, zone), node=node)
+    return Found()
+
+
+def delete_to_recreate(job: Job, action: Action, delete: Callable[[str], None]) -> None:
+    """A dead TPU deleted (in its zone) before it is made again; its workers' facts forgotten with it."""
+    zone = action.zone or job.spec.zone or ""
+    job.ledger.record(action.kind, action.name, zone, "deleting")
+    job.progress(action.kind, action.name, f"deleting ({action.reason})")
+    delete(zone)
+    job.ledger.forget_workers()
+
+
 def node_name(record: ResourceRecord) -> str:
     return (record.node if isinstance(record, TpuRecord) else None) or record.name
 
 
-def create_in_some_zone(job: Job, action: Action, create_in: CreateIn) -> TpuNode:
+@dataclass(frozen=True)
+class ZoneAttempt:
+    """Creating the TPU in one zone: what the ledger records before it starts (so an interrupted `up` finds it,
+    and `down` deletes it), and the create itself (blocks until READY, CapacityError when the zone has none)."""
+
+    facts: Mapping[str, object]
+    create: Callable[[], TpuNode]
+
+
+AttemptIn = Callable[[Job, Action, str], ZoneAttempt]
+
+
+def create_in_some_zone(job: Job, action: Action, attempt_in: AttemptIn) -> TpuNode:
     """The spec's zone, then each of tpu.zones; with --wait-for-capacity, all of them again until it runs out."""
     spec = job.spec
     zones = list(dict.fromkeys([spec.zone or "", *spec.tpu.zones]))
@@ -245,11 +274,11 @@ def create_in_some_zone(job: Job, action: Action, create_in: CreateIn) -> TpuNod
     def try_every_zone() -> TpuNode:
         failures: list[str] = []
         for zone in zones:
-            request = tpu_request(job, zone)
-            job.ledger.record(action.kind, action.name, zone, "creating", node=request.name, mode=request.mode)
+            attempt = attempt_in(job, action, zone)
+            job.ledger.record(action.kind, action.name, zone, "creating", **attempt.facts)
             job.progress(action.kind, action.name, f"creating in {zone}")
             try:
-                node = create_in(job, action, request)
+                node = attempt.create()
             except CapacityError as err:
                 failures.append(f"{zone}: {err.message}")
                 job.progress(action.kind, action.name, f"no capacity in {zone}", phase="waiting")
@@ -278,16 +307,32 @@ def record_created(job: Job, action: Action, zone: str, node: TpuNode) -> None:
                       created_at=created_at)
 
 
+class Stated(Protocol):
+    @property
+    def state(self) -> str: ...
+
+
+S = TypeVar("S", bound=Stated)
+
+
 def wait_node_ready(job: Job, zone: str, name: str) -> TpuNode:
     api = job.cloud.tpu_api(job.spec.tpu.mode)
-    node = retry.poll(lambda: api.get_node(zone, name), lambda n: n is None or n.state != "CREATING",
-                      interval=job.knobs.poll_interval, timeout=job.knobs.operation_timeout,
-                      on_timeout=timed_out(f"TPU {name} to be ready", job.knobs.operation_timeout))
-    if node is None:
+    return wait_ready(job, name, lambda: api.get_node(zone, name))
+
+
+def wait_ready(job: Job, name: str, get: Callable[[], S | None], why: Callable[[S], str] = lambda _: "") -> S:
+    """TPU `name` (as `get` reads it) once it is no longer CREATING; an error unless it is READY then (`why`: what
+    the API says of a state)."""
+    found = retry.poll(get, lambda seen: seen is None or seen.state != "CREATING",
+                       interval=job.knobs.poll_interval, timeout=job.knobs.operation_timeout,
+                       on_timeout=timed_out(f"TPU {name} to be ready", job.knobs.operation_timeout))
+    if found is None:
         raise CloudError(f"TPU {name} disappeared while it was being created", "rerun `tpuops up`")
-    if node.state != READY:
-        raise CloudError(f"TPU {name} is {node.state}, not READY", "run `tpuops down` then `tpuops up`")
-    return node
+    if found.state != READY:
+        reason = why(found)
+        raise CloudError(f"TPU {name} is {found.state}{f' ({reason})' if reason else ''}, not READY",
+                         "run `tpuops down` then `tpuops up`")
+    return found
 
 
 def timed_out(what: str, limit: float) -> Callable[[], CloudError]:

@@ -1,18 +1,13 @@
 """The cloud interface on this machine: every resource is a small JSON record under `root`, a worker is a
 directory standing for that host's home, and a bucket is a directory standing for gs://NAME.
 
-Deleting a node ends every process that runs as one of its workers (found by the HOME the local runner
-gives them), as deleting a real TPU would; nothing is left behind.
+A TPU is created, refused for a stockout and deleted as a Compute Engine TPU is (lifecycle.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -21,12 +16,17 @@ from typing import Any
 from tpuops import catalog
 from tpuops.atomic import write_atomic
 from tpuops.cloud.base import Bucket, HostKey, QueuedResource, TpuNode, TpuRequest, Vm, VmRequest, Worker, ZoneOffer
-from tpuops.cloud.local.layout import bucket_path
+from tpuops.cloud.local.layout import LOOPBACK, bucket_path
+from tpuops.cloud.local.lifecycle import (
+    create_through_creating,
+    delete_tpu,
+    stock_out,
+    stockouts,
+    stop_processes_under,
+    workers_dir,
+)
 from tpuops.cloud.local.search import LocalSearch
-from tpuops.errors import CapacityError, CloudError
-
-LOOPBACK = "127.0.0.1"
-STOCKOUTS = "stockouts.json"  # zone -> epoch time until which it has no capacity
+from tpuops.errors import CloudError
 
 
 class LocalCloud(LocalSearch):
@@ -72,45 +72,27 @@ class LocalCloud(LocalSearch):
         accelerator = catalog.load().accelerator(request.accelerator_type)
         if accelerator is None:
             raise CloudError(f"unknown accelerator type {request.accelerator_type}")
-        until = self.stockouts().get(request.zone)
-        if until is not None:
-            raise CapacityError(f"create TPU {request.name} in {request.zone}: no capacity: the simulated zone is "
-                                f"out of capacity for {max(until - time.time(), 0):.0f}s more "
-                                "(`tpuops simulate stockout`)", "try another zone or --wait-for-capacity")
         workers = request.workers or accelerator.hosts
-        for index in range(workers):
-            self.worker_home(request.name, index).mkdir(parents=True, exist_ok=True)
         record = {"name": request.name, "zone": request.zone, "accelerator_type": request.accelerator_type,
                   "mode": request.mode, "runtime": request.runtime, "workers": workers,
                   "labels": dict(request.labels), "state": "READY", "spot": request.spot,
                   "preemptible": request.preemptible}
-        self._write("tpus", request.name, record)
-        return self._node(record)
+        made = create_through_creating(self.root, request.name, request.zone,
+                                       lambda data: self._write("tpus", request.name, data),
+                                       {**record, "state": "CREATING"}, record,
+                                       [self.worker_home(request.name, index) for index in range(workers)])
+        return self._node(dict(made))
 
     def delete_node(self, zone: str, name: str) -> None:
-        home = self.root / "workers" / name
-        stop_processes_under(home)
-        shutil.rmtree(home, ignore_errors=True)
-        self._record("tpus", name).unlink(missing_ok=True)
+        delete_tpu(self.root, name, self._record("tpus", name))
 
     def stockouts(self) -> dict[str, float]:
-        """Zones out of capacity (`tpuops simulate stockout`), each until an epoch time; the past ones dropped."""
-        try:
-            until = json.loads((self.root / STOCKOUTS).read_text())
-        except FileNotFoundError:
-            return {}
-        except ValueError as err:
-            raise CloudError(f"the simulator's {STOCKOUTS} is unreadable: {err}", "delete it") from err
-        return {zone: float(at) for zone, at in until.items() if float(at) > time.time()}
+        """Zones out of capacity (`tpuops simulate stockout`), each until an epoch time."""
+        return stockouts(self.root)
 
     def stock_out(self, zone: str, seconds: float) -> None:
         """`zone` refuses to create TPUs for `seconds` (0: has capacity again at once)."""
-        until = self.stockouts()
-        until.pop(zone, None)
-        if seconds > 0:
-            until[zone] = time.time() + seconds
-        self.root.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.root / STOCKOUTS, json.dumps(until, indent=2))
+        stock_out(self.root, zone, seconds)
 
     def preempt_node(self, name: str) -> None:
         """A preemption: every process of the node's workers ends, the record reads PREEMPTED (the homes stay,
@@ -118,7 +100,7 @@ class LocalCloud(LocalSearch):
         record = self._read("tpus", name)
         if record is None:
             raise CloudError(f"no simulated TPU named {name}")
-        stop_processes_under(self.root / "workers" / name)
+        stop_processes_under(workers_dir(self.root, name))
         self._write("tpus", name, {**record, "state": "PREEMPTED"})
 
     def host_keys(self, zone: str, name: str) -> list[HostKey]:
@@ -214,45 +196,6 @@ class LocalCloud(LocalSearch):
 
     def default_service_account(self) -> str:
         return "local"
-
-
-def stop_processes_under(home: Path, grace: float = 5.0) -> list[int]:
-    """TERM, then KILL, every process whose HOME is inside `home` (what the local runner gives them)."""
-    victims = [pid for pid in _pids_with_home_under(home) if pid != os.getpid()]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(pid) for pid in victims):
-            time.sleep(0.05)
-    return victims
-
-
-def _pids_with_home_under(home: Path) -> Iterator[int]:
-    prefixes = {f"HOME={home}".encode(), f"HOME={home.resolve()}".encode()}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        for variable in environ.split(b"\0"):
-            if any(variable == prefix or variable.startswith(prefix + b"/") for prefix in prefixes):
-                yield int(entry.name)
-                break
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        return (Path("/proc") / str(pid) / "stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def queued_from(record: dict[str, Any]) -> QueuedResource:

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tpuops.atomic import write_atomic
 from tpuops.cloud.base import HostKey, has_labels
-from tpuops.cloud.compute_tpu import ACCELERATOR_LABEL, SliceState, TpuHost, TpuSlice, TpuVmRequest
-from tpuops.cloud.local.apis import LOOPBACK, stop_processes_under
+from tpuops.cloud.compute_tpu import ACCELERATOR_LABEL, TpuHost, TpuSlice, TpuVmRequest, slice_state
+from tpuops.cloud.local.layout import LOOPBACK
+from tpuops.cloud.local.lifecycle import create_through_creating, delete_tpu, stop_processes_under
 from tpuops.errors import CloudError
 
 KIND = "tpu_vms"
@@ -42,12 +42,14 @@ class LocalComputeTpus:
         except ValueError as err:
             raise CloudError(f"the simulator's record of TPU {name} is unreadable: {err}") from err
 
-    def _write(self, record: dict) -> None:
-        path = self._record(record["name"])
+    def _write(self, record: Mapping[str, object]) -> None:
+        path = self._record(str(record["name"]))
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(record, indent=2))
 
     def create_tpu_vm(self, request: TpuVmRequest) -> TpuSlice:
+        """Made as a TPU VM is (lifecycle.py): its hosts first STAGING without their homes (the slice CREATING),
+        then RUNNING with the group's topology ACTIVE."""
         if self._read(request.name) is not None:
             raise CloudError(f"a simulated TPU named {request.name} exists already", "run `tpuops down` first")
         chooser = random.Random(request.name)
@@ -57,24 +59,23 @@ class LocalComputeTpus:
         for rank in ranks:
             suffix = "".join(chooser.choices(string.ascii_lowercase, k=4))
             instance = request.name if request.hosts == 1 else f"{request.name}-{suffix}"
-            self._home(request.name, rank).mkdir(parents=True, exist_ok=True)
             hosts.append({"rank": rank, "instance": instance, "status": "RUNNING"})
-        record = {"name": request.name, "zone": request.zone, "machine_type": request.machine_type,
-                  "expected": request.hosts, "labels": {**request.labels, ACCELERATOR_LABEL: request.accelerator_type},
-                  "provisioning": request.provisioning,
-                  "topology_state": "ACTIVE" if request.multi_host else None, "hosts": hosts}
-        self._write(record)
-        return self._slice(record)
+        ready = {"name": request.name, "zone": request.zone, "machine_type": request.machine_type,
+                 "expected": request.hosts, "labels": {**request.labels, ACCELERATOR_LABEL: request.accelerator_type},
+                 "provisioning": request.provisioning,
+                 "topology_state": "ACTIVE" if request.multi_host else None, "hosts": hosts}
+        creating = {**ready, "hosts": [{**host, "status": "STAGING"} for host in hosts],
+                    "topology_state": "ACTIVATING" if request.multi_host else None}
+        made = create_through_creating(self.root, request.name, request.zone, self._write, creating, ready,
+                                       [self._home(request.name, rank) for rank in ranks])
+        return self._slice(dict(made))
 
     def get_tpu_vm(self, zone: str, name: str) -> TpuSlice | None:
         record = self._read(name)
         return None if record is None else self._slice(record)
 
     def delete_tpu_vm(self, zone: str, name: str) -> None:
-        home = self.root / "workers" / name
-        stop_processes_under(home)
-        shutil.rmtree(home, ignore_errors=True)
-        self._record(name).unlink(missing_ok=True)
+        delete_tpu(self.root, name, self._record(name))
 
     def host_keys(self, zone: str, name: str) -> list[HostKey]:
         return []  # local hosts are not reached over SSH
@@ -108,17 +109,13 @@ class LocalComputeTpus:
         return record
 
     def _slice(self, record: dict) -> TpuSlice:
+        """Judged as Compute Engine's answer is (cloud/compute_tpu.py's slice_state)."""
         spot = record["provisioning"] == "spot"
         hosts = tuple(sorted((TpuHost(rank=h["rank"], instance=h["instance"], internal_ip=LOOPBACK, external_ip=None,
                                       status=h["status"], preempted=spot and h["status"] == "TERMINATED",
                                       home=str(self._home(record["name"], h["rank"])))
                               for h in record["hosts"]), key=lambda host: host.rank))
-        state: SliceState = "READY"
-        detail = ""
-        if any(host.preempted for host in hosts):
-            state, detail = "PREEMPTED", "a Spot host was preempted"
-        elif any(host.status != "RUNNING" for host in hosts) or record["topology_state"] in ("FAILED", "INCOMPLETE"):
-            state, detail = "BROKEN", f"accelerator topology {record['topology_state']}"
+        state, detail = slice_state(hosts, record["expected"], record["topology_state"])
         return TpuSlice(name=record["name"], zone=record["zone"], machine_type=record["machine_type"], state=state,
                         hosts=hosts, expected_hosts=record["expected"], labels=record["labels"],
                         provisioning=record["provisioning"], topology_state=record["topology_state"], detail=detail)

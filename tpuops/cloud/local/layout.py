@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+LOOPBACK = "127.0.0.1"  # every simulated host's address
+
 
 def buckets_root(root: Path) -> Path:
     """The directory standing for gs://: gs://NAME/PATH is buckets_root/NAME/PATH."""
