@@ -63,8 +63,14 @@ def git_dir(mirror: Path, repo: str) -> Path:
 
 
 def extract(git: Path, commit: str, path: str, into: Path) -> bool:
-    """The trainer's files at `commit` under `into` (same relative paths as in the repository)."""
-    archive = subprocess.run(["git", "-C", str(git), "archive", commit, "--", path], capture_output=True)
+    """The trainer's Python files at `commit` under `into` (same relative paths as in the repository; only the
+    .py files, which is all the lint reads: a snapshot may lack its large data files)."""
+    listed = subprocess.run(["git", "-C", str(git), "ls-tree", "-r", "--name-only", commit, "--", path],
+                            capture_output=True, text=True)
+    files = [name for name in listed.stdout.splitlines() if name.endswith(".py")]
+    if listed.returncode != 0 or not files:
+        return False
+    archive = subprocess.run(["git", "-C", str(git), "archive", commit, "--", *files], capture_output=True)
     if archive.returncode != 0:
         return False
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
