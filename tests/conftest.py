@@ -13,6 +13,9 @@ NETGUARD = Path(__file__).parent / "netguard"
 sys.path.insert(0, str(NETGUARD))
 import tests_netguard_impl  # noqa: E402,F401  installs the guard in the test process
 
+# The lint's corpus holds trainers (some with a tests/ of their own) to be read, never run by pytest.
+collect_ignore_glob = ["check_corpus/*"]
+
 # Subprocesses (the CLI run as users run it) load the same guard through sitecustomize.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(NETGUARD), os.environ.get("PYTHONPATH")]))
 # No Google credentials or gcloud config may leak into the suite.

@@ -135,10 +135,12 @@ def _hits(finder: StepFinder, steps: list[Step], legacy_node: bool) -> Iterator[
 
 
 def off_the_tpu(module: Module) -> bool:
-    """A file the training never runs on the TPU: a unit test (`tests/`, `test_*.py`, `*_test.py`), or a GPU
-    program (it moves work to CUDA and imports nothing of PyTorch/XLA, JAX, TensorFlow or Accelerate)."""
+    """A file the training never runs on the TPU: a unit test (`tests/`, `test_*.py`, `*_test.py`), code put
+    away (`archived/`, `deprecated/`, `unused/`), or a GPU program (it moves work to CUDA and imports nothing of
+    PyTorch/XLA, JAX, TensorFlow or Accelerate)."""
     path = PurePosixPath(module.rel)
-    if {"test", "tests"} & set(path.parts[:-1]) or path.name.startswith("test_") or \
+    if {"test", "tests", "archive", "archived", "deprecated", "unused"} & set(path.parts[:-1]) or \
+            path.name.startswith("test_") or \
             path.stem.endswith("_test") or path.name == "conftest.py":
         return True
     roots = {source.split(".")[0] for source, _ in module.imported.values()}

@@ -71,9 +71,14 @@ def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
     evident = values.evident
     for node in nodes:
         if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert) and evident.is_tensor(node.test) and \
-                not _field_test(node.test, evident):
+                not _field_test(node.test, evident) and not _schedule_test(node.test):
             word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
             yield node, f"Python `{word}` on a tensor value in {_where(step)}"
+
+
+def _schedule_test(test: ast.AST) -> bool:
+    """`if i % checkpoint_every == 0:`: a counter's schedule; a tensor's value is not tested with a modulo."""
+    return isinstance(test, ast.Compare) and isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Mod)
 
 
 def _field_test(test: ast.AST, values: TensorValues) -> bool:

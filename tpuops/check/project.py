@@ -29,6 +29,9 @@ def last_name(expr: ast.AST) -> str:
     return expr.id if isinstance(expr, ast.Name) else ""
 
 
+MOVES = {"to", "cuda", "train", "eval", "float", "bfloat16"}  # calls that return the object moved
+
+
 @dataclass
 class Module:
     rel: str  # path relative to the code directory, e.g. lib/steps.py
@@ -207,12 +210,17 @@ class Project:
         return []
 
     def _methods(self, owner: str, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
-        """`meter.update` where `meter = RocAucMeter()` builds a class of ours: that class's method."""
+        """`meter.update` where `meter = RocAucMeter()` (or `model = Net(cfg).to(device)`) builds a class of
+        ours: that class's method."""
         for node in module.assigns:
             if not (isinstance(node.value, ast.Call) and any(isinstance(t, ast.Name) and t.id == owner
                                                               for t in node.targets)):
                 continue
-            cls_name = last_name(node.value.func)
+            built = node.value
+            while isinstance(built.func, ast.Attribute) and built.func.attr in MOVES and \
+                    isinstance(built.func.value, ast.Call):
+                built = built.func.value  # Net(...).to(device), Net(...).cuda().train()
+            cls_name = last_name(built.func)
             home: Module | None = module if cls_name in module.classes else None
             if home is None and cls_name in module.imported:
                 source, attribute = module.imported[cls_name]

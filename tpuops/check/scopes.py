@@ -41,6 +41,7 @@ TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial"
               "filter_grad", "filter_vmap", "shard_map", "named_call", "custom_vjp", "custom_jvp", "pmap", "jit",
               "pjit", "filter_jit"}
 KERAS_STEP_METHODS = {"train_step", "test_step"}
+LIGHTNING_STEP_METHODS = {"training_step", "validation_step", "test_step", "predict_step"}
 STRATEGY_RUNS = {"run", "experimental_run_v2"}  # tf.distribute's step runner, under its TF 2.0/2.1 name too
 
 
@@ -117,6 +118,12 @@ class StepFinder(TorchXlaSteps):
         for call in module.calls:
             yield from self._wrapped(call, module)
         for cls_node in module.classes.values():
+            if any(last_name(b) == "LightningModule" for b in cls_node.bases):
+                # Lightning runs these on the XLA device, one per batch, with the batch on the device
+                for method in cls_node.body:
+                    if isinstance(method, FunctionNode) and method.name in LIGHTNING_STEP_METHODS:
+                        yield Step(f"{cls_node.name}.{method.name}", "lazy", "a Lightning step", module, method,
+                                   _first_argument(method))
             if any(last_name(b).endswith("Model") for b in cls_node.bases):
                 # tf.keras (Keras 2) runs an overridden train_step through AutoGraph, Keras 3 does not
                 kind = "tf" if _tf_keras(cls_node, module) else "keras"
@@ -275,6 +282,12 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
     return static
 
 
+
+
+def _first_argument(method: FunctionNode) -> frozenset[str]:
+    """The batch a Lightning step gets: its first argument after self (`batch_idx` is a count)."""
+    names = [a.arg for a in method.args.posonlyargs + method.args.args if a.arg != "self"]
+    return frozenset(names[:1])
 
 
 def _tf_keras(cls_node: ast.ClassDef, module: Module) -> bool:
