@@ -12,7 +12,8 @@ its commit into a temporary directory, runs the lint on it and scores:
 - recall: the hazards the lint found over all hazards judged.
 
 Reported for the whole set and for each part, in the order the parts were judged (`fit` was judged before the
-rule changes of issue 33 and used to make them; each later part was judged before any change it prompted).
+rule changes of issue 33 and used to make them; each later part was judged before any change it prompted; from
+held_out_6 on, its judges wrote the hazards down without running the lint, and its findings were judged after).
 A trainer whose repository or commit is not in the
 mirror is skipped with one line saying which. Nothing of the trainers' code is kept.
 
@@ -23,6 +24,7 @@ Usage: python bench/check_realworld.py /work/.mirror [--show] [--tpuops DIR] [--
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -91,7 +93,11 @@ def lint(into: Path, path: str) -> tuple[list[tuple[str, int, str, str]], int]:
 
 
 def judgement_files() -> list[Path]:
-    return sorted(JUDGEMENTS.glob("*.yaml"), key=lambda path: (path.name != "judgements.yaml", path.name))
+    """judgements.yaml first, then held_out_4_*.yaml, held_out_5_*.yaml, ... in the order they were judged."""
+    def order(path: Path) -> tuple[bool, int, str]:
+        number = re.match(r"held_out_(\d+)", path.name)
+        return path.name != "judgements.yaml", int(number.group(1)) if number else 0, path.name
+    return sorted(JUDGEMENTS.glob("*.yaml"), key=order)
 
 
 def load(files: list[Path]) -> dict:
