@@ -86,25 +86,26 @@ def test_a_zone_out_of_capacity_moves_the_run_to_the_next_pool(tmp_path: Path, t
         assert processes_under(tpuops_home / "local" / "workers") == []
 
 
+def two_pool_spec(tmp_path: Path, tpuops_home: Path, name: str, tpu_extra: str = "", rest: str = "") -> Path:
+    """A spot grant of one v2-8 in each of two zones, and a spec NAME with those two pools, a bucket per region."""
+    grant = [{"generation": "v2", "kind": "spot", "zone": zone, "limit": 8} for zone in (FIRST, NEXT)]
+    (tpuops_home / "local").mkdir(parents=True, exist_ok=True)
+    (tpuops_home / "local" / "quota.json").write_text(json.dumps({"limits": grant}))
+    spec = tmp_path / f"{name}.yaml"
+    pools = f"[{{type: v2-8, zone: {FIRST}, provisioning: spot}}, {{type: v2-8, zone: {NEXT}, provisioning: spot}}]"
+    spec.write_text(f"name: {name}\nprovider: local\ntpu:\n  pools: {pools}\n{tpu_extra}"
+                    f'bucket: {{name: "{name}-{{region}}"}}\n{rest}')
+    return spec
+
+
 def test_a_guard_whose_status_calls_fail_never_moves(tmp_path: Path, tpuops_home: Path) -> None:
     from tests.test_guard_local import kinds
     from tpuops.context import Context
     from tpuops.ops.guard_loop import GuardedWatcher
     from tpuops.ops.watch import WatchOptions
 
-    grant = [{"generation": "v2", "kind": "spot", "zone": zone, "limit": 8} for zone in (FIRST, NEXT)]
-    (tpuops_home / "local").mkdir(parents=True, exist_ok=True)
-    (tpuops_home / "local" / "quota.json").write_text(json.dumps({"limits": grant}))
-    spec = tmp_path / "blind.yaml"
-    spec.write_text(f"""
-name: blind
-provider: local
-tpu:
-  pools: [{{type: v2-8, zone: {FIRST}, provisioning: spot}}, {{type: v2-8, zone: {NEXT}, provisioning: spot}}]
-  move_after: 0s
-bucket: {{name: "blind-{{region}}"}}
-trainer: {{framework: jax, command: "sleep 300"}}
-""")
+    spec = two_pool_spec(tmp_path, tpuops_home, "blind", tpu_extra="  move_after: 0s\n",
+                         rest='trainer: {framework: jax, command: "sleep 300"}\n')
     assert cli("up", str(spec)).returncode == 0
     assert cli("launch", "blind").returncode == 0
     assert cli("simulate", "stockout", FIRST, "--for", "10m").returncode == 0  # a move would have somewhere to go
@@ -136,17 +137,7 @@ def test_down_deletes_the_bucket_of_every_region_the_run_was_in_and_no_other(tmp
     pattern and label alone, since tpuops never recorded making it."""
     from tpuops.context import Context
 
-    grant = [{"generation": "v2", "kind": "spot", "zone": zone, "limit": 8} for zone in (FIRST, NEXT)]
-    (tpuops_home / "local").mkdir(parents=True, exist_ok=True)
-    (tpuops_home / "local" / "quota.json").write_text(json.dumps({"limits": grant}))
-    spec = tmp_path / "moved.yaml"
-    spec.write_text(f"""
-name: moved
-provider: local
-tpu:
-  pools: [{{type: v2-8, zone: {FIRST}, provisioning: spot}}, {{type: v2-8, zone: {NEXT}, provisioning: spot}}]
-bucket: {{name: "moved-{{region}}"}}
-""")
+    spec = two_pool_spec(tmp_path, tpuops_home, "moved")
     storage = Context.from_env().local_cloud().storage
     try:
         assert cli("up", str(spec)).returncode == 0
