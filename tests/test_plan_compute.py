@@ -101,18 +101,27 @@ tpu:
   pools:
     - {type: tpu7x-32, zone: us-central1-c, provisioning: spot}
     - {type: v6e-16, zone: us-east1-d, provisioning: spot}
-    - {type: v6e-2, zone: us-east1-d, provisioning: on-demand}
 bucket: {name: "ironwood-{region}"}
 """
 
 
 def test_each_pool_is_priced_as_compute_engine_bills_it(tmp_path: Path) -> None:
-    """By machine type: TPU7x has no list price and v6e-2 no machine type, so neither is priced (not $0.00)."""
+    """By machine type: TPU7x has no list price, so it is not priced (not $0.00)."""
     spec = write_spec(tmp_path, POOLS)
     pools = make_plan(load_checked(spec)).pools
     v6e_spot_chip = catalog.load().generations["v6e"].price_spot
-    assert [pool.price_per_hour for pool in pools] == [None, pytest.approx(4 * 4 * v6e_spot_chip), None]
+    assert [pool.price_per_hour for pool in pools] == [None, pytest.approx(4 * 4 * v6e_spot_chip)]
     shown = run_cli("plan", str(spec))
     assert shown.returncode == 0, shown.stderr
     lines = [line for line in shown.stdout.splitlines() if re.match(r" +\d\. ", line)]
-    assert [line.split()[6] for line in lines] == ["?", f"${16 * v6e_spot_chip:.2f}/h", "?"]
+    assert [line.split()[6] for line in lines] == ["?", f"${16 * v6e_spot_chip:.2f}/h"]
+
+
+def test_every_pool_meets_the_compute_engine_rules_not_only_the_first(tmp_path: Path) -> None:
+    """A later pool Compute Engine cannot make (v6e-2 has no machine type) is refused before anything is created,
+    naming that pool's field, as the first pool would be."""
+    more = POOLS.replace('bucket:', '    - {type: v6e-2, zone: us-east1-d, provisioning: on-demand}\nbucket:')
+    with pytest.raises(SpecError, match=re.escape("spec.yaml:7: tpu.pools.2.type: v6e-2 has no Compute Engine shape")):
+        load_checked(write_spec(tmp_path, more))
+    refused = run_cli("plan", str(write_spec(tmp_path, more, "more.yaml")))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "tpu.pools.2.type" in refused.stderr

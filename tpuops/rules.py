@@ -373,4 +373,5 @@ RULES: list[Callable[[Spec], Iterator[Problem]]] = [
     known_type, zone_offers_type, fallback_zones_in_region, compute_engine_rules, legacy_node_rules, multislice_rules,
     runtime_fits, scheduling,
 ]
-POOL_RULES: list[Callable[[Spec], Iterator[Problem]]] = [known_type, zone_offers_type, runtime_fits]
+POOL_RULES: list[Callable[[Spec], Iterator[Problem]]] = [known_type, zone_offers_type, compute_engine_rules,
+                                                        runtime_fits]
