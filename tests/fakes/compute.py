@@ -158,6 +158,9 @@ class ComputeFake:
         from google.cloud import compute_v1
 
         message = compute_v1.Instance.from_json(_json(request.body), ignore_unknown_fields=True)
+        if not message.name:  # as the API answers an instance without a name
+            raise HttpError(400, "Invalid value for field 'resource.name': ''. Must be a match of regex "
+                                 "'[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'")
         interfaces = list(message.network_interfaces)
         instance = FakeInstance(
             name=message.name,

@@ -170,6 +170,9 @@ class JsonServer:
                 parts = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if len(raw) < length:  # the client went away mid-request (a killed `up`): a server acts on nothing
+                    self.send_error(HTTPStatus.BAD_REQUEST, "incomplete request body")
+                    return
                 body = json.loads(raw) if raw.strip() else {}
                 query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
                 headers = {key.lower(): value for key, value in self.headers.items()}
