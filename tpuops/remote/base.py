@@ -75,6 +75,16 @@ class RunResult:
     def ok(self) -> bool:
         return self.exit_code == 0 and self.error is None
 
+    def program_failure(self, program: str, needs_python: str) -> str:
+        """Why a program we sent failed, in one line: the connection's error, else the last line it wrote
+        (without its `PROGRAM: ` prefix), else its exit code; exit 127 means the worker has no python3."""
+        if self.error:
+            return self.error
+        detail = self.stderr.decode("utf-8", "replace").strip().splitlines()
+        if self.exit_code == 127:
+            return f"python3 not found on the worker ({needs_python})"
+        return detail[-1].removeprefix(f"{program}: ") if detail else f"exit code {self.exit_code}"
+
     def as_dict(self) -> dict[str, object]:
         return {
             "worker": self.worker,

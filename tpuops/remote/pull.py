@@ -115,11 +115,7 @@ def list_remote(runner: Runner, remote: str) -> tuple[str, str, list[RemoteEntry
 def _failure(result: RunResult, doing: str) -> str:
     if result.error:
         return result.error
-    detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
-    message = detail[-1].removeprefix("tpuops-pull: ") if detail else f"exit code {result.exit_code}"
-    if result.exit_code == 127:
-        message = "python3 not found on the worker (pull needs it)"
-    return f"{result.worker}: {doing}: {message}"
+    return f"{result.worker}: {doing}: {result.program_failure('tpuops-pull', 'pull needs it')}"
 
 
 @dataclass

@@ -267,10 +267,7 @@ def _agent_error(result: RunResult, dest: str) -> str:
     """One line for a failed push step on a worker, with what to do."""
     if result.error:
         return result.error
-    detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
-    message = detail[-1].removeprefix("tpuops-push: ") if detail else f"exit code {result.exit_code}"
-    if result.exit_code == 127:
-        message = "python3 not found on the worker (the push helper needs it)"
+    message = result.program_failure("tpuops-push", "the push helper needs it")
     hint = {
         EXIT_DISK: "free space on the worker's disk (`tpuops exec NAME -- df -h ~`)",
         EXIT_NOT_OURS: f"move {dest} aside on that worker",

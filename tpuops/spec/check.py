@@ -34,7 +34,12 @@ class CheckSpec(BaseModel):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not ENV_NAME.match(key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
-        return value
+        return env_names(value)
+
+
+def env_names(value: dict[str, str]) -> dict[str, str]:
+    """The variables of an `env:` map, refused at the first name a shell could not export."""
+    for key in value:
+        if not ENV_NAME.match(key):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+    return value

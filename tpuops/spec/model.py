@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from tpuops.durations import run_time_seconds
 from tpuops.spec.autostop import AutostopSpec
-from tpuops.spec.check import CheckSpec
+from tpuops.spec.check import CheckSpec, env_names
 from tpuops.spec.guard import GuardSpec
 from tpuops.spec.pools import (
     DEFAULT_MOVE_AFTER,
@@ -203,10 +203,7 @@ class TrainerSpec(Model):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
-        return value
+        return env_names(value)
 
 
 class LogsSpec(Model):
