@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +143,40 @@ def test_waiting_age() -> None:
     assert waiting_age(waiting, now) == 4200
     assert waiting_age(QueuedResource("q", ZONE, "ACTIVE", created_at=now), now) is None
     assert waiting_age(QueuedResource("q", ZONE, "PROVISIONING"), now) is None  # creation time unknown
+
+
+def test_a_rerun_up_keeps_a_queued_resource_still_waiting_in_its_pool(gcp: FakeGcp, tmp_path: Path) -> None:
+    """With tpu.pools, `up` run again finds the queued resource it recorded: still waiting for capacity (no node
+    yet) it is the cluster's place in the queue, kept, not deleted as dead."""
+    from tests.helpers import write_spec
+    from tpuops.cloud.kinds.base import Job, Ledger
+    from tpuops.ops.placement import kept_pool
+    from tpuops.ops.specs import load_checked
+    from tpuops.state import ClusterState, StateStore
+
+    cluster = new_cluster()
+    spec = load_checked(write_spec(tmp_path, f"""
+        name: {cluster}
+        project: {PROJECT}
+        tpu:
+          queued: true
+          pools:
+            - {{type: v4-8, zone: {ZONE}, provisioning: spot}}
+            - {{type: v4-8, zone: us-central2-a, provisioning: spot}}
+        bucket: {{name: {cluster}-data}}
+        """))
+    gcp.tpu.queued_seconds = 3600  # no capacity: the request waits
+    cloud = make_cloud(gcp.env, PROJECT)
+    with pytest.raises(CapacityError):
+        cloud.queued.create_queued(f"{cluster}-qr", request_for(cluster), wait_seconds=0.2)
+    assert cloud.queued.get_queued(ZONE, f"{cluster}-qr").state != "ACTIVE"
+    state = ClusterState(name=cluster, provider="gcp", project=PROJECT, zone=ZONE,
+                         spec_path=str(tmp_path / "spec.yaml"))
+    ledger = Ledger(StateStore(tmp_path / "home"), state)
+    ledger.record("queued_resource", f"{cluster}-qr", ZONE, "creating")
+
+    pool = kept_pool(Job(spec, cloud, ledger))
+
+    assert pool is not None and pool.zone == ZONE
+    assert cloud.queued.get_queued(ZONE, f"{cluster}-qr") is not None  # still queued
+    assert not gcp.tpu_v2.server.calls("DELETE", rf"/queuedResources/{cluster}-qr$")

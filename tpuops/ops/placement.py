@@ -171,9 +171,11 @@ def kept_pool(job: Job) -> PoolSpec | None:
     seen = handler(kind).describe(job.cloud, record, spec.tpu.mode)
     exists = seen.node is not None or seen.queued_state not in (None, MISSING)
     wanted = pool is not None and pool.zone == record.zone
-    alive = seen.node is not None and seen.node.state not in DEAD_TPU_STATES and \
-        seen.queued_state not in DEAD_QUEUED_STATES
-    if wanted and (alive or (seen.node is not None and seen.node.state == "CREATING")):
+    if seen.node is not None:  # CREATING counts: `up` waits for it
+        alive = seen.node.state not in DEAD_TPU_STATES and seen.queued_state not in DEAD_QUEUED_STATES
+    else:  # a queued resource still waiting for capacity is the cluster's place in the queue
+        alive = seen.queued_state not in (None, MISSING, *DEAD_QUEUED_STATES)
+    if wanted and alive:
         return pool
     if exists:  # dead (it holds quota until deleted), or in a pool the spec no longer names
         why = "dead" if wanted else "in a pool the spec no longer names"
