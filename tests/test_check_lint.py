@@ -343,3 +343,23 @@ def test_a_jax_loop_reading_its_steps_result_every_step_is_a_note_not_a_finding(
     [note] = result.advice
     assert (note.rule, note.file, note.line) == ("XLA003", "train.py", 11)
     assert "`float()` of `loss` (what `p_step` returned) every iteration" in note.message
+
+
+def test_a_dataclass_built_from_its_own_fields_is_read_without_end(tmp_path: Path) -> None:
+    """`Collator(padding=self.padding)` inside Collator: following what constructions pass for a field must stop
+    (it recursed until Python gave up, and the whole lint with it)."""
+    (tmp_path / "collate.py").write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+
+        @dataclass
+        class Collator:
+            padding: str = "longest"
+
+            def copy(self):
+                return Collator(padding=self.padding)
+
+            def __call__(self, tokenizer, rows):
+                return tokenizer.pad(rows, padding=self.padding)
+        """))
+    result = lint_tree(tmp_path)
+    assert ("XLA004", 12) in [(f.rule, f.line) for f in result.findings]  # the pad, at the field's default

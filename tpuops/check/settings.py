@@ -103,7 +103,7 @@ class Settings:
         if isinstance(expr, ast.Name):
             return self._name(expr, module, depth)
         if isinstance(expr, ast.Attribute):
-            return self._attribute(expr, module)
+            return self._attribute(expr, module, depth)
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and \
                 isinstance(expr.slice, ast.Constant):
             return frozenset(self.configs.get((expr.value.id, str(expr.slice.value)), ()))
@@ -127,14 +127,14 @@ class Settings:
                     found |= self.values(node.value, module, depth + 1)
         return frozenset(found)
 
-    def _attribute(self, attribute: ast.Attribute, module: Module) -> frozenset[object]:
+    def _attribute(self, attribute: ast.Attribute, module: Module, depth: int) -> frozenset[object]:
         """`self.padding`: the enclosing class's field; `args.padding`: the annotated class, else any field or
         option of that name."""
         owner = attribute.value
         if isinstance(owner, ast.Name) and owner.id == "self":
             cls = module.enclosing_class(attribute)
             if cls is not None and attribute.attr in self.fields.get(cls.name, {}):
-                return self._field(cls.name, attribute.attr)
+                return self._field(cls.name, attribute.attr, depth)
         if isinstance(owner, ast.Name):
             annotated = _annotation(module.enclosing_function(attribute), owner.id)
             if annotated in self.fields and attribute.attr in self.fields[annotated]:
@@ -145,19 +145,23 @@ class Settings:
             found |= fields.get(attribute.attr, set())
         return frozenset(found)
 
-
-    def _field(self, cls: str, name: str) -> frozenset[object]:
+    def _field(self, cls: str, name: str, depth: int) -> frozenset[object]:
         """A dataclass field's values: what the code building the class passes for it (`Collator(padding=
         "longest")`), and its default where a construction leaves it out."""
         found: set[object] = set()
         made = self.made.get(cls, [])
         for module, call in made:
             passed = next((k.value for k in call.keywords if k.arg == name), None)
-            if passed is None:
+            if passed is None or _passed_on(passed, name):  # left out, or the field itself passed on (a copy)
                 found |= self.fields[cls][name]
             else:
-                found |= self.values(passed, module, 1)
+                found |= self.values(passed, module, depth + 1)  # a class built from itself ends here
         return frozenset(found if made else self.fields[cls][name])
+
+
+def _passed_on(passed: ast.AST, name: str) -> bool:
+    return isinstance(passed, ast.Attribute) and passed.attr == name and \
+        isinstance(passed.value, ast.Name) and passed.value.id == "self"
 
 
 def _argument_default(function: FunctionNode, name: str) -> ast.AST | None:
