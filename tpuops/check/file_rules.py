@@ -56,10 +56,13 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
 def _aborts(node: ast.AST, module: Module) -> bool:
     """The statements around the call end in `raise` (a diagnostics branch: "compute the max length and set
     it"): no training runs past it."""
+    child = node
     for ancestor in module.ancestors(node):
-        for body in (getattr(ancestor, "body", None), getattr(ancestor, "orelse", None)):
-            if isinstance(body, list) and any(n is node or node in ast.walk(n) for n in body):
-                return bool(body) and isinstance(body[-1], ast.Raise)
+        if isinstance(child, ast.stmt):
+            for body in (getattr(ancestor, "body", None), getattr(ancestor, "orelse", None)):
+                if isinstance(body, list) and any(statement is child for statement in body):
+                    return isinstance(body[-1], ast.Raise)
+        child = ancestor
     return False
 
 

@@ -49,6 +49,19 @@ class Module:
     assigns: list[ast.Assign] = field(default_factory=list)
     context: dict[int, tuple[ast.AST, ast.AST | None]] = field(default_factory=dict)  # call/loop -> (owner, loop)
     bindings: dict[int, list[tuple[list[ast.AST], ast.AST]]] = field(default_factory=dict)  # owner -> bindings
+    _assigned: dict[tuple[int, str], list[ast.Assign]] | None = None
+
+    def assigns_to(self, name: str, scope: FunctionNode | None) -> list[ast.Assign]:
+        """The assignments `name = ...` (a plain name among the targets) directly in `scope` (a def, or None for
+        the module's own code), in source order: an index, so that the rules asking "what was NAME bound to
+        here" do not scan every assignment of the module each time."""
+        if self._assigned is None:
+            self._assigned = {}
+            for node in self.assigns:
+                owner = id(self.enclosing_function(node))
+                for target in {t.id for t in node.targets if isinstance(t, ast.Name)}:
+                    self._assigned.setdefault((owner, target), []).append(node)
+        return self._assigned.get((id(scope), name), [])
 
     @classmethod
     def of(cls, rel: str, tree: ast.Module, source: str) -> Module:
@@ -206,15 +219,14 @@ class Project:
             target = self.module_named(name, module) if source else None
             if target is not None:
                 return [(target, d) for d in target.defs.get(expr.attr, ())]
-            return self._methods(owner, expr.attr, module)
+            return self._methods(expr.value, expr.attr, module)
         return []
 
-    def _methods(self, owner: str, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
+    def _methods(self, owner_node: ast.Name, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
         """`meter.update` where `meter = RocAucMeter()` (or `model = Net(cfg).to(device)`) builds a class of
         ours: that class's method."""
-        for node in module.assigns:
-            if not (isinstance(node.value, ast.Call) and any(isinstance(t, ast.Name) and t.id == owner
-                                                              for t in node.targets)):
+        for node in module.assigns_to(owner_node.id, module.enclosing_function(owner_node)):
+            if not isinstance(node.value, ast.Call):
                 continue
             built = node.value
             while isinstance(built.func, ast.Attribute) and built.func.attr in MOVES and \

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from tpuops.check.project import Module, dotted, last_name
+from tpuops.check.project import FunctionNode, Module, dotted, last_name
 
 if TYPE_CHECKING:
     from tpuops.check.scopes import Step
@@ -48,9 +48,7 @@ def _named_test(test: ast.AST, module: Module | None) -> ast.AST:
     """`if should_log_step:` reads as the expression the name was last bound to before it."""
     if not isinstance(test, ast.Name) or module is None:
         return test
-    scope = module.enclosing_function(test)
-    bound = [n for n in module.assigns if n.lineno <= test.lineno and module.enclosing_function(n) is scope and
-             any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)]
+    bound = [n for n in module.assigns_to(test.id, module.enclosing_function(test)) if n.lineno <= test.lineno]
     return bound[-1].value if bound else test
 
 
@@ -125,10 +123,8 @@ def _bound_call(name: str, loop: ast.AST, module: Module) -> ast.Call | None:
     """The call the loop's scope last binds `name` to before the loop, if any."""
     scope = module.scope_of(loop)
     found = None
-    for node in module.assigns:
-        if node.lineno < loop.lineno and (module.enclosing_function(node) or module.tree) is scope and \
-                isinstance(node.value, ast.Call) and \
-                any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+    for node in module.assigns_to(name, scope if isinstance(scope, FunctionNode) else None):
+        if node.lineno < loop.lineno and isinstance(node.value, ast.Call):
             found = node.value
     return found
 

@@ -62,6 +62,7 @@ class StepFinder(TorchXlaSteps):
     _bool_calls: TensorReturning | None = None  # and boolean tensors (masks)
     _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
+    _forwards_queued: bool = False
 
     def values(self, step: Step) -> TensorValues:
         """The tensor inference for a step (cached: a function with several step loops is read once)."""
@@ -132,10 +133,16 @@ class StepFinder(TorchXlaSteps):
                         yield Step(f"{cls_node.name}.{method.name}", kind, "Keras train_step", module, method,
                                    frozenset(params_of(method) - {"self"}))
         hows = {id(loop): self._step_loop(loop, module) for loop in module.loops}
+        around = set()  # loops around a step loop (epochs, chunks): what they run besides runs once per epoch
+        for loop in module.loops:
+            outer = module.context[id(loop)][1]
+            while hows[id(loop)] and outer is not None and id(outer) not in around:
+                around.add(id(outer))
+                outer = module.context[id(outer)][1]
         for loop in module.loops:
             how = hows[id(loop)]
-            if how and any(hows.get(id(inner)) for inner in ast.walk(loop) if inner is not loop):
-                continue  # an epoch (or chunk) loop around a step loop: what it runs besides runs once per epoch
+            if how and id(loop) in around:
+                continue
             if how == RUNS_MODEL:  # no step end: whether it iterates batches or, say, split names is a guess
                 yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, guessed=loop_batch(loop, module))
             elif how:

@@ -116,7 +116,8 @@ class Settings:
             default = _argument_default(function, name.id)
             if default is not None:
                 found |= self.values(default, module, depth + 1)
-        for node in module.assigns:
+        candidates = module.assigns if function is not None else module.assigns_to(name.id, None)
+        for node in candidates:  # in a function: its own and its nested functions' assignments, as before
             if (function is None or function.lineno <= node.lineno <= (function.end_lineno or 0)) and \
                     any(isinstance(t, ast.Name) and t.id == name.id for t in node.targets):
                 found |= self.values(node.value, module, depth + 1)

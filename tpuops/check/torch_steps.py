@@ -30,6 +30,7 @@ class TorchXlaSteps:
     _ending_loops: dict[int, str]  # loops whose every iteration ends one -> how
     _drivers: dict[int, bool]  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]]  # loops, calls
+    _forwards_queued: bool  # the model's forwards are queued once
 
     def ends_step(self, function: FunctionNode, module: Module) -> bool:
         """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
@@ -128,11 +129,16 @@ class TorchXlaSteps:
 
     def _model_forwards(self, step: Step) -> Iterator[Step]:
         """The `forward` of every torch.nn.Module of the trainer's own: a PyTorch/XLA step runs the model, whose
-        forward is traced into the step's graph (`model(batch)` is never resolved to a class from the source)."""
+        forward is traced into the step's graph (`model(batch)` is never resolved to a class from the source).
+        Queued with the first step that runs the model: every later one would queue the same."""
+        if self._forwards_queued:
+            return
+        self._forwards_queued = True
+        direct = {c.name for m in self.project.modules for c in m.classes.values()
+                  if any(last_name(b) == "Module" for b in c.bases)}  # bases for the project's other modules
         for module in self.project.modules:
             for cls_node in module.classes.values():
-                if not any(_torch_module_base(base, module) or last_name(base) in self._torch_modules
-                           for base in cls_node.bases):
+                if not any(_torch_module_base(base, module) or last_name(base) in direct for base in cls_node.bases):
                     continue
                 for method in cls_node.body:
                     if isinstance(method, FunctionNode) and method.name == "forward":
@@ -140,12 +146,6 @@ class TorchXlaSteps:
                         settings = (flag_params(method) - none_default_params(method)) | scalar_params(method)
                         yield Step(f"{cls_node.name}.forward", "lazy", f"the model's forward, run by {step.name}",
                                    module, method, frozenset(params_of(method) - {"self"} - settings), root=False)
-
-    @property
-    def _torch_modules(self) -> set[str]:
-        """Classes of the project that subclass torch.nn.Module directly (a base for the others)."""
-        return {c.name for m in self.project.modules for c in m.classes.values()
-                if any(last_name(b) == "Module" for b in c.bases)}
 
 
 def _is_xla(path: str) -> bool:
