@@ -363,3 +363,29 @@ def test_a_dataclass_built_from_its_own_fields_is_read_without_end(tmp_path: Pat
         """))
     result = lint_tree(tmp_path)
     assert ("XLA004", 12) in [(f.rule, f.line) for f in result.findings]  # the pad, at the field's default
+
+
+def test_files_that_never_run_on_the_tpu_give_no_findings_nor_notes(tmp_path: Path) -> None:
+    """A unit test, archived code and a CUDA program are not what the TPU runs: nothing of theirs is reported,
+    while the same code in the trainer is."""
+    trainer = textwrap.dedent("""
+        import jax
+        import torch
+
+        @jax.jit
+        def step(state, batch):
+            return state + batch, (state * batch).sum()
+
+        def loop(state, batches):
+            for batch in batches:
+                state, loss = step(state, batch)
+                print(float(loss))
+        model = torch.nn.Linear(2, 2).half()
+        """)
+    for rel in ("train.py", "tests/test_train.py", "archived/old_train.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(trainer)
+    (tmp_path / "serve_gpu.py").write_text("import torch\nmodel = torch.nn.Linear(2, 2).cuda().half()\n")
+    result = lint_tree(tmp_path)
+    assert {f.file for f in result.findings} == {"train.py"}
+    assert {n.file for n in result.advice} == {"train.py"}

@@ -86,7 +86,8 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool) -> LintRes
         for name, defs in module.defs.items():
             functions.setdefault(name, (module.rel, defs[0].lineno))
     ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
-    advice = [n for m in modules for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
+    advice = [n for m in modules if not off_the_tpu(m)
+              for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
     return LintResult(tuple(findings + linted), len(files), ignored, functions, tuple(ordered), tuple(advice))
 
 
@@ -99,8 +100,9 @@ def lint_module(tree: ast.Module, source: str, rel: str, legacy_node: bool = Fal
 def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool) -> tuple[list[Finding], int]:
     found: dict[tuple[str, str, int], Finding] = {}
     ignored: set[tuple[str, str, int]] = set()
+    off = {id(module) for module in finder.project.modules if off_the_tpu(module)}  # decided once per file
     for rule, module, node, message in _hits(finder, steps, legacy_node):
-        if off_the_tpu(module):
+        if id(module) in off:
             continue
         line = getattr(node, "lineno", 0)
         key = (module.rel, rule.id, line)
@@ -109,7 +111,7 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool) -> tuple
         elif key not in found:
             found[key] = Finding(rule.id, rule.name, message, rule.hint, module.rel, line)
     for file, rule, line in list(found):  # padding inside a step: the step's dynamic shape says it, once
-        if rule == "XLA004" and (file, "XLA002", line) in found:
+        if rule == "XLA004" and {(file, "XLA002", line)} & (found.keys() | ignored):
             del found[(file, rule, line)]
     ordered = sorted(found.values(), key=lambda f: (f.file or "", f.line or 0, f.rule))
     return ordered, len(ignored)
