@@ -43,7 +43,6 @@ Site = tuple[str, str, str, int]  # trainer id, rule, file (relative to the repo
 class Tally:
     found: set[Site] = field(default_factory=set)
     hazards: set[Site] = field(default_factory=set)
-    cleared: set[Site] = field(default_factory=set)  # judged false alarms
     notes: int = 0  # advice that does not fail check (a JAX loop reading its step's result every step)
 
     @property
@@ -137,11 +136,9 @@ def score(mirror: Path, doc: dict, show: bool) -> dict[str, Tally]:
         judged = {(j["rule"], j["file"], j["line"]): j for j in trainer.get("lines", [])}
         found = {(trainer["id"], rule, file, line) for file, line, rule, _ in findings}
         hazards = {(trainer["id"], r, f, n) for (r, f, n), j in judged.items() if j["hazard"]}
-        cleared = {(trainer["id"], r, f, n) for (r, f, n), j in judged.items() if not j["hazard"]}
         for part in ("all", trainer["part"]):
             tallies[part].found |= found
             tallies[part].hazards |= hazards
-            tallies[part].cleared |= cleared
         for file, line, rule, message in findings:
             judgement = judged.get((rule, file, line))
             if judgement is None:

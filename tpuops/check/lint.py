@@ -18,8 +18,9 @@ from tpuops.check.findings import Finding
 from tpuops.check.host_loops import host_loop_notes
 from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project, last_name
-from tpuops.check.scopes import Step, StepFinder
+from tpuops.check.scopes import StepFinder
 from tpuops.check.settings import Settings
+from tpuops.check.steps import Step
 from tpuops.remote.manifest import scan_tree
 
 IGNORE_RE = re.compile(r"#\s*tpuops:\s*ignore\[([A-Za-z0-9_,\s-]+)\]")

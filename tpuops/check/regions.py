@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
 
 if TYPE_CHECKING:
-    from tpuops.check.scopes import Step
+    from tpuops.check.steps import Step
 
 
 def region_nodes(step: Step) -> Iterator[ast.AST]:

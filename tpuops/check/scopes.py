@@ -32,7 +32,7 @@ from tpuops.check.pyvalues import (
 )
 from tpuops.check.regions import loop_batch, region_nodes
 from tpuops.check.returns import TensorReturning
-from tpuops.check.steps import KIND_WORDS, Step  # noqa: F401  (where callers name them)
+from tpuops.check.steps import Step
 from tpuops.check.tensors import TensorValues
 from tpuops.check.torch_steps import RUNS_MODEL, TorchXlaSteps, params_of
 from tpuops.check.wrappers import compiler, is_false, keyword, wrapper_name
@@ -149,7 +149,6 @@ class StepFinder(TorchXlaSteps):
                 yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, loop_batch(loop, module))
 
 
-
     def _decorated(self, node: FunctionNode, module: Module) -> Iterator[Step]:
         for decorator in node.decorator_list:
             kind = compiler(decorator, module)
@@ -209,15 +208,7 @@ class StepFinder(TorchXlaSteps):
                     if isinstance(returned, ast.Return) and isinstance(returned.value, ast.Name | ast.Lambda):
                         yield from self._targets(returned.value, factory_module, bound)
 
-    # ------------------------------------------------------------------------------ PyTorch/XLA steps
-
-
-
-
-
-
     # ----------------------------------------------------------------------------------------- callees
-
 
 
     def _callees(self, step: Step) -> Iterator[Step]:
@@ -245,14 +236,6 @@ class StepFinder(TorchXlaSteps):
                                frozenset(traced), root=False)
 
 
-
-
-
-
-
-
-
-
 def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValues) -> tuple[set[str], set[str]]:
     """The callee's parameters the call passes tensors: evidently, and only by a guess (which `values.evident`
     leaves out, so that a guessed tensor does not make the callee's counters and settings tensors)."""
@@ -271,7 +254,6 @@ def _is_called(node: ast.AST, module: Module) -> bool:
     return isinstance(parent, ast.Call) and parent.func is node
 
 
-
 def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
     """Under jax.jit every argument is traced but those static_argnums/static_argnames (pmap:
     static_broadcasted_argnums) name, and self."""
@@ -287,8 +269,6 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
                         and value < len(params):
                     static.add(params[value])
     return static
-
-
 
 
 def _first_argument(method: FunctionNode) -> frozenset[str]:
@@ -310,7 +290,5 @@ def _tf_keras(cls_node: ast.ClassDef, module: Module) -> bool:
 
 def _keras(module: Module) -> bool:
     return any(source.split(".")[0] in {"tensorflow", "keras", "tf_keras"} for source, _ in module.imported.values())
-
-
 
 
