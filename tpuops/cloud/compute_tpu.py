@@ -22,7 +22,6 @@ Provisioning = Literal["standard", "spot", "flex-start", "reservation-bound"]
 # READY (every host running, the topology whole), CREATING, PREEMPTED (a Spot host was reclaimed), BROKEN (a host
 # stopped, missing or failed, or the group says the topology is not whole), DELETING.
 SliceState = Literal["CREATING", "READY", "PREEMPTED", "BROKEN", "DELETING"]
-DEAD_SLICE_STATES = frozenset({"PREEMPTED", "BROKEN"})  # only deleting and creating it again brings it back
 # Every VM of a Compute Engine TPU carries its accelerator type under this label: a client or guard VM does not.
 ACCELERATOR_LABEL = "tpuops-accelerator"
 STOPPED = frozenset({"STOPPING", "TERMINATED", "STOPPED", "SUSPENDING", "SUSPENDED"})  # a host's Compute statuses

@@ -17,6 +17,7 @@ from tpuops.cloud.base import HostKey
 from tpuops.cloud.gcp.errors import none_if_missing, operation_failure
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CloudError
+from tpuops.spec.pools import region_of
 
 API = "compute"
 OPERATION_WAIT_S = 120.0  # Compute's operations.wait returns by then at the latest, done or not
@@ -125,7 +126,7 @@ def network_interface(network: str, subnetwork: str | None, zone: str) -> Any:
         access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
     )
     if subnetwork:
-        interface.subnetwork = f"regions/{zone.rsplit('-', 1)[0]}/subnetworks/{subnetwork}"
+        interface.subnetwork = f"regions/{region_of(zone)}/subnetworks/{subnetwork}"
     return interface
 
 

@@ -20,6 +20,7 @@ from tpuops.cloud.compute_tpu import (
     template_name,
 )
 from tpuops.cloud.gcp.compute_common import addresses, boot_disk, metadata, network_interface, service_accounts
+from tpuops.spec.pools import region_of
 
 RANK_KEY = "agent-worker-number"
 PROVISIONING_MODELS: dict[Provisioning, str] = {
@@ -86,7 +87,7 @@ def policy_message(request: TpuVmRequest) -> Any:
 
     workload = compute_v1.ResourcePolicyWorkloadPolicy(type_="HIGH_THROUGHPUT",
                                                        accelerator_topology=request.topology or "")
-    return compute_v1.ResourcePolicy(name=policy_name(request.name), region=request.zone.rsplit("-", 1)[0],
+    return compute_v1.ResourcePolicy(name=policy_name(request.name), region=region_of(request.zone),
                                      workload_policy=workload)
 
 
@@ -95,7 +96,7 @@ def group_message(request: TpuVmRequest, project: str) -> Any:
     slice is whole or it is re-created whole."""
     from google.cloud import compute_v1
 
-    region = request.zone.rsplit("-", 1)[0]
+    region = region_of(request.zone)
     return compute_v1.InstanceGroupManager(
         name=request.name,
         base_instance_name=request.name,

@@ -7,6 +7,7 @@ for plain VMs; the messages are built in compute_tpu_messages.py.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -33,10 +34,7 @@ from tpuops.cloud.gcp.compute_tpu_messages import (
 from tpuops.cloud.gcp.errors import none_if_missing, operation_failure
 from tpuops.cloud.gcp.waiting import Timing
 from tpuops.errors import CloudError, TpuopsError
-
-
-def region_of(zone: str) -> str:
-    return zone.rsplit("-", 1)[0]
+from tpuops.spec.pools import region_of
 
 
 class ComputeTpusApi:
@@ -61,7 +59,8 @@ class ComputeTpusApi:
                     "zone", request.zone, what)
             return self.timing.poll_until(lambda: self._usable(request, what), what)
         except TpuopsError:
-            self.delete_tpu_vm(request.zone, request.name)  # a refused create leaves nothing that bills or holds quota
+            with contextlib.suppress(TpuopsError):  # the refusal is what the user needs, not a failed clean-up's
+                self.delete_tpu_vm(request.zone, request.name)  # a refused create leaves nothing billing
             raise
 
     def _create_slice(self, request: TpuVmRequest, what: str) -> None:

@@ -52,12 +52,6 @@ def is_capacity_message(message: str) -> bool:
     return any(marker in lowered for marker in CAPACITY_MARKERS)
 
 
-def classify(what: str, message: str, capacity: bool = False, transient: bool = False) -> CloudError:
-    """The verdict on a failure reported as text (a Compute operation's errors, a group's last creation attempt's,
-    an SDK error's): see `known_failure`; anything else is a CloudError that says what went wrong."""
-    return known_failure(what, message, capacity, transient) or CloudError(f"{what}: {message}")
-
-
 def known_failure(what: str, message: str, capacity: bool = False, transient: bool = False,
                   may_refuse: bool = True) -> CloudError | None:
     """A quota or allowlist refusal (unless `may_refuse` is off: a rate limit's text may speak of quota), no
@@ -77,7 +71,7 @@ def operation_failure(what: str, errors: Iterable[tuple[str, str]], http_status:
     """A Compute Engine operation's errors (or a managed instance's last attempt's), as (code, message) pairs; the
     operation's HTTP status says whether it failed transiently."""
     message = "; ".join(f"{code}: {text}" for code, text in errors)
-    return classify(what, message, transient=http_status in TRANSIENT_HTTP)
+    return known_failure(what, message, transient=http_status in TRANSIENT_HTTP) or CloudError(f"{what}: {message}")
 
 
 def translate(err: BaseException, what: str, api: str, from_operation: bool = False) -> TpuopsError:

@@ -21,7 +21,6 @@ from tpuops.cloud.local.lifecycle import (
     create_through_creating,
     delete_tpu,
     stock_out,
-    stockouts,
     stop_processes_under,
     workers_dir,
 )
@@ -85,10 +84,6 @@ class LocalCloud(LocalSearch):
 
     def delete_node(self, zone: str, name: str) -> None:
         delete_tpu(self.root, name, self._record("tpus", name))
-
-    def stockouts(self) -> dict[str, float]:
-        """Zones out of capacity (`tpuops simulate stockout`), each until an epoch time."""
-        return stockouts(self.root)
 
     def stock_out(self, zone: str, seconds: float) -> None:
         """`zone` refuses to create TPUs for `seconds` (0: has capacity again at once)."""
