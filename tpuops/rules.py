@@ -338,7 +338,8 @@ def compute_engine_rules(spec: Spec) -> Iterator[Problem]:
                       f"Compute Engine makes TPUs of {able} only, not {generation.name if generation else tpu.type}",
                       "use tpu.api: tpu")
         return
-    if cat.compute_shape(tpu.type) is None:
+    shape = cat.compute_shape(tpu.type)
+    if shape is None:
         yield Problem(("tpu", "type"), f"{tpu.type} has no Compute Engine shape (machine type and topology) in "
                       f"{_catalog_note()}", f"sizes: {', '.join(generation.types()) if generation else '-'}")
     if tpu.mode == "node":
@@ -355,7 +356,6 @@ def compute_engine_rules(spec: Spec) -> Iterator[Problem]:
     if tpu.runtime:
         yield Problem(("tpu", "runtime"), "tpu.runtime is a Cloud TPU API runtime: Compute Engine boots the "
                       f"generation's image ({served.image_family})", "remove tpu.runtime", "warning")
-    shape = cat.compute_shape(tpu.type)
     if spec.trainer is not None and spec.trainer.framework == "tensorflow" and shape is not None and shape.multi_host:
         # TPUClusterResolver(tpu=NAME) asks the Cloud TPU API for the workers; "local" (what tpuops sets) is one host.
         yield Problem(("trainer", "framework"), "TensorFlow finds a multi-host slice's workers through the Cloud "

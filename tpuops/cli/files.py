@@ -74,4 +74,4 @@ def print_pull_report(report) -> None:  # noqa: ANN001  (PullReport; import kept
                           "what was copied is kept, and the same pull again finishes it", markup=False)
     if any(part.refused for part in report.workers):
         err_console.print("hint: those names would be written outside the destination; copy them by hand if you "
-                          "trust them (`tpuops ssh NAME -- cat PATH`)", markup=False)
+                          f"trust them (`tpuops ssh {report.cluster} -- cat PATH`)", markup=False)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -90,7 +92,6 @@ class PushView:
     def upload(self, url: str, done: int, total: int) -> None:
         if not self.enabled:
             return
-        import time
 
         with self.lock:
             began = self.uploads.get(url, (0, 0, time.monotonic()))[2]
@@ -129,7 +130,6 @@ class PushView:
             self.finish()
 
     def table(self) -> Any:  # rich Table
-        import time
 
         from rich.table import Table
 
@@ -199,7 +199,6 @@ class TrainingView:
     TAIL_LINES = 30
 
     def __init__(self, totals: dict[str, int | None] | None = None, key: str | None = None) -> None:
-        import collections
 
         from tpuops.logs.progress import RunProgress
 
@@ -220,7 +219,6 @@ class TrainingView:
 
     def __call__(self, worker: str, stream: str, line: str) -> None:
         """A LineHandler: the output of the workers."""
-        import collections
         import time
 
         from tpuops.logs.progress import RunProgress, read_line
@@ -235,7 +233,6 @@ class TrainingView:
 
     def points(self, points: list[Any]) -> None:
         """New scalar points (ScalarPoint)."""
-        import time
 
         from tpuops.logs.progress import see_points
 

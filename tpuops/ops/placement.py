@@ -24,7 +24,7 @@ from tpuops.cloud.quotas import quota_kind
 from tpuops.errors import CapacityError, QuotaError, SpecError, TpuopsError, UsageError
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.pool_health import PLACED_EVENT, by_health, history, placed_line
-from tpuops.plan import Action, tpu_kind
+from tpuops.plan import Action, queued_resource_name, tpu_kind, tpu_name
 from tpuops.spec import Spec
 from tpuops.spec.pools import PoolSpec
 from tpuops.state import ClusterState
@@ -153,8 +153,6 @@ def create_in_pool(job: Job, pool: PoolSpec, share: float, started: float) -> Pl
 
 
 def _name(spec: Spec) -> str:
-    from tpuops.plan import queued_resource_name, tpu_name
-
     return queued_resource_name(spec) if spec.tpu.through_queue else tpu_name(spec)
 
 

@@ -37,8 +37,9 @@ class PoolHealth:
 
     def line(self) -> str:
         waited = "-" if self.capacity_seconds is None else f"{self.capacity_seconds:.0f}s"
+        over = f"{self.days:.1f} day(s)" if self.days >= 1.0 else f"{self.days:.1f} day(s), taken as 1"
         return (f"{self.pool:<36} {self.preemptions_per_day:5.2f} preemptions/day ({self.preemptions} in "
-                f"{self.days:.1f} day(s)), capacity in {waited} (median of {self.placements})")
+                f"{over}), capacity in {waited} (median of {self.placements})")
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "preemptions_per_day": round(self.preemptions_per_day, 3)}

@@ -106,9 +106,14 @@ def list_remote(runner: Runner, remote: str) -> tuple[str, str, list[RemoteEntry
     if not result.ok:
         raise PullFailed(_failure(result, f"cannot list {remote}"))
     lines = result.stdout.decode("utf-8", "surrogateescape").splitlines()
-    head = json.loads(lines[0])
-    entries = [RemoteEntry(e["p"], e["t"], e["s"], e["m"], e["x"], e.get("l"))
-               for e in map(json.loads, lines[1:])]
+    try:
+        head = json.loads(lines[0])
+        entries = [RemoteEntry(e["p"], e["t"], e["s"], e["m"], e["x"], e.get("l"))
+                   for e in map(json.loads, lines[1:])]
+    except (IndexError, KeyError, ValueError) as err:  # not the pull helper's answer (a shell printing banners?)
+        why = f"the worker's answer was not a listing ({type(err).__name__})"
+        raise PullFailed(f"{result.worker}: cannot list {remote}: {why}: does python3 start cleanly there "
+                         "(`tpuops exec` it with -V)?") from None
     return head["root"], head["name"], entries
 
 
