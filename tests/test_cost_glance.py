@@ -108,3 +108,19 @@ def test_down_says_what_the_cluster_cost_in_all(tpuops_home: Path, tmp_path: Pat
     result = ops_down.execute(ctx, plan, cloud, now=created + 5400)
     assert result.cost is not None and result.cost.uptime_seconds == 5400 and result.cost.dollars == 0.0
     assert cost_in_all(result.cost) == "TPU held 1h30m (1.50 h), local simulator: free"
+
+
+def test_a_type_with_no_list_price_is_said_unknown_not_free_nor_zero_dollars() -> None:
+    """TPU7x has no public list price: the list says `?` (not `free`, not $0.00), `down` and the guard say why."""
+    from tpuops.autostop.client import cost_so_far
+
+    created = epoch_seconds(CREATED)
+    cost = cost_so_far(list_prices=True, accelerator_type="tpu7x-32", spot=True, created_at=created,
+                       now=created + 7200)
+    assert not cost.priced and "no list price known" in cost.note and "$" not in cost.note
+    assert cost_cells(cost) == ("?", "2h", "?")
+    assert "$" not in cost_in_all(cost) and "no list price known" in cost_in_all(cost)
+    assert "$" not in cost.line() and cost.as_dict()["dollars"] is None
+    priced = cost_so_far(list_prices=True, accelerator_type="v5litepod-8", spot=False, created_at=created,
+                         now=created + 7200)
+    assert priced.priced and cost_cells(priced)[2] == f"${priced.per_hour * 2:.2f}"

@@ -188,15 +188,16 @@ class CostSoFar:
     per_hour: float
     dollars: float
     note: str  # "list price as of 2025-06-01, $8.00/h; TRC quota: free" | "local simulator: free"
+    priced: bool = True  # False: no list price is known for the type (per_hour and dollars say nothing then)
 
     def line(self) -> str:
-        if self.per_hour == 0.0:
+        if self.per_hour == 0.0 or not self.priced:
             return f"up {format_duration(self.uptime_seconds)}, {self.note}"
         return f"up {format_duration(self.uptime_seconds)}, about ${self.dollars:.2f} so far ({self.note})"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"uptime_seconds": round(self.uptime_seconds, 1), "per_hour": self.per_hour,
-                "dollars": round(self.dollars, 2), "note": self.note}
+        return {"uptime_seconds": round(self.uptime_seconds, 1), "per_hour": self.per_hour if self.priced else None,
+                "dollars": round(self.dollars, 2) if self.priced else None, "note": self.note}
 
 
 def cost_so_far(*, list_prices: bool, accelerator_type: str, spot: bool, created_at: float, now: float,
@@ -210,12 +211,16 @@ def cost_so_far(*, list_prices: bool, accelerator_type: str, spot: bool, created
         return CostSoFar(uptime, 0.0, 0.0, "local simulator: free")
     cat = catalog.load()
     accelerator = cat.accelerator(accelerator_type)
-    per_hour = accelerator.price_per_hour(spot=spot) * slices if accelerator is not None else 0.0
+    known = accelerator.known_price_per_hour(spot=spot) if accelerator is not None else None
+    if known is None:  # not $0.00: unknown (TPU7x has no public list price; a type the catalog lacks)
+        what = "no list price known" if accelerator is not None else "not in the catalog"
+        return CostSoFar(uptime, 0.0, 0.0, f"{accelerator_type}: {what} (catalog as of {cat.as_of}); "
+                         "TRC quota: free", priced=False)
+    per_hour = known * slices
     if client_vm_machine_type:
         per_hour += cat.machine_prices.get(client_vm_machine_type, 0.0)
         per_hour += client_vm_disk_gb * cat.disk_price_per_gb_month / 730
-    price = f"${per_hour:.2f}/h" if accelerator is not None else f"{accelerator_type} not in the catalog"
-    return CostSoFar(uptime, per_hour, per_hour * uptime / 3600, f"list price as of {cat.as_of}, {price}; "
+    return CostSoFar(uptime, per_hour, per_hour * uptime / 3600, f"list price as of {cat.as_of}, ${per_hour:.2f}/h; "
                      "TRC quota: free")
 
 

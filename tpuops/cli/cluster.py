@@ -215,12 +215,15 @@ def print_cluster_list(clusters) -> None:  # noqa: ANN001  (list[ClusterSummary]
 
 
 def cost_cells(cost) -> tuple[str, str, str]:  # noqa: ANN001  (CostSoFar | None; import kept lazy)
-    """$/hour, time held, cost so far: `-` without a TPU held, `free` on the local simulator."""
+    """$/hour, time held, cost so far: `-` without a TPU held, `free` on the local simulator, `?` for a type with
+    no known list price."""
     from tpuops.durations import format_duration
 
     if cost is None:
         return "-", "-", "-"
     held = format_duration(cost.uptime_seconds)
+    if not cost.priced:
+        return "?", held, "?"
     if cost.per_hour == 0.0:
         return "free", held, "free"
     return f"${cost.per_hour:.2f}", held, f"${cost.dollars:.2f}"
@@ -279,7 +282,7 @@ def cost_in_all(cost) -> str:  # noqa: ANN001  (CostSoFar; import kept lazy)
     from tpuops.durations import format_duration
 
     held = f"TPU held {format_duration(cost.uptime_seconds)} ({cost.uptime_seconds / 3600:.2f} h)"
-    if cost.per_hour == 0.0:
+    if cost.per_hour == 0.0 or not cost.priced:
         return f"{held}, {cost.note}"
     return f"{held} x ${cost.per_hour:.2f}/h: about ${cost.dollars:.2f} in all ({cost.note})"
 

@@ -198,5 +198,7 @@ def price_of(state: ClusterState, spec: Spec | None) -> hours.Price:
         return hours.Price(0, 0.0)
     tpu = state.tpu_record()
     slices = len(tpu.node_names) if tpu is not None else 1
-    per_hour = accelerator.price_per_hour(spot=bool(spec.tpu.spot or spec.tpu.preemptible))
+    per_hour = accelerator.known_price_per_hour(spot=bool(spec.tpu.spot or spec.tpu.preemptible))
+    if per_hour is None:  # said where the price would be, as `status` says it: not $0.00
+        return hours.Price(accelerator.chips * slices, 0.0, free="no list price")
     return hours.Price(accelerator.chips * slices, per_hour * slices)
