@@ -155,3 +155,17 @@ def test_down_deletes_the_bucket_of_every_region_the_run_was_in_and_no_other(tmp
     finally:
         cli("simulate", "stockout", FIRST, "--for", "0")
         cli("down", "moved", "--yes")
+
+
+def test_plan_live_says_a_reservation_pool_is_covered_as_up_would_use_it(tmp_path: Path, tpuops_home: Path) -> None:
+    """A reservation holds its own capacity: `up` does not ask the project's quota for it, and `plan --live` says
+    the same instead of "NOT covered" (it read the quota for it before)."""
+    spec = two_pool_spec(tmp_path, tpuops_home, "reserved", tpu_extra="  queued: true\n")
+    text = spec.read_text().replace(f"zone: {NEXT}, provisioning: spot}}",
+                                    f"zone: {NEXT}, provisioning: on-demand, reservation: block-a}}")
+    spec.write_text(text)
+    shown = cli("plan", str(spec), "--live", "--json")
+    assert shown.returncode == 0, shown.stderr
+    pools = json.loads(shown.stdout)["pools"]
+    assert [pool["quota"].split(":")[0] for pool in pools] == ["covered", "covered"]
+    assert "reservation block-a" in pools[1]["quota"]

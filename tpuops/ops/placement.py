@@ -20,7 +20,6 @@ from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
 from tpuops.cloud.kinds import handler
 from tpuops.cloud.kinds.base import MISSING, Doomed, Job
 from tpuops.cloud.kinds.tpu import create_in_some_zone
-from tpuops.cloud.quotas import quota_kind
 from tpuops.errors import CapacityError, QuotaError, SpecError, TpuopsError, UsageError
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.pool_health import PLACED_EVENT, by_health, history, placed_line
@@ -115,10 +114,8 @@ def with_quota(job: Job, pools: list[PoolSpec], project: str | None,
         return pools, ()
     covered, skipped = [], []
     for pool in pools:
-        if pool.reservation:  # a reservation holds its own capacity: the project's quota does not say
-            covered.append(pool)
-            continue
-        coverage = report.coverage(pool.type, pool.zone, quota_kind(pool.provisioning), job.spec.tpu.slices)
+        coverage = report.pool_coverage(pool.type, pool.zone, pool.provisioning, pool.reservation,
+                                        job.spec.tpu.slices)
         if coverage.covered:
             covered.append(pool)
             continue

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from tpuops.catalog import TYPE_RE
 from tpuops.cloud.base import Cloud
 from tpuops.cloud.compute_tpu import ACCELERATOR_LABEL
-from tpuops.cloud.quotas import ANY_LOCATION, QuotaKind, QuotaLimit, quota_kind_of
+from tpuops.cloud.quotas import ANY_LOCATION, QuotaKind, QuotaLimit, quota_kind, quota_kind_of
 from tpuops.context import Context
 from tpuops.errors import CloudError, UsageError
 from tpuops.ops.pool_health import PoolHealth, history, pool_health
@@ -96,6 +96,13 @@ class QuotaReport:
         if not answers:
             return Coverage(False, f"no {wanted.generation} {kind} quota in {zone} ({self.source})")
         return next((answer for answer in answers if answer.covered), answers[0])
+
+    def pool_coverage(self, accelerator_type: str, zone: str, provisioning: str, reservation: str | None,
+                      slices: int = 1) -> Coverage:
+        """A pool's: a reservation holds its own capacity, which the project's quota does not say."""
+        if reservation:
+            return Coverage(True, f"reservation {reservation} (its own capacity, not the project's quota)")
+        return self.coverage(accelerator_type, zone, quota_kind(provisioning), slices)
 
     def _family_coverage(self, limits: Sequence[QuotaLimit], wanted: Holding, zone: str) -> Coverage:
         binding: list[tuple[QuotaLimit, str]] = []

@@ -10,7 +10,6 @@ from importlib import resources
 from pathlib import Path
 
 from tpuops import rules
-from tpuops.cloud.quotas import quota_kind
 from tpuops.context import Context
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.plan import Plan, PoolPlan, make_plan
@@ -109,8 +108,8 @@ def quota_of_pools(ctx: Context, spec: Spec, pools: tuple[PoolPlan, ...]) -> tup
         report = quota_of(provider.cloud(), provider.project or "local")
     except TpuopsError as err:
         return tuple(dataclasses.replace(pool, quota=f"not checked: {err}") for pool in pools)
-    return tuple(dataclasses.replace(pool, quota=str(report.coverage(
-        pool.type, pool.zone, quota_kind(pool.provisioning), spec.tpu.slices))) for pool in pools)
+    return tuple(dataclasses.replace(pool, quota=str(report.pool_coverage(
+        pool.type, pool.zone, pool.provisioning, pool.reservation, spec.tpu.slices))) for pool in pools)
 
 
 # Templates that come with a trainer, written beside the spec as the file its command runs: a spec must run as
