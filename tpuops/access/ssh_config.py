@@ -13,6 +13,7 @@ import getpass
 from pathlib import Path
 
 from tpuops import keys
+from tpuops.access.workers import ssh_targets
 from tpuops.atomic import write_atomic
 from tpuops.state import ClusterState, WorkerRecord
 
@@ -34,10 +35,9 @@ def host_alias(cluster: str, worker: str) -> str:
 
 
 def ssh_workers(state: ClusterState) -> list[WorkerRecord]:
-    """The workers reached over SSH (as ops/workers.ssh_targets picks them: a legacy Node's client VM alone);
-    none for a provider whose workers are directories on this machine (they have a `home`)."""
-    client = [w for w in state.workers if w.role == "client_vm"]
-    return [w for w in client or state.workers if not w.home]
+    """The workers reached over SSH (as ssh_targets picks them: a legacy Node's client VM alone); none for a
+    provider whose workers are directories on this machine (they have a `home`)."""
+    return [w for w in ssh_targets(state) if not w.home]
 
 
 def render(state: ClusterState, cluster_dir: Path) -> str:
