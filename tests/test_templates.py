@@ -7,6 +7,7 @@ framework is not installed (CI installs them: see .ci/run).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -183,13 +184,42 @@ def test_charlm_two_workers_average_gradients(tmp_path: Path) -> None:
 
 
 def test_charlm_reports_an_unreachable_coordinator(tmp_path: Path) -> None:
-    env = trainer_env(tmp_path / "logs", 1, 2, TPUOPS_COORDINATOR=f"127.0.0.1:{free_port()}")
-    proc = subprocess.run(
-        [sys.executable, *charlm_args(5), "--timeout", "2"], env=env, cwd=tmp_path,
-        capture_output=True, text=True, timeout=TIMEOUT,
-    )  # fmt: skip
+    # The port stays bound (not listening) for the whole test: connections are refused, and no other test's
+    # server can take it meanwhile (a free port given back could be, and once was).
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        env = trainer_env(tmp_path / "logs", 1, 2, TPUOPS_COORDINATOR=f"127.0.0.1:{held.getsockname()[1]}")
+        proc = subprocess.run(
+            [sys.executable, *charlm_args(5), "--timeout", "2"], env=env, cwd=tmp_path,
+            capture_output=True, text=True, timeout=TIMEOUT,
+        )  # fmt: skip
     assert proc.returncode == 3
     assert "could not reach the coordinator" in proc.stderr
+    assert "within 2s" in proc.stderr
+
+
+def test_charlm_says_when_what_answers_is_not_the_coordinator(tmp_path: Path) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(TIMEOUT)
+
+        def answer_garbage() -> None:
+            with contextlib.suppress(OSError), server.accept()[0] as conn:
+                conn.sendall(b"\xff" * 64)  # a length prefix no handshake message has
+                conn.recv(1)
+
+        answering = threading.Thread(target=answer_garbage, daemon=True)
+        answering.start()
+        env = trainer_env(tmp_path / "logs", 1, 2, TPUOPS_COORDINATOR=f"127.0.0.1:{server.getsockname()[1]}")
+        proc = subprocess.run(
+            [sys.executable, *charlm_args(5), "--timeout", "30"], env=env, cwd=tmp_path,
+            capture_output=True, text=True, timeout=TIMEOUT,
+        )  # fmt: skip
+        answering.join(timeout=10)
+    assert proc.returncode == 3, proc.stderr
+    assert "is not worker 0 of this run" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_charlm_coordinator_names_the_missing_worker(tmp_path: Path) -> None:

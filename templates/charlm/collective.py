@@ -23,6 +23,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from typing import TypeVar
 
@@ -156,6 +157,13 @@ class Group:
                         f"within {timeout:.0f}s (is worker 0 running?)"
                     ) from None
                 time.sleep(0.2)
+            except (AuthenticationError, EOFError, OSError) as err:
+                # Something listens there but does not answer as this run's worker 0 (another program, or
+                # the coordinator of another run): waiting longer would not help.
+                raise PeerError(
+                    f"worker {worker_id} could not reach the coordinator {address[0]}:{address[1]}: what answers "
+                    f"there is not worker 0 of this run ({err or type(err).__name__}); check TPUOPS_COORDINATOR"
+                ) from None
         _set_send_timeout(conn, timeout)
         conn.send_bytes(json.dumps({"worker_id": worker_id, "num_workers": num_workers}).encode())
         return cls(worker_id, num_workers, {0: conn}, timeout)
