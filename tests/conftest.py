@@ -4,7 +4,9 @@ and a private TPUOPS_HOME per test."""
 from __future__ import annotations
 
 import os
+import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,12 @@ def tpu_paths_in_worker_homes(monkeypatch: pytest.MonkeyPatch) -> None:
     their own homes (a leading ~/ is the worker's home)."""
     monkeypatch.setenv("TPUOPS_TPU_DEVICE_GLOB", "~/dev/accel*")
     monkeypatch.setenv("TPUOPS_LIBTPU_LOCKFILE", "~/libtpu_lockfile")
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port where connections are refused for the whole test: bound but not listening, so no other
+    test's server can take it meanwhile (a port found free and given back can be)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]

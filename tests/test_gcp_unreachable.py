@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.gcs_emulator import free_port
 from tests.helpers import run_cli, write_spec
 from tpuops.cloud.gcp.deadline import ApiDeadline
 from tpuops.errors import UnreachableError
@@ -56,8 +55,8 @@ COMMANDS = {
     ("blackhole", "status-zone"), ("blackhole", "down-zone"), ("blackhole", "logs"),
 ])
 def test_an_endpoint_that_does_not_answer_fails_every_command_in_one_line(
-        kind: str, command: str, blackhole: int, tmp_path: Path) -> None:
-    port = blackhole if kind == "blackhole" else free_port()  # free: nobody listens there
+        kind: str, command: str, blackhole: int, refused_port: int, tmp_path: Path) -> None:
+    port = blackhole if kind == "blackhole" else refused_port
     (tmp_path / "project").mkdir()
     spec = write_spec(tmp_path / "project", """
         name: gone

@@ -469,10 +469,9 @@ def test_stop_ends_the_run_and_everything_it_started(sshd3: SshdCluster, tpuops_
 
 
 def test_one_unreachable_worker_fails_the_launch_once_within_the_connect_timeout(
-        sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path) -> None:
+        sshd3: SshdCluster, tpuops_home: Path, tmp_path: Path, refused_port: int) -> None:
     from datetime import datetime, timedelta, timezone
 
-    from tests.sshd import free_port
     from tpuops.access.cluster import REFUSED_TIMEOUT
 
     name = make_cluster(sshd3, tpuops_home, tmp_path)
@@ -485,7 +484,7 @@ def test_one_unreachable_worker_fails_the_launch_once_within_the_connect_timeout
     # A 4-worker cluster whose worker 3 is down (nothing listens on its port), up for an hour (so a refusing
     # worker is a dead one, not one still booting: the remote commands give up on it after REFUSED_TIMEOUT).
     state["workers"].append(dict(state["workers"][0], index=3, internal_ip="127.0.0.1", external_ip="127.0.0.1",
-                                 ssh_host="127.0.0.1", ssh_port=free_port()))
+                                 ssh_host="127.0.0.1", ssh_port=refused_port))
     an_hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()
     state["resources"] = [{"kind": "tpu", "name": name, "zone": "europe-west4-a", "status": "created",
                            "updated_at": an_hour_ago}]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.http import SHUTDOWN_POLL_S
-from tests.gcs_emulator import GcsEmulator, free_port, gcs_emulator  # noqa: F401  (pytest fixture)
+from tests.gcs_emulator import GcsEmulator, gcs_emulator  # noqa: F401  (pytest fixture)
 from tpuops.cloud.blobs import (
     BlobNotFound,
     BlobStore,
@@ -108,13 +108,13 @@ def test_gcs_missing_bucket_is_one_clear_error(gcs_emulator: GcsEmulator) -> Non
         store.list()
 
 
-def test_gcs_unreachable_endpoint_is_retried_until_the_deadline() -> None:
+def test_gcs_unreachable_endpoint_is_retried_until_the_deadline(refused_port: int) -> None:
     attempts: list[float] = []
 
     def policy():
         return transient(attempts=3, sleep=attempts.append)
 
-    env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{free_port()}",  # nobody listens there
+    env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{refused_port}",
            "TPUOPS_API_DEADLINE": "1"}
     with pytest.raises(UnreachableError, match="cannot reach the Google Cloud storage API .* for 1s"):
         GcsBlobStore("bucket", "", env=env, policy=policy).list()

@@ -209,15 +209,13 @@ def test_watch_recreates_the_whole_request_when_one_slice_is_preempted(
                      "MEGASCALE_SLICE_ID": "1", "MEGASCALE_PORT": "8081"}),
 ], ids=["no-tpu-env", "full-tpu-env", "partial-tpu-env", "metadata-unreachable"])
 def test_a_host_exports_only_what_its_tpu_env_lacks(tmp_path: Path, tpu_env: str | None,
-                                                   exported: dict[str, str]) -> None:
+                                                   exported: dict[str, str], refused_port: int) -> None:
     """start.sh on one host: the tpu-env metadata first, then tpuops's defaults (port 8081) for what it lacks."""
-    from tests.sshd import free_port
-
     fake = MetadataFake().start()
     try:
         if tpu_env not in (None, "unreachable"):
             fake.attributes["tpu-env"] = tpu_env
-        host = f"127.0.0.1:{free_port()}" if tpu_env == "unreachable" else fake.host
+        host = f"127.0.0.1:{refused_port}" if tpu_env == "unreachable" else fake.host
         assert megascale_exported(tmp_path, host) == exported
         if tpu_env != "unreachable":
             [request] = [r for r in fake.requests if r.path.endswith("/attributes/tpu-env")]
