@@ -17,9 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from tpuops.cloud.base import DEAD_QUEUED_STATES, DEAD_TPU_STATES
-from tpuops.cloud.kinds import handler
+from tpuops.cloud.kinds import handler, tpu_handler
 from tpuops.cloud.kinds.base import MISSING, Doomed, Job
-from tpuops.cloud.kinds.tpu import create_in_some_zone
 from tpuops.errors import CapacityError, QuotaError, SpecError, TpuopsError, UsageError
 from tpuops.ops.offerings import verify_spec_zones
 from tpuops.ops.pool_health import PLACED_EVENT, by_health, history, placed_line
@@ -129,8 +128,9 @@ def with_quota(job: Job, pools: list[PoolSpec], project: str | None,
 
 
 def create_in_pool(job: Job, pool: PoolSpec, share: float, started: float) -> Placement:
-    """Create the TPU in one pool (its zone asked first whether it offers the type). A queued resource waits
-    at most `share` there (withdrawn after); a TPU made directly is tried once."""
+    """Create the TPU in one pool (its zone asked first whether it offers the type), by its kind's own create
+    (which first clears what an earlier TPU of the cluster left, where its kind leaves anything). A queued
+    resource waits at most `share` there (withdrawn after); a TPU made directly is tried once."""
     spec = job.spec.in_pool(pool)
     verify_spec_zones(job.cloud, spec)
     kind = tpu_kind(spec)
@@ -138,7 +138,7 @@ def create_in_pool(job: Job, pool: PoolSpec, share: float, started: float) -> Pl
     in_pool = replace(job, spec=spec, knobs=replace(job.knobs, wait_for_capacity=wait))
     action = Action("create", kind, _name(spec), pool.zone, f"{kind} in pool {pool.label}")
     job.progress(kind, action.name, f"pool {pool.label}")
-    create_in_some_zone(in_pool, action, handler(kind).attempt_in)  # type: ignore[attr-defined]
+    tpu_handler(kind).create(in_pool, action)
     took = time.monotonic() - started
 
     def record(state: ClusterState) -> None:
@@ -156,7 +156,9 @@ def _name(spec: Spec) -> str:
 def kept_pool(job: Job) -> PoolSpec | None:
     """The pool of a TPU (or queued resource) the cluster already has and the spec still wants, alive or not
     (`up` then keeps or re-creates it there as with one pool). One in a pool the spec no longer names is deleted
-    with force: nothing granted is left to bill outside the spec."""
+    with force: nothing granted is left to bill outside the spec. The record of one that is gone is kept for the
+    create that follows, as with one pool: what it names may have left parts (a Compute Engine slice's template
+    and policy) which that create deletes first."""
     spec = job.spec
     kind = tpu_kind(spec)
     record = job.ledger.recorded(kind)
@@ -177,5 +179,5 @@ def kept_pool(job: Job) -> PoolSpec | None:
         job.progress(kind, record.name, f"{why} in {record.zone}: deleting it (force)")
         handler(kind).delete(job.cloud, spec.tpu.mode, Doomed(kind, record.name, record.zone))
         job.ledger.forget_workers()
-    job.ledger.update(lambda state: state.drop_resource(kind))
+        job.ledger.update(lambda state: state.drop_resource(kind))
     return None

@@ -172,3 +172,12 @@ class Handler(Protocol):
     def labels(self, cloud: Cloud, mode: TpuMode, name: str, zone: str) -> Mapping[str, str] | None:
         """The labels of the resource `name`, None when it does not exist."""
         ...
+
+
+class TpuHandler(Handler, Protocol):
+    """A kind that is the cluster's TPU (made directly, through a queued resource, or by Compute Engine)."""
+
+    def create(self, job: Job, action: Action) -> TpuNode:
+        """Make the TPU in the spec's zones, with whatever this kind does first (clearing what an earlier TPU
+        left), and record it: `ensure` and `up` across pools (ops/placement.py) both create through here."""
+        ...

@@ -68,13 +68,14 @@ class TpuKind:
         if action.verb == "recreate":
             delete_to_recreate(job, action, lambda zone: self.delete(job.cloud, job.spec.tpu.mode,
                                                                      Doomed(self.kind, action.name, zone)))
-        if action.verb in ("create", "recreate"):
-            node = create_in_some_zone(job, action, self.attempt_in)
-        else:
-            node = self.wait_kept(job, action)
+        node = self.create(job, action) if action.verb in ("create", "recreate") else self.wait_kept(job, action)
         slices = self.every_slice(job, action, node)
         job.progress(self.kind, action.name, f"{node.state} in {node.zone}")
         return Found(ObservedResource(self.kind, action.name, node.state, True, node.zone), node=node, slices=slices)
+
+    def create(self, job: Job, action: Action) -> TpuNode:
+        """In the spec's zone, then each of tpu.zones (a queued resource waits in each as `create_in` says)."""
+        return create_in_some_zone(job, action, self.attempt_in)
 
     def every_slice(self, job: Job, action: Action, first: TpuNode) -> tuple[TpuNode, ...]:
         """Every slice's node once the first is ready: one TPU made directly is one slice."""
