@@ -22,6 +22,7 @@ from tpuops.state import ClusterState, StateStore, TpuRecord
 NAME = "slices"
 TEMPLATE, POLICY = f"{NAME}-it", f"{NAME}-wp"
 ON_DEMAND_ZONE = "TPUV6EPerProjectPerZoneForTPUAPI"
+EAST = "us-east1-d"
 # The first pool is where the slice lands (the second has no quota); `up` places it only with several pools.
 ACROSS_POOLS = f"""
 name: {NAME}
@@ -30,7 +31,7 @@ tpu:
   api: compute
   pools:
     - {{type: v6e-16, zone: {ZONE}, provisioning: spot}}
-    - {{type: v6e-16, zone: us-east1-d, provisioning: spot}}
+    - {{type: v6e-16, zone: {EAST}, provisioning: spot}}
 trainer: {{framework: jax, command: python3 train.py}}
 """
 ONE_ZONE = f"""
@@ -87,6 +88,29 @@ def test_up_deletes_the_template_and_policy_an_earlier_slice_left_before_it_crea
     assert max(deleted) < min(made), fakes.compute_api.server.requests[seen:]
     assert f"deleting what the earlier slice left (workload policy {POLICY}, instance template {TEMPLATE})" \
         in again.stdout + again.stderr
+
+
+def test_a_slice_gone_from_a_pool_the_spec_no_longer_names_leaves_nothing_the_next_pool_takes(
+        fakes: Fakes, tmp_path: Path) -> None:  # noqa: F811
+    """The template is global: a slice made in another pool would be made from the old pool's template (its Spot
+    scheduling here). It and the old region's policy are deleted; the new pool's slice gets its own."""
+    fakes.quotas.grant(SPOT_ZONE, {ZONE: 64})
+    fakes.quotas.grant(ON_DEMAND_ZONE, {EAST: 64})
+    first = run_cli("up", str(write_spec(tmp_path, ACROSS_POOLS)), env=fakes.env(tmp_path))
+    assert first.returncode == 0, first.stderr
+    with fakes.compute.lock:
+        fakes.compute_tpus.delete_group(fakes.compute_tpus.groups[(ZONE, NAME)])
+    elsewhere = ACROSS_POOLS.replace(f"zone: {ZONE}, provisioning: spot", f"zone: {EAST}, provisioning: on-demand")
+    assert ZONE not in elsewhere
+    seen = len(fakes.compute_api.server.requests)
+    again = run_cli("up", str(write_spec(tmp_path, elsewhere)), env=fakes.env(tmp_path))
+    assert again.returncode == 0, again.stderr
+    assert index_of(fakes, "DELETE", f"/regions/{region_of(ZONE)}/resourcePolicies/{POLICY}", seen) >= 0
+    assert index_of(fakes, "DELETE", f"/instanceTemplates/{TEMPLATE}", seen) < \
+        index_of(fakes, "POST", "/instanceTemplates", seen)
+    assert provisioning_of_template(fakes) == "STANDARD"
+    assert list(fakes.compute_tpus.policies) == [(region_of(EAST), POLICY)]
+    assert list(fakes.compute_tpus.groups) == [(EAST, NAME)]
 
 
 def test_clear_leftovers_deletes_the_recorded_slices_template_and_policy_and_nothing_else(
