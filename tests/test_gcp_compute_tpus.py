@@ -287,3 +287,70 @@ def test_a_vm_whose_first_insert_got_through_is_returned_once_booted(rig: Rig) -
     made = plain_vms(rig).create_vm(CLIENT)
     assert (made.state, made.internal_ip) == ("RUNNING", "10.140.0.2") and made.external_ip
     assert len(rig.fake.server.calls("POST", r"/instances$")) == 1  # the 409: one insert through the API
+
+
+def reads(rig: Rig) -> list[str]:
+    """The requests since the last clear, each as METHOD and what it asked for (a VM's name as VM)."""
+    said = []
+    for request in rig.fake.server.requests:
+        path = request.path.split(f"/projects/{PROJECT}/", 1)[1]
+        path = path.replace(f"zones/{ZONE}/", "").replace("instanceGroupManagers", "group")
+        parts = path.split("/")
+        if parts[0] == "instances" and len(parts) > 1:
+            parts[1] = "VM"
+        said.append(f"{request.method} {'/'.join(parts)}")
+    rig.fake.server.requests.clear()
+    return sorted(said)
+
+
+def test_a_slice_is_read_with_one_request_per_thing_not_per_host(rig: Rig) -> None:
+    """A 4-host slice: get_tpu_vm is its group, the group's VMs listed, and those VMs in one listing (their
+    template's facts are theirs); host_keys adds one guest-attribute read per host. A create's poll lists the
+    group's VMs once, for both its failed-attempt check and the slice. Before: 7 requests per get_tpu_vm
+    (a get per host, the template each time), 11 per host_keys, two listings of the VMs per create poll."""
+    made = rig.api.create_tpu_vm(request_for("tpu7x-32", provisioning="spot"))
+    created = reads(rig)
+    polls = created.count("GET group/ironwood")
+    assert polls >= 1 and created.count("POST group/ironwood/listManagedInstances") == polls
+    seen = rig.api.get_tpu_vm(ZONE, "ironwood")
+    assert reads(rig) == ["GET group/ironwood", "GET instances", "POST group/ironwood/listManagedInstances"]
+    assert seen == made and (seen.provisioning, seen.machine_type) == ("spot", "tpu7x-standard-4t")
+    assert seen.labels == {**LABELS, "tpuops-accelerator": "tpu7x-32"}
+    keys = rig.api.host_keys(ZONE, "ironwood")
+    assert sorted(k.worker for k in keys) == [0, 1, 2, 3]
+    assert reads(rig) == ["GET group/ironwood", "GET instances", *["GET instances/VM/getGuestAttributes"] * 4,
+                          "POST group/ironwood/listManagedInstances"]
+    assert [s.name for s in rig.api.find_tpu_vms(LABELS, [ZONE])] == ["ironwood"]
+    assert reads(rig) == ["GET group", "GET instances", "GET instances",  # by label, then the group's by name
+                          "POST group/ironwood/listManagedInstances"]
+
+
+def test_a_slice_without_its_vms_yet_takes_its_facts_from_its_template(rig: Rig) -> None:
+    """The group is made, its VMs are not (no capacity yet): what the slice is comes from its template."""
+    rig.compute.capacity_failures[ZONE] = -1
+    rig.api._create_slice(request_for("tpu7x-16", provisioning="spot"), "create")
+    reads(rig)
+    seen = rig.api.get_tpu_vm(ZONE, "ironwood")
+    assert seen is not None and (seen.state, seen.hosts, seen.expected_hosts) == ("CREATING", (), 2)
+    assert (seen.provisioning, seen.machine_type) == ("spot", "tpu7x-standard-4t") and seen.labels["tpuops-cluster"]
+    assert reads(rig) == ["GET global/instanceTemplates/ironwood-it", "GET group/ironwood",
+                          "POST group/ironwood/listManagedInstances"]
+    assert [s.name for s in rig.api.find_tpu_vms(LABELS, [ZONE])] == ["ironwood"]  # found by its group alone
+    rig.api.delete_tpu_vm(ZONE, "ironwood")
+
+
+def test_a_vm_of_the_group_named_otherwise_is_still_one_of_its_hosts(rig: Rig) -> None:
+    """The listing asks for the VMs named after the group; one it does not return is asked for by name."""
+    made = rig.api.create_tpu_vm(request_for("tpu7x-32"))
+    old = made.hosts[1].instance
+    with rig.compute.lock:
+        vm = rig.compute.instances.pop((ZONE, old))
+        vm.name = "renamed-by-hand"
+        rig.compute.instances[(ZONE, vm.name)] = vm
+        group = rig.tpus.groups[(ZONE, "ironwood")]
+        group.instances[group.instances.index(old)] = vm.name
+    reads(rig)
+    seen = rig.api.get_tpu_vm(ZONE, "ironwood")
+    assert seen is not None and seen.state == "READY" and seen.hosts[1].instance == "renamed-by-hand"
+    assert reads(rig) == ["GET group/ironwood", "GET instances", "GET instances/VM",
+                          "POST group/ironwood/listManagedInstances"]

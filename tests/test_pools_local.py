@@ -72,6 +72,10 @@ def test_a_zone_out_of_capacity_moves_the_run_to_the_next_pool(tmp_path: Path, t
 
         state = json.loads((tpuops_home / "clusters" / "pools" / "state.json").read_text())
         assert (state["zone"], state["pool"]) == (NEXT, f"v2-8 spot in {NEXT}")
+        pools = [(e["kind"], e["pool"]) for e in state["events"] if e["kind"] in ("placed", "preempted", "moved")]
+        assert pools == [("placed", f"v2-8 spot in {FIRST}"), ("preempted", f"v2-8 spot in {FIRST}"),
+                         ("placed", f"v2-8 spot in {NEXT}"), ("moved", f"v2-8 spot in {NEXT}")], pools
+        assert all(e["seconds"] >= 0 for e in state["events"] if e["kind"] == "placed")
         status = cli("status", "pools")
         assert f"pool: v2-8 spot in {NEXT}" in status.stdout, status.stdout
         assert f"from pool v2-8 spot in {FIRST} to pool v2-8 spot in {NEXT}" in status.stdout

@@ -478,5 +478,7 @@ def test_watch_moves_a_run_whose_zone_stays_full_to_the_next_pool_with_its_check
     state = state_of(tpuops_home, name)
     assert (state["zone"], state["pool"]) == (other, f"v4-16 spot in {other}")
     move = next(e for e in state["events"] if e["kind"] == "moved")
+    assert move["pool"] == f"v4-16 spot in {other}"
+    assert [e["pool"] for e in state["events"] if e["kind"] == "preempted"] == [f"v4-16 spot in {ZONE}"]
     assert move["message"].startswith(f"from pool v4-16 spot in {ZONE} to pool v4-16 spot in {other}: re-creating")
     assert f"checkpoints copied {first} -> {moved}: 1 object(s), 4096 bytes" in move["message"]

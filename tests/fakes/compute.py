@@ -17,6 +17,9 @@ ZONE = r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)"
 VM_CAPACITY_CODE = "ZONE_RESOURCE_POOL_EXHAUSTED"
 # One term of Compute's filter syntax that the fake understands: labels.KEY = "VALUE" (quotes optional).
 LABEL_TERM = re.compile(r'\(?\s*labels\.(?P<key>[a-z0-9_-]+)\s*=\s*"?(?P<value>[a-z0-9_-]*)"?\s*\)?')
+# Or one regular-expression term (the other kind of Compute filter; the two do not mix): name eq "REGEX", the
+# expression matching the whole name.
+NAME_TERM = re.compile(r'^\s*name\s+eq\s+"(?P<regex>[^"]*)"\s*$')
 
 
 @dataclass
@@ -182,12 +185,14 @@ class ComputeFake:
     def list(self, request: Request, project: str, zone: str) -> dict[str, Any]:
         from google.cloud import compute_v1
 
-        wanted = label_filter(request.query.get("filter", ""))
+        expression = request.query.get("filter", "")
+        named = NAME_TERM.match(expression)
+        wanted = {} if named else label_filter(expression)
         with self.model.lock:
             items = [
                 self.instance_message(i)
                 for (z, _), i in sorted(self.model.instances.items())
-                if z == zone and _carries(i.labels, wanted)
+                if z == zone and _carries(i.labels, wanted) and (named is None or re.fullmatch(named["regex"], i.name))
             ]
         return _dict(compute_v1.InstanceList(items=items))
 

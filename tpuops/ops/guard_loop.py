@@ -261,8 +261,8 @@ class GuardedWatcher(watch_ops.Watcher):
         self._check_lease(renew=True)  # every attempt: a recovery may take hours of capacity waits
         super().recover_once(reason)
 
-    def event(self, kind: str, message: str, **data: Any) -> None:
-        super().event(kind, message, **data)
+    def event(self, kind: str, message: str, *, pool: str | None = None, **data: Any) -> None:
+        super().event(kind, message, pool=pool, **data)  # the pool goes into the state; the ledger's facts say theirs
         if kind in ERROR_KINDS:  # the rest say so themselves (a failed recovery attempt: error=True)
             data["error"] = True
         if kind in RUN_OVER:  # which run: a guard started again leaves that one alone

@@ -143,7 +143,7 @@ def create_in_pool(job: Job, pool: PoolSpec, share: float, started: float) -> Pl
 
     def record(state: ClusterState) -> None:
         state.pool = pool.label
-        state.log(PLACED_EVENT, placed_line(pool.label, took))  # what pool health's time to capacity reads
+        state.log(PLACED_EVENT, placed_line(pool.label, took), pool=pool.label, seconds=round(took, 1))  # pool health
 
     job.ledger.update(record)
     return Placement(pool, spec, created=action)

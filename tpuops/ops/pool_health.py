@@ -2,25 +2,22 @@
 long getting capacity there took, read from the clusters' recorded events (no cloud call). `tpuops quota` shows
 it; `tpu.order: health` tries the healthiest pools first.
 
-Recorded by the workflows that see it happen: a recovery from a dead TPU logs a `preempted` event naming its pool
-(ops/pool_move.py), placing a TPU logs a `placed` event with the seconds it took (ops/placement.py).
+Recorded by the workflows that see it happen: a recovery from a dead TPU logs a `preempted` event with its pool
+(ops/watch.py), placing a TPU logs a `placed` event with its pool and the seconds it took (ops/placement.py). The
+facts are the events' fields, never their text (state/__init__.py reads older events' text once, when loaded).
 """
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from tpuops.spec.pools import PoolSpec
-from tpuops.state import ClusterState, StateStore, epoch_seconds
+from tpuops.state import PLACED_EVENT, PREEMPTED_EVENT, ClusterState, StateStore, epoch_seconds
 
-PLACED_EVENT = "placed"  # "in pool LABEL after N s"
-PREEMPTED_EVENT = "preempted"  # "<why> in pool LABEL"
 WINDOW_S = 7 * 86400.0  # preemptions per day are counted over the last week
-PLACED_RE = re.compile(r"^in pool (?P<pool>.+) after (?P<seconds>\d+(?:\.\d+)?)s$")
 
 
 @dataclass(frozen=True)
@@ -46,6 +43,7 @@ class PoolHealth:
 
 
 def placed_line(pool: str, seconds: float) -> str:
+    """A `placed` event's message, for people: its facts are the event's `pool` and `seconds`."""
     return f"in pool {pool} after {seconds:.1f}s"
 
 
@@ -61,10 +59,12 @@ def pool_health(states: Iterable[ClusterState], now: float | None = None) -> lis
     for state in states:
         for event in state.events:
             at = epoch_seconds(event.at) or now
-            if event.kind == PREEMPTED_EVENT and " in pool " in event.message:
-                preempted.setdefault(event.message.rsplit(" in pool ", 1)[1], []).append(at)
-            elif event.kind == PLACED_EVENT and (match := PLACED_RE.match(event.message)):
-                placed.setdefault(match["pool"], []).append((at, float(match["seconds"])))
+            if event.pool is None:
+                continue
+            if event.kind == PREEMPTED_EVENT:
+                preempted.setdefault(event.pool, []).append(at)
+            elif event.kind == PLACED_EVENT and event.seconds is not None:
+                placed.setdefault(event.pool, []).append((at, event.seconds))
     found = []
     for pool in sorted(set(preempted) | set(placed)):
         times = [at for at in preempted.get(pool, []) if now - at <= WINDOW_S]

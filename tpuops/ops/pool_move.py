@@ -51,9 +51,8 @@ def choose(state: ClusterState, spec: Spec, failing_since: float | None, now: fl
 
 
 def preemptions_in(state: ClusterState, pool: str, now: float) -> int:
-    suffix = f" in pool {pool}"
     return sum(1 for event in state.events
-               if event.kind == PREEMPTED_EVENT and event.message.endswith(suffix)
+               if event.kind == PREEMPTED_EVENT and event.pool == pool
                and now - (epoch_seconds(event.at) or 0.0) <= CHURN_WINDOW_S)
 
 

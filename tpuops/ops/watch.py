@@ -215,7 +215,7 @@ class Watcher:
                                f"of at most {self.options.max_restarts})")
         pool = self.state().pool
         if pool and counts_as_preemption(verdict) and not self.pending_recreate:
-            self.event(pool_move.PREEMPTED_EVENT, f"{verdict.reason} in pool {pool}")  # what churn counts
+            self.event(pool_move.PREEMPTED_EVENT, f"{verdict.reason} in pool {pool}", pool=pool)  # churn counts it
         self.pending_recreate = self.pending_recreate or verdict.recreate
         policy = Retrying(
             retry=retry_if_exception(worth_retrying),
@@ -304,7 +304,7 @@ class Watcher:
     def moved(self, before: ClusterState, after: ClusterState, why: str, spec: Spec) -> None:
         """The run now lives in another pool: its checkpoints follow it to that region, and it is said where."""
         message, facts = pool_move.follow(self.ctx, before, after, why, spec)
-        self.event(MOVED_EVENT, message, **facts)
+        self.event(MOVED_EVENT, message, pool=after.pool, **facts)
 
     def forget_workers(self) -> None:
         self.ctx.store.forget_workers(self.state())
@@ -316,12 +316,12 @@ class Watcher:
         self.say("down", "deleted " + (", ".join(f"{d.kind} {d.name}" for d in plan.doomed) or "nothing"))
 
     # -------------------------------------------------------------------------------------- events
-    def event(self, kind: str, message: str, **data: object) -> None:
-        """Printed with a time and kept in the cluster's state (`data`: for a ledger, where a guard keeps one;
-        `phase`: where a recovery's time goes, see guard/goodput.py)."""
+    def event(self, kind: str, message: str, *, pool: str | None = None, **data: object) -> None:
+        """Printed with a time and kept in the cluster's state (`pool`: the event's pool, kept with it; `data`: for
+        a ledger, where a guard keeps one; `phase`: where a recovery's time goes, see guard/goodput.py)."""
         state = self.ctx.store.load(self.cluster)
         if state is not None:
-            state.log(kind, message, by=self.actor())
+            state.log(kind, message, by=self.actor(), pool=pool)
             self.ctx.store.save(state)
         self.say(kind, message)
 

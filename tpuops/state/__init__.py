@@ -11,6 +11,7 @@ import difflib
 import errno
 import json
 import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -50,6 +51,11 @@ def tpuops_home(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
 
 
 MOVED_EVENT = "moved"  # an event: recovery moved the run to another pool (its message says from, to and why)
+PLACED_EVENT = "placed"  # an event: `up` placed the TPU in `pool`, after `seconds` (pool health's time to capacity)
+PREEMPTED_EVENT = "preempted"  # an event: recovery found the TPU dead in `pool` (pool health's and churn's count)
+# What `placed` and `preempted` events said in their message alone before they had `pool` and `seconds`.
+OLD_PLACED_TEXT = re.compile(r"^in pool (?P<pool>.+) after (?P<seconds>\d+(?:\.\d+)?)s$")
+OLD_PREEMPTED_MARK = " in pool "  # "<why> in pool LABEL"
 
 
 class StateModel(BaseModel):
@@ -162,6 +168,21 @@ class EventRecord(StateModel):
     kind: str
     message: str
     by: str | None = None  # who acted: "the guard", "`tpuops watch`" (None: a command, or an older state)
+    pool: str | None = None  # the pool's label: placed or preempted there, moved there (None: no pool, or no fact)
+    seconds: float | None = None  # placed: how long getting the TPU there took
+
+    @model_validator(mode="before")
+    @classmethod
+    def _facts_from_text(cls, data: Any) -> Any:
+        """State written before `pool` and `seconds` kept them in the message only: the one place that reads it."""
+        if not isinstance(data, dict) or data.get("pool") is not None or not isinstance(data.get("message"), str):
+            return data
+        message = data["message"]
+        if data.get("kind") == PLACED_EVENT and (match := OLD_PLACED_TEXT.match(message)):
+            return {**data, "pool": match["pool"], "seconds": float(match["seconds"])}
+        if data.get("kind") == PREEMPTED_EVENT and OLD_PREEMPTED_MARK in message:
+            return {**data, "pool": message.rsplit(OLD_PREEMPTED_MARK, 1)[1]}
+        return data
 
 
 class RunRecord(StateModel):
@@ -223,8 +244,9 @@ class ClusterState(StateModel):
             return self.current_run
         return next((r for r in self.runs if r.id == run_id), None)
 
-    def log(self, kind: str, message: str, by: str | None = None) -> None:
-        self.events.append(EventRecord(kind=kind, message=message, by=by))
+    def log(self, kind: str, message: str, by: str | None = None, pool: str | None = None,
+            seconds: float | None = None) -> None:
+        self.events.append(EventRecord(kind=kind, message=message, by=by, pool=pool, seconds=seconds))
 
 
 class StateStore:

@@ -80,10 +80,13 @@ class ComputeTpusApi:
         insert_and_wait(self.timing, insert, self._wait_in(scope, where), what)
 
     def _usable(self, request: TpuVmRequest, what: str) -> TpuSlice | None:
-        """The slice once every host runs with its rank; a failed creation attempt of the group raises."""
+        """The slice once every host runs with its rank; a failed creation attempt of the group raises. A poll
+        lists the group's VMs once, for both."""
+        managed = None
         if request.multi_host:
-            self._raise_failed_attempt(request.zone, request.name, what)
-        found = self.get_tpu_vm(request.zone, request.name)
+            managed = self._managed(request.zone, request.name)
+            raise_failed_attempt(managed, what)
+        found = self._read(request.zone, request.name, managed)
         if found is None:
             raise CloudError(f"{what}: it is gone while being created", "rerun `tpuops up`")
         if found.state == "READY":
@@ -92,37 +95,59 @@ class ComputeTpusApi:
             return None
         raise CloudError(f"{what}: it is {found.state} ({found.detail})", "run `tpuops down` then `tpuops up`")
 
-    def _raise_failed_attempt(self, zone: str, name: str, what: str) -> None:
-        """A BULK group waits for all its VMs at once; its last attempt's error says why it does not get them."""
-        for managed in self._managed(zone, name):
-            errors = list(managed.last_attempt.errors.errors) if managed.last_attempt else []
-            if errors:
-                raise operation_failure(what, ((error.code, error.message) for error in errors))
-
     # ---------------------------------------------------------------------------------------------- read
     def get_tpu_vm(self, zone: str, name: str) -> TpuSlice | None:
+        return self._read(zone, name)
+
+    def _read(self, zone: str, name: str, managed: list[Any] | None = None) -> TpuSlice | None:
+        """The slice as it is now, each thing read once (nothing kept between calls: the server's state changes);
+        `managed`: the group's VMs, when this call listed them already."""
         group = self._get(lambda: self.c.groups.get(project=self.project, zone=zone, instance_group_manager=name),
                           f"get instance group {name}")
         if group is not None:
-            return self._group_slice(zone, group)
+            return self._group_slice(zone, group, managed)
         instance = self._get_instance(zone, name)
         return None if instance is None else to_slice(name, zone, [to_host(instance, single=True)], 1,
                                                       dict(instance.labels), instance.machine_type,
                                                       provisioning_model=instance.scheduling.provisioning_model)
 
-    def _group_slice(self, zone: str, group: Any) -> TpuSlice:
-        names = [m.instance.rsplit("/", 1)[-1] for m in self._managed(zone, group.name) if m.instance]
-        instances = [found for found in (self._get_instance(zone, n) for n in names) if found is not None]
+    def _group_slice(self, zone: str, group: Any, managed: list[Any] | None = None) -> TpuSlice:
+        """The group's VMs in one listing. Their labels, machine type and scheduling are their template's (the group
+        made them from it), so the template is read only while the group has none."""
+        listed = self._managed(zone, group.name) if managed is None else managed
+        names = [m.instance.rsplit("/", 1)[-1] for m in listed if m.instance]
+        instances = self._group_instances(zone, group, names)
+        if instances:
+            made = instances[0]
+            labels, machine_type, model = dict(made.labels), made.machine_type, made.scheduling.provisioning_model
+        else:
+            properties = self._template_properties(group)
+            labels = dict(properties.labels) if properties else {}
+            machine_type = properties.machine_type if properties else ""
+            model = properties.scheduling.provisioning_model if properties else ""
+        topologies = list(group.status.applied_accelerator_topologies) if group.status else []
+        return to_slice(group.name, zone, [to_host(i, single=False) for i in instances], group.target_size,
+                        labels, machine_type, topology_state=topologies[0].state if topologies else None,
+                        provisioning_model=model)
+
+    def _group_instances(self, zone: str, group: Any, names: list[str]) -> list[Any]:
+        """The VMs `names`, in that order: one listing of the zone's VMs named after the group (it names them
+        BASE-xxxx), then any it did not return (named otherwise, or gone meanwhile) asked for one by one."""
+        if not names:
+            return []
+        base = group.base_instance_name or group.name
+        request = {"project": self.project, "zone": zone, "filter": f'name eq "{base}-.+"'}
+        listed = self.timing.call(lambda: list(self.c.instances.list(request=request)),
+                                  f"list the VMs of group {group.name}", API)
+        by_name = {instance.name: instance for instance in listed}
+        found = [by_name.get(name) or self._get_instance(zone, name) for name in names]
+        return [instance for instance in found if instance is not None]
+
+    def _template_properties(self, group: Any) -> Any:
         template = self._get(lambda: self.c.templates.get(
             project=self.project, instance_template=group.instance_template.rsplit("/", 1)[-1]),
             f"get instance template of {group.name}")
-        properties = template.properties if template is not None else None
-        topologies = list(group.status.applied_accelerator_topologies) if group.status else []
-        return to_slice(group.name, zone, [to_host(i, single=False) for i in instances], group.target_size,
-                        dict(properties.labels) if properties else {},
-                        properties.machine_type if properties else "",
-                        topology_state=topologies[0].state if topologies else None,
-                        provisioning_model=properties.scheduling.provisioning_model if properties else "")
+        return template.properties if template is not None else None
 
     def _managed(self, zone: str, name: str) -> list[Any]:
         return self.timing.call(lambda: list(self.c.groups.list_managed_instances(
@@ -133,7 +158,8 @@ class ComputeTpusApi:
                          f"get VM {name}")
 
     def host_keys(self, zone: str, name: str) -> list[HostKey]:
-        found = self.get_tpu_vm(zone, name)
+        """Each host's keys: the slice read once (its hosts' names and ranks), then one guest-attribute read a host."""
+        found = self._read(zone, name)
         return [key for host in (found.hosts if found else ())
                 for key in guest_host_keys(self.timing, self.c.instances, self.project, zone, host.instance, host.rank)]
 
@@ -145,11 +171,14 @@ class ComputeTpusApi:
                 continue  # a plain VM of the same cluster (a client or guard VM)
             creator = next((i.value for i in instance.metadata.items if i.key == "created-by"), "")
             found[(zone, creator.rsplit("/", 1)[-1] if creator else instance.name)] = None
+        listed: dict[tuple[str, str], Any] = {}
         for zone in zones:
             groups = self.timing.call(lambda zone=zone: list(self.c.groups.list(project=self.project, zone=zone)),
                                       f"list instance groups in {zone}", API)
-            found.update({(zone, group.name): None for group in groups})
-        slices = [self.get_tpu_vm(zone, name) for zone, name in found]
+            listed.update({(zone, group.name): group for group in groups})
+        found.update(dict.fromkeys(listed))
+        slices = [self._group_slice(zone, listed[(zone, name)]) if (zone, name) in listed
+                  else self.get_tpu_vm(zone, name) for zone, name in found]  # a listed group is not asked for again
         return [s for s in slices if s is not None and has_labels(s.labels, labels)]
 
     # -------------------------------------------------------------------------------------------- delete
@@ -182,3 +211,11 @@ class ComputeTpusApi:
         if scope == "region":
             return lambda operation: c.region_operations.wait(project=project, region=where, operation=operation)
         return lambda operation: c.global_operations.wait(project=project, operation=operation)
+
+
+def raise_failed_attempt(managed: Sequence[Any], what: str) -> None:
+    """A BULK group waits for all its VMs at once; its last attempt's error says why it does not get them."""
+    for vm in managed:
+        errors = list(vm.last_attempt.errors.errors) if vm.last_attempt else []
+        if errors:
+            raise operation_failure(what, ((error.code, error.message) for error in errors))
