@@ -15,6 +15,7 @@ COLLATORS = {"DataCollatorWithPadding", "DataCollatorForLanguageModeling", "Data
              "DataCollatorForTokenClassification", "DataCollatorForWholeWordMask"}
 FP16_ATTRIBUTES = {"torch.float16", "torch.half", "jnp.float16", "jax.numpy.float16", "tf.float16", "np.float16"}
 FP16_STRINGS = {"mixed_float16", "float16", "fp16", "half"}
+F16_VARIABLE = "XLA_USE_F16"  # PyTorch/XLA's switch: every float tensor stored as float16 on the device
 DTYPE_KEYWORDS = {"dtype", "torch_dtype", "param_dtype", "compute_dtype", "policy", "mixed_precision"}
 DTYPE_SETTERS = {"to", "astype", "type", "autocast", "set_global_policy", "Policy", "set_policy",
                  "set_default_dtype", "set_dtype_policy", "DTypePolicy"}
@@ -136,10 +137,30 @@ def _padded_again(node: ast.Call, module: Module) -> bool:
 def fp16(module: Module, settings: Settings) -> Iterator[Hit]:
     if _export_module(module):
         return
-    for node in module.calls:
-        hit = _fp16_call(node, module, settings)
-        if hit is not None and not _behind_fp16_switch(hit[0], module, settings):
+    hits = [hit for node in module.calls if (hit := _fp16_call(node, module, settings)) is not None]
+    hits += [(node, f"{F16_VARIABLE}={value!r} makes PyTorch/XLA store every float tensor as float16: TPUs compute "
+                    "in bfloat16 (XLA_USE_BF16)") for node, value in _f16_environment(module)]
+    for hit in hits:
+        if not _behind_fp16_switch(hit[0], module, settings):
             yield hit
+
+
+def _f16_environment(module: Module) -> Iterator[tuple[ast.AST, str]]:
+    """`os.environ["XLA_USE_F16"] = "1"`, `os.environ.setdefault("XLA_USE_F16", "1")`, `os.putenv(...)`: set on."""
+    for node in module.assigns:
+        for target in node.targets:
+            if isinstance(target, ast.Subscript) and dotted(target.value).endswith("environ") and \
+                    isinstance(target.slice, ast.Constant) and target.slice.value == F16_VARIABLE:
+                yield from _switched_on(node, node.value)
+    for call in module.calls:
+        if last_name(call.func) in {"setdefault", "putenv"} and len(call.args) == 2 and \
+                isinstance(call.args[0], ast.Constant) and call.args[0].value == F16_VARIABLE:
+            yield from _switched_on(call, call.args[1])
+
+
+def _switched_on(node: ast.AST, value: ast.AST) -> Iterator[tuple[ast.AST, str]]:
+    if isinstance(value, ast.Constant) and str(value.value).strip().lower() in {"1", "true", "yes"}:
+        yield node, str(value.value)
 
 
 def _export_module(module: Module) -> bool:

@@ -41,6 +41,11 @@ PYTHON_BUILTINS = {"len", "int", "float", "bool", "str", "range", "enumerate", "
                    "repr", "format", "type", "hasattr", "getattr", "callable", "id", "hash", "open", "super",
                    "iter", "next", "sorted", "reversed", "vars", "dir", "zip"}
 DEVICE_MOVES = {"to_device", "send_to_device", "move_to_device"}
+# `xm = importlib.import_module("torch_xla.core.xla_model")`: a module, not a tensor (nor a model).
+MODULE_LOADERS = {"import_module", "__import__", "reload"}
+# Predicates named `is_*` answer with a Python bool (`torch.jit.is_scripting()`, `dist.is_initialized()`,
+# `t.is_floating_point()`), but for TensorFlow's elementwise ones.
+TENSOR_PREDICATES = {"is_nan", "is_inf", "is_finite", "is_non_decreasing", "is_strictly_increasing"}
 MODEL_WORDS = ("model", "net", "module", "criterion", "loss_fn", "lossfn", "apply_fn")
 TENSOR_CLASSES = {"Tensor", "Variable", "Parameter", "FloatTensor", "LongTensor", "Array"}
 
@@ -131,6 +136,9 @@ class TensorValues:
     def _call(self, call: ast.Call) -> bool:
         func = call.func
         if isinstance(func, ast.Name) and func.id in PYTHON_BUILTINS:
+            return False
+        called = last_name(func)
+        if called in MODULE_LOADERS or (called.startswith("is_") and called not in TENSOR_PREDICATES):
             return False
         if isinstance(func, ast.Name | ast.Attribute) and last_name(func) in self.python_calls:
             return False
