@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tpuops.check.project import dotted, last_name
 from tpuops.check.steps import Hit, Step
-from tpuops.check.tensors import TensorValues
+from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues
 from tpuops.check.wrappers import keyword as _keyword
 
 
@@ -158,6 +158,10 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
     elif isinstance(func, ast.Name) and func.id in {"float", "int", "bool"} and node.args and \
             evident.is_tensor(node.args[0]):
         yield node, f"`{func.id}()` of a tensor in {_where(step)} waits for the device {every}"
+    elif step.kind in {"lazy", "torch"} and last_name(func) in HOST_COPY_HELPERS and \
+            last_name(func) not in step.module.defs and any(values.is_tensor(a) for a in node.args):
+        # (a library's helper: one of this module's own is read as part of the step, its `.numpy()` found there)
+        yield node, f"`{last_name(func)}` of a tensor in {_where(step)} copies it to the host {every}"
     elif isinstance(func, ast.Name) and func.id in {"format", "str", "repr"} and node.args and \
             evident.is_tensor(node.args[0]):
         yield node, f"`{func.id}()` of a tensor in {_where(step)} reads its value {every}"
