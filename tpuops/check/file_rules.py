@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 
+from tpuops.check.hand_padding import fixes_the_length, in_collate_function
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
 from tpuops.check.settings import Settings
 from tpuops.check.steps import Hit
@@ -52,6 +53,10 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
         elif last_name(node.func) == "pad_sequence" and settings.torch_xla and not _in_forward(node, module) and \
                 not _padded_again(node, module):
             yield node, "pad_sequence pads each batch to its longest sequence"
+        elif last_name(node.func) in settings.longest_padders and settings.torch_xla and \
+                in_collate_function(node, module, settings.collators) and not fixes_the_length(node):
+            yield node, f"{last_name(node.func)}() pads the batch's examples to the longest of them: a new length " \
+                        "per batch"
 
 
 def _aborts(node: ast.AST, module: Module) -> bool:
