@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 
+from tpuops.check.hand_padding import fixes_the_length, in_collate_function
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
 from tpuops.check.settings import Settings
 from tpuops.check.steps import Hit
@@ -15,6 +16,7 @@ COLLATORS = {"DataCollatorWithPadding", "DataCollatorForLanguageModeling", "Data
              "DataCollatorForTokenClassification", "DataCollatorForWholeWordMask"}
 FP16_ATTRIBUTES = {"torch.float16", "torch.half", "jnp.float16", "jax.numpy.float16", "tf.float16", "np.float16"}
 FP16_STRINGS = {"mixed_float16", "float16", "fp16", "half"}
+F16_VARIABLE = "XLA_USE_F16"  # PyTorch/XLA's switch: every float tensor stored as float16 on the device
 DTYPE_KEYWORDS = {"dtype", "torch_dtype", "param_dtype", "compute_dtype", "policy", "mixed_precision"}
 DTYPE_SETTERS = {"to", "astype", "type", "autocast", "set_global_policy", "Policy", "set_policy",
                  "set_default_dtype", "set_dtype_policy", "DTypePolicy"}
@@ -51,6 +53,10 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
         elif last_name(node.func) == "pad_sequence" and settings.torch_xla and not _in_forward(node, module) and \
                 not _padded_again(node, module):
             yield node, "pad_sequence pads each batch to its longest sequence"
+        elif last_name(node.func) in settings.longest_padders and settings.torch_xla and \
+                in_collate_function(node, module, settings.collators) and not fixes_the_length(node):
+            yield node, f"{last_name(node.func)}() pads the batch's examples to the longest of them: a new length " \
+                        "per batch"
 
 
 def _aborts(node: ast.AST, module: Module) -> bool:
@@ -136,10 +142,30 @@ def _padded_again(node: ast.Call, module: Module) -> bool:
 def fp16(module: Module, settings: Settings) -> Iterator[Hit]:
     if _export_module(module):
         return
-    for node in module.calls:
-        hit = _fp16_call(node, module, settings)
-        if hit is not None and not _behind_fp16_switch(hit[0], module, settings):
+    hits = [hit for node in module.calls if (hit := _fp16_call(node, module, settings)) is not None]
+    hits += [(node, f"{F16_VARIABLE}={value!r} makes PyTorch/XLA store every float tensor as float16: TPUs compute "
+                    "in bfloat16 (XLA_USE_BF16)") for node, value in _f16_environment(module)]
+    for hit in hits:
+        if not _behind_fp16_switch(hit[0], module, settings):
             yield hit
+
+
+def _f16_environment(module: Module) -> Iterator[tuple[ast.AST, str]]:
+    """`os.environ["XLA_USE_F16"] = "1"`, `os.environ.setdefault("XLA_USE_F16", "1")`, `os.putenv(...)`: set on."""
+    for node in module.assigns:
+        for target in node.targets:
+            if isinstance(target, ast.Subscript) and dotted(target.value).endswith("environ") and \
+                    isinstance(target.slice, ast.Constant) and target.slice.value == F16_VARIABLE:
+                yield from _switched_on(node, node.value)
+    for call in module.calls:
+        if last_name(call.func) in {"setdefault", "putenv"} and len(call.args) == 2 and \
+                isinstance(call.args[0], ast.Constant) and call.args[0].value == F16_VARIABLE:
+            yield from _switched_on(call, call.args[1])
+
+
+def _switched_on(node: ast.AST, value: ast.AST) -> Iterator[tuple[ast.AST, str]]:
+    if isinstance(value, ast.Constant) and str(value.value).strip().lower() in {"1", "true", "yes"}:
+        yield node, str(value.value)
 
 
 def _export_module(module: Module) -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tpuops.check.project import dotted, last_name
 from tpuops.check.steps import Hit, Step
-from tpuops.check.tensors import TensorValues
+from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues
 from tpuops.check.wrappers import keyword as _keyword
 
 
@@ -101,8 +101,22 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
                 yield node, f"`{name}` in {_where(step)} pads to this step's longest sequence: a new shape per step"
             elif name == "where" and values.framework_call(node) and len(node.args) == 1 and not node.keywords:
                 yield node, f"one-argument `{dotted(node.func)}` in {_where(step)} returns data-dependent indices"
+            elif name == "repeat_interleave" and _repeats_by_data(node, method, values):
+                yield node, f"`{name}` by a tensor of counts in {_where(step)}: its length is their sum, the data's"
         elif _masked(node, values):
             yield node, f"boolean-mask indexing in {_where(step)}: the result's shape depends on the data"
+
+
+def _repeats_by_data(call: ast.Call, method: bool, values: TensorValues) -> bool:
+    """`x.repeat_interleave(durations, dim=1)`, `torch.repeat_interleave(x, counts)`: repeated by a tensor, with no
+    `output_size=` to fix the length (a Python int repeats by a constant: a fixed shape)."""
+    if any(k.arg == "output_size" for k in call.keywords) or not (method or values.framework_call(call)):
+        return False
+    repeats = next((k.value for k in call.keywords if k.arg == "repeats"), None)
+    if repeats is None:
+        positional = call.args[0:1] if method else call.args[1:2]
+        repeats = positional[0] if positional else None
+    return repeats is not None and values.evident.is_tensor(repeats)
 
 
 def _masked(node: ast.AST, values: TensorValues) -> bool:
@@ -144,6 +158,10 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
     elif isinstance(func, ast.Name) and func.id in {"float", "int", "bool"} and node.args and \
             evident.is_tensor(node.args[0]):
         yield node, f"`{func.id}()` of a tensor in {_where(step)} waits for the device {every}"
+    elif step.kind in {"lazy", "torch"} and last_name(func) in HOST_COPY_HELPERS and \
+            last_name(func) not in step.module.defs and any(values.is_tensor(a) for a in node.args):
+        # (a library's helper: one of this module's own is read as part of the step, its `.numpy()` found there)
+        yield node, f"`{last_name(func)}` of a tensor in {_where(step)} copies it to the host {every}"
     elif isinstance(func, ast.Name) and func.id in {"format", "str", "repr"} and node.args and \
             evident.is_tensor(node.args[0]):
         yield node, f"`{func.id}()` of a tensor in {_where(step)} reads its value {every}"

@@ -182,6 +182,12 @@ class Project:
         for module in self.modules:  # a last resort: `from steps import x` where steps.py is somewhere else
             self.by_name.setdefault(module.name.rsplit(".", 1)[-1], module)
 
+    @property
+    def roots(self) -> set[str]:
+        """The first parts of the names an import of one of the project's modules starts with ("" for a relative
+        import)."""
+        return {name.split(".")[0] for name in self.by_name} | {""}
+
     def module_named(self, name: str, importer: Module) -> Module | None:
         """The module an import names, looked up as Python would find it from the importer: next to it (a script's
         own directory is on sys.path), then from each directory above, then anywhere by its last part."""

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 def region_nodes(step: Step) -> Iterator[ast.AST]:
     """The nodes a step runs each time. A PyTorch/XLA lazy step leaves out nested functions (closures, e.g.
     for `xm.add_step_closure`), what runs only every N steps (`if step % N == 0:`, also through a name:
-    `should_log = step % 100 == 0`), once (`if step == 0:`, `if preds is None: preds = ...`), and the branch a
+    `should_log = step % 100 == 0`), once (`if step == 0:`, `if preds is None: preds = ...`, a body that ends
+    the loop with `break` or `return`), and the branch a
     TPU does not take (`if use_xla: ... else: <CUDA code>`, `if torch.cuda.is_available(): ...`)."""
     if step.node is None or isinstance(step.node, ast.Call):
         return
@@ -31,7 +32,8 @@ def region_nodes(step: Step) -> Iterator[ast.AST]:
         yield node
         if isinstance(node, ast.If):
             test = _named_test(node.test, module)
-            if _every_n_steps(test) or _once(test) or _first_time(node) or _gpu_test(test):
+            if _every_n_steps(test) or _once(test) or _first_time(node) or _leaves(node, step.node) or \
+                    _gpu_test(test):
                 stack.extend(reversed(node.orelse))
                 stack.append(node.test)
                 continue
@@ -53,12 +55,36 @@ def _named_test(test: ast.AST, module: Module | None) -> ast.AST:
 
 
 def _every_n_steps(test: ast.AST) -> bool:
-    """`step % log_every == 0`, `len(pending_logs) >= log_interval`; not `(i + 1) % accumulation_steps == 0`,
-    which is every optimizer step."""
-    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.Constant)
-               and "accum" not in dotted(n.right).lower() for n in ast.walk(test)) or \
+    """`step % log_every == 0`, `not step % log_every`, `len(pending_logs) >= log_interval`; not `(i + 1) %
+    accumulation_steps == 0`, which is every optimizer step, nor `if step % 100:` (or `!= 0`), which is true on
+    all the other steps."""
+    inverted = set(map(id, _truth_of_remainders(test)))
+    return any(_schedule_mod(n) and id(n) not in inverted for n in ast.walk(test)) or \
         any(isinstance(n, ast.Compare) and isinstance(n.left, ast.Call) and last_name(n.left.func) == "len" and
             isinstance(n.ops[0], ast.GtE | ast.Gt) for n in ast.walk(test))
+
+
+def _truth_of_remainders(test: ast.AST) -> Iterator[ast.AST]:
+    """Remainders the test takes as true when non-zero (`if step % 100:`, `... and i % n != 0`)."""
+    if isinstance(test, ast.BinOp):
+        yield test
+    elif isinstance(test, ast.BoolOp):
+        for value in test.values:
+            yield from _truth_of_remainders(value)
+    elif isinstance(test, ast.Compare) and all(isinstance(op, ast.NotEq) for op in test.ops):
+        yield from (e for e in (test.left, *test.comparators) if isinstance(e, ast.BinOp))
+
+
+def _schedule_mod(node: ast.AST) -> bool:
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and not isinstance(node.left, ast.Constant) \
+        and "accum" not in dotted(node.right).lower()
+
+
+def _leaves(branch: ast.If, step: ast.AST) -> bool:
+    """`if step >= total_steps: ...; break` (or `return` in a step loop): a body that ends the loop runs once.
+    (In a step function, a `return` in a branch is how each step ends.)"""
+    ends = (ast.Break, ast.Return) if isinstance(step, ast.For | ast.AsyncFor | ast.While) else ast.Break
+    return bool(branch.body) and isinstance(branch.body[-1], ends)
 
 
 def _first_time(branch: ast.If) -> bool:
@@ -134,26 +160,31 @@ def uses_torch_xla(module: Module) -> bool:
     return any(source.split(".")[0] in {"torch_xla", "accelerate"} for source, _ in module.imported.values())
 
 
-def runs_model(body: list[ast.stmt], module: Module, depth: int = 0) -> bool:
+def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: frozenset[str] = frozenset()) -> bool:
     """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `self(**data)`
-    (a Module's own method), or a method of the same module that does (`self.validate_one_step(batch)`)."""
+    (a Module's own method), a method of the same module that does (`self.validate_one_step(batch)`), or a helper
+    given the model and the loop's `batch` (`get_loss(model, batch, step)`; not `train_epoch(model, loader)`,
+    which runs its own loop)."""
     stack: list[ast.AST] = list(body)
     while stack:
         node = stack.pop()
         if isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.FunctionDef | ast.AsyncFunctionDef |
                       ast.Lambda | ast.ClassDef):
             continue
-        if isinstance(node, ast.Call) and _model_call(node, module, depth):
+        if isinstance(node, ast.Call) and _model_call(node, module, depth, batch):
             return True
         stack.extend(ast.iter_child_nodes(node))
     return False
 
 
-def _model_call(call: ast.Call, module: Module, depth: int) -> bool:
+def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str]) -> bool:
     func = call.func
     if isinstance(func, ast.Name) and func.id == "self":
         return True
     if isinstance(func, ast.Name | ast.Attribute) and "model" in last_name(func).lower():
+        return True
+    names = {a.id for a in call.args if isinstance(a, ast.Name)}
+    if any("model" in name.lower() for name in names) and names & batch:
         return True
     if depth < 2 and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
             func.value.id == "self":

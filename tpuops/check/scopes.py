@@ -41,6 +41,8 @@ TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial"
               "filter_grad", "filter_vmap", "shard_map", "named_call", "custom_vjp", "custom_jvp", "pmap", "jit",
               "pjit", "filter_jit"}
 KERAS_STEP_METHODS = {"train_step", "test_step"}
+# Keras runs these of a custom metric inside its compiled train and test functions, on every batch.
+KERAS_METRIC_METHODS = {"update_state", "result"}
 LIGHTNING_STEP_METHODS = {"training_step", "validation_step", "test_step", "predict_step"}
 STRATEGY_RUNS = {"run", "experimental_run_v2"}  # tf.distribute's step runner, under its TF 2.0/2.1 name too
 
@@ -63,6 +65,7 @@ class StepFinder(TorchXlaSteps):
     _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
     _forwards_queued: bool = False
+    _on_xla: set[int] | None = None  # modules that run on the XLA device (torch_xla's and what they import)
 
     def values(self, step: Step) -> TensorValues:
         """The tensor inference for a step (cached: a function with several step loops is read once)."""
@@ -132,6 +135,12 @@ class StepFinder(TorchXlaSteps):
                     if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
                         yield Step(f"{cls_node.name}.{method.name}", kind, "Keras train_step", module, method,
                                    frozenset(params_of(method) - {"self"}))
+            if _keras(module) and any(last_name(b) == "Metric" for b in cls_node.bases):
+                kind = "tf" if _tf_keras(cls_node, module) else "keras"
+                for method in cls_node.body:
+                    if isinstance(method, FunctionNode) and method.name in KERAS_METRIC_METHODS:
+                        yield Step(f"{cls_node.name}.{method.name}", kind, "a Keras metric (run by fit every batch)",
+                                   module, method, frozenset(params_of(method) - {"self"} - flag_params(method)))
         hows = {id(loop): self._step_loop(loop, module) for loop in module.loops}
         around = set()  # loops around a step loop (epochs, chunks): what they run besides runs once per epoch
         for loop in module.loops:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from tpuops.check.hand_padding import collate_names, longest_padders
 from tpuops.check.project import FunctionNode, Module, Project, last_name
 
 UNKNOWN: frozenset[object] = frozenset()
@@ -26,6 +27,8 @@ class Settings:
     configs: dict[tuple[str, str], set[object]] = field(default_factory=dict)  # (dict name, key) -> values
     made: dict[str, list[tuple[Module, ast.Call]]] = field(default_factory=dict)  # class -> where it is built
     torch_xla: bool = False  # the project trains with PyTorch/XLA (its collate functions feed the TPU)
+    longest_padders: frozenset[str] = frozenset()  # its functions that pad examples to the longest (hand_padding)
+    collators: frozenset[str] = frozenset()  # its functions handed over as collate_fn=
 
     @classmethod
     def of(cls, project: Project) -> Settings:
@@ -35,7 +38,10 @@ class Settings:
                 settings._class_fields(cls_node)
         classes = set(settings.fields)
         settings.torch_xla = any(source.split(".")[0] in {"torch_xla", "accelerate"}
-                                 for module in project.modules for source, _ in module.imported.values())
+                                 for module in project.modules for source, _ in module.imported.values()) or \
+            _lightning_on_tpu(project)
+        settings.longest_padders = longest_padders(project.modules)
+        settings.collators = collate_names(project.modules)
         for module in project.modules:
             for call in module.calls:
                 if last_name(call.func) == "add_argument":
@@ -182,3 +188,15 @@ def _annotation(function: FunctionNode | None, name: str) -> str:
             return last_name(argument.annotation) or (argument.annotation.value
                                                       if isinstance(argument.annotation, ast.Constant) else "")
     return ""
+
+
+def _lightning_on_tpu(project: Project) -> bool:
+    """Lightning with a TPU accelerator named somewhere (`accelerator="tpu"`, `TPUSpawnStrategy`, `XLAStrategy`):
+    it runs on PyTorch/XLA without importing it."""
+    imported = [f"{source}.{attribute or ''}".lower() for module in project.modules
+                for source, attribute in module.imported.values()]
+    if not any(name.split(".")[0] in {"pytorch_lightning", "lightning"} for name in imported):
+        return False
+    return any("tpu" in name or "xla" in name for name in imported) or \
+        any(isinstance(node, ast.Constant) and node.value == "tpu"
+            for module in project.modules for node in ast.walk(module.tree))

@@ -41,6 +41,15 @@ PYTHON_BUILTINS = {"len", "int", "float", "bool", "str", "range", "enumerate", "
                    "repr", "format", "type", "hasattr", "getattr", "callable", "id", "hash", "open", "super",
                    "iter", "next", "sorted", "reversed", "vars", "dir", "zip"}
 DEVICE_MOVES = {"to_device", "send_to_device", "move_to_device"}
+# Helpers (the trainer's or a library's, e.g. pytorch_toolbelt's `to_numpy`) named for copying a tensor to the
+# host: what they return is a host value.
+HOST_COPY_HELPERS = {"to_numpy", "to_np", "tonumpy", "as_numpy", "asnumpy", "tensor2numpy", "tensor_to_numpy",
+                     "to_cpu", "tensor2np", "detach_to_numpy"}
+# `xm = importlib.import_module("torch_xla.core.xla_model")`: a module, not a tensor (nor a model).
+MODULE_LOADERS = {"import_module", "__import__", "reload"}
+# Predicates named `is_*` answer with a Python bool (`torch.jit.is_scripting()`, `dist.is_initialized()`,
+# `t.is_floating_point()`), but for TensorFlow's elementwise ones.
+TENSOR_PREDICATES = {"is_nan", "is_inf", "is_finite", "is_non_decreasing", "is_strictly_increasing"}
 MODEL_WORDS = ("model", "net", "module", "criterion", "loss_fn", "lossfn", "apply_fn")
 TENSOR_CLASSES = {"Tensor", "Variable", "Parameter", "FloatTensor", "LongTensor", "Array"}
 
@@ -132,6 +141,10 @@ class TensorValues:
         func = call.func
         if isinstance(func, ast.Name) and func.id in PYTHON_BUILTINS:
             return False
+        called = last_name(func)
+        if called in MODULE_LOADERS | HOST_COPY_HELPERS or \
+                (called.startswith("is_") and called not in TENSOR_PREDICATES):
+            return False
         if isinstance(func, ast.Name | ast.Attribute) and last_name(func) in self.python_calls:
             return False
         if isinstance(func, ast.Name | ast.Attribute) and last_name(func) in self.tensor_calls:
@@ -142,6 +155,8 @@ class TensorValues:
         if isinstance(func, ast.Attribute):
             if func.attr in PYTHON_METHODS:
                 return False
+            if func.attr == "read_value":  # a TensorFlow variable's value (a Keras metric's or layer's weight)
+                return True
             if self.is_tensor(func.value) or (func.attr == "to" and not self._object(func.value)):
                 return True
             if func.attr in DEVICE_MOVES and call.args:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
 from tpuops.check.pyvalues import flag_params, none_default_params, scalar_params
-from tpuops.check.regions import runs_model, uses_torch_xla
+from tpuops.check.regions import loop_batch, runs_model, uses_torch_xla
 from tpuops.check.steps import Step
 from tpuops.check.wrappers import compiler
 
@@ -31,6 +31,7 @@ class TorchXlaSteps:
     _drivers: dict[int, bool]  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]]  # loops, calls
     _forwards_queued: bool  # the model's forwards are queued once
+    _on_xla: set[int] | None  # modules that run on the XLA device (decided once)
 
     def ends_step(self, function: FunctionNode, module: Module) -> bool:
         """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
@@ -75,9 +76,27 @@ class TorchXlaSteps:
             return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
             return "each iteration ends a step: a device loader"
-        if uses_torch_xla(module) and runs_model(loop.body, module):
+        if self.runs_on_xla(module) and runs_model(loop.body, module, batch=loop_batch(loop, module)):
             return RUNS_MODEL
         return ""
+
+    def runs_on_xla(self, module: Module) -> bool:
+        """The module uses PyTorch/XLA (or Accelerate), or imports one of the project's functions that give the XLA
+        device (`from utils import get_device`, whose body returns `xm.xla_device()`): its tensors are there. (What
+        a PyTorch/XLA script imports is not enough: a TPU script borrowing helpers from its GPU twin is common.)"""
+        if self._on_xla is None:
+            devices = self._xla_device_functions()
+            self._on_xla = {id(m) for m in self.project.modules if uses_torch_xla(m) or any(
+                (id(self.project.module_named(source, m)), attribute) in devices
+                for source, attribute in m.imported.values() if source.split(".")[0] in self.project.roots)}
+        return id(module) in self._on_xla
+
+    def _xla_device_functions(self) -> set[tuple[int, str | None]]:
+        """(module, name) of the project's functions that give the XLA device (`def get_device(): return
+        xm.xla_device()`)."""
+        return {(id(module), function.name) for module in self.project.modules if uses_torch_xla(module)
+                for defs in module.defs.values() for function in defs
+                if any(isinstance(n, ast.Call) and last_name(n.func) == "xla_device" for n in ast.walk(function))}
 
     def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module, depth: int = 0) -> bool:
         """The loop iterates a device loader (`MpDeviceLoader(...)`, `pl.ParallelLoader(...).per_device_loader`,

@@ -1,0 +1,83 @@
+"""Padding written by hand in an input pipeline: a helper that pads a list of examples to the longest of them
+(`max_len = max(len(x) for x in inputs)`, then `np.pad`/`F.pad`/`np.zeros((n, max_len))`), called by a collate
+function. Every batch then has its own length, and a compiled step a new shape (XLA004), as with a collator's
+`padding="longest"`.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+from tpuops.check.project import FunctionNode, Module, last_name
+
+PAD_CALLS = {"pad", "zeros", "full", "ones", "empty", "new_full", "new_zeros", "stack"}
+LENGTH_WORDS = ("len", "max")  # a parameter that fixes the length (`maxlen=None`, `max_length`) when given
+
+
+def longest_padders(modules: Iterable[Module]) -> frozenset[str]:
+    """The names of the functions that pad their examples to the longest one."""
+    return frozenset(name for module in modules for name, defs in module.defs.items()
+                     if any(_pads_to_longest(d) for d in defs))
+
+
+def collate_names(modules: Iterable[Module]) -> frozenset[str]:
+    """Functions handed to a loader as `collate_fn=`."""
+    return frozenset(last_name(k.value) for module in modules for call in module.calls for k in call.keywords
+                     if k.arg == "collate_fn" and last_name(k.value))
+
+
+def in_collate_function(call: ast.Call, module: Module, collators: frozenset[str]) -> bool:
+    """Inside a collate function: one handed over as `collate_fn=`, one named for it, or a collator class's."""
+    for ancestor in module.ancestors(call):
+        if isinstance(ancestor, FunctionNode) and (ancestor.name in collators or "collate" in ancestor.name.lower()):
+            return True
+        if isinstance(ancestor, ast.ClassDef) and "collat" in ancestor.name.lower():
+            return True
+    return False
+
+
+def fixes_the_length(call: ast.Call) -> bool:
+    """`pad_2D(mels, max_len)`, `pad(x, mel_max_length=n)`: the caller gives the length."""
+    return len(call.args) > 1 or any(k.arg and any(w in k.arg.lower() for w in LENGTH_WORDS) for k in call.keywords)
+
+
+def _pads_to_longest(function: FunctionNode) -> bool:
+    longest = {target.id for node in ast.walk(function) if isinstance(node, ast.Assign)
+               for target in node.targets if isinstance(target, ast.Name) and _longest_of(node.value)}
+    if not longest:
+        return False
+    return any(isinstance(node, ast.Call) and last_name(node.func) in PAD_CALLS and
+               any(isinstance(n, ast.Name) and n.id in longest for n in ast.walk(node))
+               for node in ast.walk(function)) or _passed_to_padding(function, longest)
+
+
+def _passed_to_padding(function: FunctionNode, longest: set[str]) -> bool:
+    """`pad_data(x, max_len)` where the nested `pad_data` pads: the length handed to a padding call inside."""
+    inner = [n for n in ast.walk(function) if isinstance(n, FunctionNode) and n is not function]
+    pads = {f.name for f in inner if any(isinstance(c, ast.Call) and last_name(c.func) in PAD_CALLS
+                                         for c in ast.walk(f))}
+    return any(isinstance(node, ast.Call) and last_name(node.func) in pads and
+               any(isinstance(a, ast.Name) and a.id in longest for a in node.args)
+               for node in ast.walk(function))
+
+
+def _longest_of(value: ast.AST) -> bool:
+    """`max(len(x) for x in xs)`, `max([x.size(0) for x in xs])`, `max(x.shape[0] for x in xs)`,
+    `max(map(len, xs))`: the longest of the examples."""
+    if not (isinstance(value, ast.Call) and last_name(value.func) == "max" and len(value.args) == 1):
+        return False
+    argument = value.args[0]
+    if isinstance(argument, ast.Call) and last_name(argument.func) == "map" and argument.args:
+        return last_name(argument.args[0]) == "len"
+    if isinstance(argument, ast.GeneratorExp | ast.ListComp):
+        return _length_like(argument.elt)
+    return False
+
+
+def _length_like(expr: ast.AST) -> bool:
+    if isinstance(expr, ast.Call):
+        return last_name(expr.func) in {"len", "size"}
+    return isinstance(expr, ast.Subscript) and (
+        (isinstance(expr.value, ast.Attribute) and expr.value.attr == "shape") or
+        (isinstance(expr.value, ast.Call) and last_name(expr.value.func) == "shape"))
