@@ -71,7 +71,8 @@ def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
     evident = values.evident
     for node in nodes:
         if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert) and evident.is_tensor(node.test) and \
-                not _field_test(node.test, evident) and not _schedule_test(node.test):
+                not _field_test(node.test, evident) and not _schedule_test(node.test) and \
+                not _truth_of_a_name(node.test, step):
             word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
             yield node, f"Python `{word}` on a tensor value in {_where(step)}"
 
@@ -79,6 +80,27 @@ def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
 def _schedule_test(test: ast.AST) -> bool:
     """`if i % checkpoint_every == 0:`: a counter's schedule; a tensor's value is not tested with a modulo."""
     return isinstance(test, ast.Compare) and isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Mod)
+
+
+def _truth_of_a_name(test: ast.AST, step: Step) -> bool:
+    """`if not captured:` (a list), `if pos_encoding:` (an argument of a PyTorch/XLA step: a module, a flag or
+    None): whether a list has items or an argument was given; a tensor's value is tested by comparing or calling
+    something. Not so for a name the step computes from a tensor (`done = reward > 0` ... `if done:`), nor for
+    an argument of a jitted function, which is traced."""
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if not isinstance(test, ast.Name) or step.module is None or step.node is None:
+        return False
+    function = step.node if isinstance(step.node, ast.FunctionDef | ast.AsyncFunctionDef) else \
+        step.module.enclosing_function(step.node)
+    bound = step.module.assigns_to(test.id, function)
+    if bound:
+        return all(isinstance(b.value, ast.List | ast.Tuple | ast.Dict | ast.Set | ast.ListComp | ast.DictComp)
+                   for b in bound)
+    if step.kind != "lazy" or function is None:
+        return False  # a jitted function's argument is traced: `if training:` cannot be decided at trace time
+    arguments = function.args
+    return test.id in {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
 
 
 def _field_test(test: ast.AST, values: TensorValues) -> bool:

@@ -22,24 +22,32 @@ PYTHON_RESULT_CALLS = {"len", "isinstance", "issubclass", "hasattr", "callable",
 PYTHON_RESULT_ATTRIBUTES = {"shape", "ndim", "dtype", "size", "axis_names", "name", "rank"}
 
 
+# Parameters these names hold strings or tree paths (`tree_map_with_path(lambda path, leaf: ...)`), not arrays.
+PYTHON_PARAM_NAMES = {"path", "key_path", "keypath", "name", "names", "prefix", "mode", "phase", "split"}
+
+
 def flag_params(function: FunctionNode | ast.Lambda) -> set[str]:
-    """Parameters with a constant default: Python settings, not traced arrays."""
+    """Parameters with a constant default, or named for a string or a path: Python settings, not traced
+    arrays."""
     arguments = function.args
     positional = arguments.posonlyargs + arguments.args
     pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults, strict=False))
     pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None]
-    return {arg.arg for arg, default in pairs if isinstance(default, ast.Constant)}
+    named = {a.arg for a in positional + arguments.kwonlyargs if a.arg in PYTHON_PARAM_NAMES}
+    return {arg.arg for arg, default in pairs if isinstance(default, ast.Constant)} | named
 
 
 SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "None", "Optional", "Union", "Literal"}
 
 
 def scalar_params(function: FunctionNode | ast.Lambda) -> set[str]:
-    """Parameters annotated as Python scalars (`mask_ratio: Optional[float]`, `train: bool`): never tensors."""
-    if isinstance(function, ast.Lambda):
-        return set()
+    """Parameters annotated as Python scalars (`mask_ratio: Optional[float]`, `train: bool`), or named for a
+    string or a tree path (`def decays(path):`): never tensors."""
     arguments = function.args
-    found = set()
+    found = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+             if a.arg in PYTHON_PARAM_NAMES}
+    if isinstance(function, ast.Lambda):
+        return found
     for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs:
         if argument.annotation is None:
             continue

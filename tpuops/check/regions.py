@@ -114,13 +114,23 @@ def _tpu_test(test: ast.AST) -> bool:
                                                                   w.split(".")[-1] for w in _words(test))
 
 
+COUNTER_WORDS = ("step", "iter", "epoch", "batch", "idx", "count", "update")
+COUNTER_LETTERS = {"i", "j", "k", "t", "b", "n", "e", "it"}
+
+
 def _once(test: ast.AST) -> bool:
     """`if batch_idx == 1:` / `if cfg.DEBUG and step == 0:`: a counter compared with a number runs the body on
-    one step only."""
+    one step only (not a setting: `if num_classes == 1:`, `if rank == 0:` hold on every step)."""
     return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq) and
-               isinstance(n.left, ast.Name | ast.Attribute) and isinstance(n.comparators[0], ast.Constant) and
-               type(n.comparators[0].value) is int for n in ast.walk(test)) and \
+               isinstance(n.left, ast.Name | ast.Attribute) and _counter(n.left) and
+               isinstance(n.comparators[0], ast.Constant) and type(n.comparators[0].value) is int
+               for n in ast.walk(test)) and \
         not any(isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) for n in ast.walk(test))
+
+
+def _counter(expr: ast.AST) -> bool:
+    name = last_name(expr).lower()
+    return name in COUNTER_LETTERS or any(word in name for word in COUNTER_WORDS)
 
 
 def loop_batch(loop: ast.AST, module: Module | None = None) -> frozenset[str]:
@@ -177,6 +187,13 @@ def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: froz
     return False
 
 
+def _switched_mode(name: str, function: FunctionNode | None) -> bool:
+    """`name.eval()` or `name.train()` in the function: a torch module."""
+    return function is not None and any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in {"eval", "train"} and
+        not n.args and isinstance(n.func.value, ast.Name) and n.func.value.id == name for n in ast.walk(function))
+
+
 def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str]) -> bool:
     func = call.func
     if isinstance(func, ast.Name) and func.id == "self":
@@ -186,6 +203,8 @@ def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str
     names = {a.id for a in call.args if isinstance(a, ast.Name)}
     if any("model" in name.lower() for name in names) and names & batch:
         return True
+    if isinstance(func, ast.Name) and _switched_mode(func.id, module.enclosing_function(call)):
+        return True  # `ema.eval()` ... `ema(images)`: a model by what is done with it
     if depth < 2 and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
             func.value.id == "self":
         return any(runs_model(d.body, module, depth + 1) for d in module.defs.get(func.attr, ()))

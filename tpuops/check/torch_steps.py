@@ -72,6 +72,8 @@ class TorchXlaSteps:
             ender_names.add(owner.name)
 
     def _step_loop(self, loop: ast.For | ast.AsyncFor | ast.While, module: Module) -> str:
+        if loop.body and isinstance(loop.body[-1], ast.Break | ast.Return):
+            return ""  # `for batch in loader: ...; break`: one batch, once (a smoke test, a sample)
         if id(loop) in self._ending_loops:
             return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
@@ -100,15 +102,18 @@ class TorchXlaSteps:
 
     def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module, depth: int = 0) -> bool:
         """The loop iterates a device loader (`MpDeviceLoader(...)`, `pl.ParallelLoader(...).per_device_loader`,
-        an Accelerate-prepared loader), directly or through a name (`loader = tqdm(loader)` followed a few
-        assignments deep, not forever)."""
+        an Accelerate-prepared loader), directly, through a helper given it first (`log_every(loader, 100)`) or
+        through a name (`loader = tqdm(loader)` followed a few assignments deep, not forever)."""
         if depth > 4:
             return False
         while isinstance(expr, ast.Call) and last_name(expr.func) in {"enumerate", "tqdm", "iter", "zip"} \
                 and expr.args:
             expr = expr.args[0]
         if isinstance(expr, ast.Call):
-            return last_name(expr.func) in DEVICE_LOADERS
+            if last_name(expr.func) in DEVICE_LOADERS:
+                return True
+            # `metric_logger.log_every(loader, 100)`: a progress helper yielding the device loader's batches
+            return bool(expr.args) and self._device_loader(expr.args[0], loop, module, depth + 1)
         if not isinstance(expr, ast.Name):
             return False
         scope = module.scope_of(loop)
@@ -122,6 +127,27 @@ class TorchXlaSteps:
                 if called in DEVICE_LOADERS or (called == "prepare" and "accel" in dotted(node.value.func)):
                     return True
                 if called in {"tqdm", "enumerate"} and self._device_loader(node.value, loop, module, depth + 1):
+                    return True
+        return scope is not None and self._given_device_loader(scope, expr.id, depth)
+
+    def _given_device_loader(self, function: FunctionNode, param: str, depth: int) -> bool:
+        """`def evaluate(self, dataloader)` called as `evaluator.evaluate(pl.MpDeviceLoader(...))` (or a name
+        bound to one) somewhere in the project: the parameter is a device loader."""
+        params = [a.arg for a in function.args.posonlyargs + function.args.args]
+        if param not in params + [a.arg for a in function.args.kwonlyargs]:
+            return False
+        position = params.index(param) if param in params else None
+        if position is not None and params[:1] in (["self"], ["cls"]):
+            position -= 1
+        for module in self.project.modules:
+            for call in module.calls:
+                if last_name(call.func) != function.name or \
+                        not any(callee is function for _, callee in self.project.functions(call.func, module)):
+                    continue
+                given = [k.value for k in call.keywords if k.arg == param]
+                if position is not None and 0 <= position < len(call.args):
+                    given.append(call.args[position])
+                if any(self._device_loader(value, call, module, depth + 1) for value in given):
                     return True
         return False
 
