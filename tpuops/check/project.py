@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 FRAMEWORK_MODULES = ("jax", "torch", "torch_xla", "tensorflow", "flax", "optax", "keras", "haliax", "equinox",
@@ -182,7 +183,7 @@ class Project:
         for module in self.modules:  # a last resort: `from steps import x` where steps.py is somewhere else
             self.by_name.setdefault(module.name.rsplit(".", 1)[-1], module)
 
-    @property
+    @cached_property
     def roots(self) -> set[str]:
         """The first parts of the names an import of one of the project's modules starts with ("" for a relative
         import)."""

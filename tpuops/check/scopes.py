@@ -65,7 +65,8 @@ class StepFinder(TorchXlaSteps):
     _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
     _forwards_queued: bool = False
-    _on_xla: set[int] | None = None  # modules that run on the XLA device (torch_xla's and what they import)
+    _on_xla: set[int] | None = None  # modules that run on the XLA device (torch_xla's, and those given its device)
+    _calls_by_name: dict[str, list[tuple[Module, ast.Call]]] | None = None  # every call of the project, by name
 
     def values(self, step: Step) -> TensorValues:
         """The tensor inference for a step (cached: a function with several step loops is read once)."""

@@ -32,6 +32,7 @@ class TorchXlaSteps:
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]]  # loops, calls
     _forwards_queued: bool  # the model's forwards are queued once
     _on_xla: set[int] | None  # modules that run on the XLA device (decided once)
+    _calls_by_name: dict[str, list[tuple[Module, ast.Call]]] | None  # every call of the project, by name (once)
 
     def ends_step(self, function: FunctionNode, module: Module) -> bool:
         """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
@@ -139,16 +140,19 @@ class TorchXlaSteps:
         position = params.index(param) if param in params else None
         if position is not None and params[:1] in (["self"], ["cls"]):
             position -= 1
-        for module in self.project.modules:
-            for call in module.calls:
-                if last_name(call.func) != function.name or \
-                        not any(callee is function for _, callee in self.project.functions(call.func, module)):
-                    continue
-                given = [k.value for k in call.keywords if k.arg == param]
-                if position is not None and 0 <= position < len(call.args):
-                    given.append(call.args[position])
-                if any(self._device_loader(value, call, module, depth + 1) for value in given):
-                    return True
+        if self._calls_by_name is None:
+            self._calls_by_name = {}
+            for module in self.project.modules:
+                for call in module.calls:
+                    self._calls_by_name.setdefault(last_name(call.func), []).append((module, call))
+        for module, call in self._calls_by_name.get(function.name, []):
+            if not any(callee is function for _, callee in self.project.functions(call.func, module)):
+                continue
+            given = [k.value for k in call.keywords if k.arg == param]
+            if position is not None and 0 <= position < len(call.args):
+                given.append(call.args[position])
+            if any(self._device_loader(value, call, module, depth + 1) for value in given):
+                return True
         return False
 
     def _drives_steps(self, function: FunctionNode, module: Module, depth: int = 0) -> bool:
