@@ -72,7 +72,7 @@ def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
     for node in nodes:
         if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert) and evident.is_tensor(node.test) and \
                 not _field_test(node.test, evident) and not _schedule_test(node.test) and \
-                not _truth_of_a_name(node.test, step):
+                not _truth_of_names(node.test, step, evident):
             word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
             yield node, f"Python `{word}` on a tensor value in {_where(step)}"
 
@@ -80,6 +80,13 @@ def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
 def _schedule_test(test: ast.AST) -> bool:
     """`if i % checkpoint_every == 0:`: a counter's schedule; a tensor's value is not tested with a modulo."""
     return isinstance(test, ast.Compare) and isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Mod)
+
+
+def _truth_of_names(test: ast.AST, step: Step, evident: TensorValues) -> bool:
+    """`if train and use_dropout:`: each part is a name's truth (see below) or no tensor at all."""
+    if isinstance(test, ast.BoolOp):
+        return all(_truth_of_a_name(v, step) or not evident.is_tensor(v) for v in test.values)
+    return _truth_of_a_name(test, step)
 
 
 def _truth_of_a_name(test: ast.AST, step: Step) -> bool:

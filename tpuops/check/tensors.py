@@ -29,7 +29,7 @@ PYTHON_VALUED = {"device_count", "local_device_count", "process_index", "process
                  "world_size", "global_ordinal", "xla_device", "get_world_size", "is_grad_enabled", "no_grad",
                  "manual_seed", "save", "device", "Generator", "set_default_dtype", "DataLoader", "key",
                  "PRNGKey", "get_ordinal", "is_master_ordinal", "local_ordinal", "get_local_ordinal", "load",
-                 "loads"}
+                 "loads", "shape", "ndim"}  # (np.shape(x), jnp.ndim(x): Python ints)
 PYTHON_PREFIXES = ("torch.utils.", "torch.cuda.", "torch.distributed.", "torch.backends.", "torch.optim.",
                    "tf.config.", "tf.distribute.", "tf.data.", "jax.config.", "jax.distributed.", "tf.io.")
 PYTHON_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "requires_grad", "is_cuda", "name", "rank", "training",

@@ -21,9 +21,11 @@ def decays(path, leaf) -> bool:
     return name != "bias" and leaf is not None
 
 
-def forward_with(model, images, pos_encoding=None, extras=()):
+def forward_with(model, images, pos_encoding=None, extras=(), scale=1.0):
     if pos_encoding:
         images = pos_encoding(images)
+    if pos_encoding and scale > 1.0:
+        images = images * scale
     if not extras:
         return model(images)
     return model(images) + sum(extras)
