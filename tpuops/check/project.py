@@ -42,6 +42,7 @@ class Module:
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     imported: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # local name -> (module, attribute)
     aliases: set[str] = field(default_factory=set)  # local names bound to framework modules: jnp, xm, tf, nnx, ...
+    stars: list[str] = field(default_factory=list)  # modules imported with `from M import *`
     parents: dict[int, ast.AST] = field(default_factory=dict)  # id(node) -> its parent
     lines: list[str] = field(default_factory=list)
     # Collected in the one pass over the tree, so that the rules need not walk it again:
@@ -127,6 +128,9 @@ class Module:
             return
         base = "." * node.level + (node.module or "")
         for alias in node.names:
+            if alias.name == "*":
+                self.stars.append(base)  # `from utils.metric import *`: its names, looked up when asked
+                continue
             self.imported[alias.asname or alias.name] = (base, alias.name)
             if node.module and node.module.split(".")[0] in FRAMEWORK_MODULES:
                 self.aliases.add(alias.asname or alias.name)
@@ -216,6 +220,10 @@ class Project:
             target = self.module_named(source, module) if attribute else None
             if target is not None:
                 return [(target, d) for d in target.defs.get(attribute or "", ())]
+            for star in module.stars:  # `from utils import *` ... `helper(x)`
+                target = self.module_named(star, module)
+                if target is not None and expr.id in target.defs:
+                    return [(target, d) for d in target.defs[expr.id]]
             return []
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
             owner = expr.value.id
@@ -227,24 +235,49 @@ class Project:
             if target is not None:
                 return [(target, d) for d in target.defs.get(expr.attr, ())]
             return self._methods(expr.value, expr.attr, module)
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Attribute) and \
+                isinstance(expr.value.value, ast.Name) and expr.value.value.id == "self":
+            return self._attribute_methods(expr.value.attr, expr.attr, expr, module)
+        return []
+
+    def _attribute_methods(self, attribute: str, method: str, expr: ast.AST,
+                           module: Module) -> list[tuple[Module, FunctionNode]]:
+        """`self.metric.update` where the class sets `self.metric = IoUMetric(...)` (a class of ours): that
+        class's method."""
+        cls_node = module.enclosing_class(expr)
+        for node in ast.walk(cls_node) if cls_node is not None else ():
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+                    isinstance(t, ast.Attribute) and t.attr == attribute and isinstance(t.value, ast.Name) and
+                    t.value.id == "self" for t in node.targets):
+                found = self._class_methods(node.value, method, module)
+                if found:
+                    return found
         return []
 
     def _methods(self, owner_node: ast.Name, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
         """`meter.update` where `meter = RocAucMeter()` (or `model = Net(cfg).to(device)`) builds a class of
         ours: that class's method."""
         for node in module.assigns_to(owner_node.id, module.enclosing_function(owner_node)):
-            if not isinstance(node.value, ast.Call):
-                continue
-            built = node.value
-            while isinstance(built.func, ast.Attribute) and built.func.attr in MOVES and \
-                    isinstance(built.func.value, ast.Call):
-                built = built.func.value  # Net(...).to(device), Net(...).cuda().train()
-            cls_name = last_name(built.func)
-            home: Module | None = module if cls_name in module.classes else None
-            if home is None and cls_name in module.imported:
-                source, attribute = module.imported[cls_name]
-                home = self.module_named(source, module) if attribute else None
-            cls_node = home.classes.get(cls_name) if home is not None else None
-            if home is not None and cls_node is not None:
-                return [(home, d) for d in cls_node.body if isinstance(d, FunctionNode) and d.name == method]
+            if isinstance(node.value, ast.Call):
+                found = self._class_methods(node.value, method, module)
+                if found:
+                    return found
         return []
+
+    def _class_methods(self, built: ast.Call, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
+        """The `method` of the class of ours that `built` instantiates (`Net(cfg).to(device)` included)."""
+        while isinstance(built.func, ast.Attribute) and built.func.attr in MOVES and \
+                isinstance(built.func.value, ast.Call):
+            built = built.func.value  # Net(...).to(device), Net(...).cuda().train()
+        cls_name = last_name(built.func)
+        home: Module | None = module if cls_name in module.classes else None
+        if home is None and cls_name in module.imported:
+            source, attribute = module.imported[cls_name]
+            home = self.module_named(source, module) if attribute else None
+        if home is None:
+            home = next((m for star in module.stars if (m := self.module_named(star, module)) is not None
+                         and cls_name in m.classes), None)
+        cls_node = home.classes.get(cls_name) if home is not None else None
+        if home is None or cls_node is None:
+            return []
+        return [(home, d) for d in cls_node.body if isinstance(d, FunctionNode) and d.name == method]
