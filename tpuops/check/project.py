@@ -30,6 +30,17 @@ def last_name(expr: ast.AST) -> str:
     return expr.id if isinstance(expr, ast.Name) else ""
 
 
+def defaults_of(function: FunctionNode | ast.Lambda) -> dict[str, ast.expr]:
+    """Each parameter that has a default, with it. Python keeps the defaults apart from the names: the last
+    positional parameters take `defaults` in order, the keyword-only ones `kw_defaults` (None: no default)."""
+    arguments = function.args
+    positional = arguments.posonlyargs + arguments.args
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults):]], arguments.defaults,
+                        strict=False))
+    defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None}
+    return defaults
+
+
 MOVES = {"to", "cuda", "train", "eval", "float", "bfloat16"}  # calls that return the object moved
 
 

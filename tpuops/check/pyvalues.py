@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from tpuops.check.project import FunctionNode, Project, last_name
+from tpuops.check.project import FunctionNode, Project, defaults_of, last_name
 
 PYTHON_RESULT_CALLS = {"len", "isinstance", "issubclass", "hasattr", "callable", "set", "frozenset", "str", "repr",
                        "sorted", "tuple", "list", "dict", "range", "type", "id"}
@@ -30,11 +30,9 @@ def flag_params(function: FunctionNode | ast.Lambda) -> set[str]:
     """Parameters with a constant default, or named for a string or a path: Python settings, not traced
     arrays."""
     arguments = function.args
-    positional = arguments.posonlyargs + arguments.args
-    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults, strict=False))
-    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None]
-    named = {a.arg for a in positional + arguments.kwonlyargs if a.arg in PYTHON_PARAM_NAMES}
-    return {arg.arg for arg, default in pairs if isinstance(default, ast.Constant)} | named
+    named = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+             if a.arg in PYTHON_PARAM_NAMES}
+    return {name for name, default in defaults_of(function).items() if isinstance(default, ast.Constant)} | named
 
 
 SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "None", "Optional", "Union", "Literal"}
@@ -61,11 +59,8 @@ def scalar_params(function: FunctionNode | ast.Lambda) -> set[str]:
 
 def none_default_params(function: FunctionNode | ast.Lambda) -> set[str]:
     """Parameters whose default is None (`input_ids=None`): optional inputs as often as settings."""
-    arguments = function.args
-    positional = arguments.posonlyargs + arguments.args
-    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults, strict=False))
-    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None]
-    return {arg.arg for arg, default in pairs if isinstance(default, ast.Constant) and default.value is None}
+    return {name for name, default in defaults_of(function).items()
+            if isinstance(default, ast.Constant) and default.value is None}
 
 
 def partial_traced(call: ast.Call, function: FunctionNode, method: bool,

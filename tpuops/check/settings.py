@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass, field
 
 from tpuops.check.hand_padding import collate_names, longest_padders
-from tpuops.check.project import FunctionNode, Module, Project, last_name
+from tpuops.check.project import FunctionNode, Module, Project, defaults_of, last_name
 
 UNKNOWN: frozenset[object] = frozenset()
 # How scripts name the dataclasses their command line fills (HfArgumentParser's DataTrainingArguments & co).
@@ -119,7 +119,7 @@ class Settings:
         function = module.enclosing_function(name)
         found: set[object] = set()
         if function is not None:
-            default = _argument_default(function, name.id)
+            default = defaults_of(function).get(name.id)
             if default is not None:
                 found |= self.values(default, module, depth + 1)
         candidates = module.assigns if function is not None else module.assigns_to(name.id, None)
@@ -169,15 +169,6 @@ class Settings:
 def _passed_on(passed: ast.AST, name: str) -> bool:
     return isinstance(passed, ast.Attribute) and passed.attr == name and \
         isinstance(passed.value, ast.Name) and passed.value.id == "self"
-
-
-def _argument_default(function: FunctionNode, name: str) -> ast.AST | None:
-    arguments = function.args
-    positional = arguments.posonlyargs + arguments.args
-    defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults):]], arguments.defaults,
-                        strict=False))
-    defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None}
-    return defaults.get(name)
 
 
 def _annotation(function: FunctionNode | None, name: str) -> str:
