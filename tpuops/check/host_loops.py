@@ -23,7 +23,7 @@ HINT = ("read it every N steps (`if step % N == 0`) or keep a running sum on the
 
 
 def host_loop_notes(module: Module) -> Iterator[Finding]:
-    if not any(source.split(".")[0] == "jax" for source, _ in module.imported.values()):
+    if "jax" not in module.imported_roots:
         return
     jitted = _jitted_names(module)
     if not jitted:

@@ -24,6 +24,8 @@ from tpuops.check.steps import Step
 from tpuops.remote.manifest import scan_tree
 
 IGNORE_RE = re.compile(r"#\s*tpuops:\s*ignore\[([A-Za-z0-9_,\s-]+)\]")
+# A file importing one of these may run on the TPU, whatever it says of CUDA.
+XLA_FRAMEWORK_ROOTS = frozenset({"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox"})
 
 
 @dataclass(frozen=True)
@@ -146,8 +148,7 @@ def off_the_tpu(module: Module) -> bool:
             path.name.startswith("test_") or \
             path.stem.endswith("_test") or path.name == "conftest.py":
         return True
-    roots = {source.split(".")[0] for source, _ in module.imported.values()}
-    if roots & {"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox"}:
+    if module.imports_any(XLA_FRAMEWORK_ROOTS):
         return False
     return any(last_name(call.func) == "cuda" or any(isinstance(a, ast.Constant) and a.value == "cuda"
                                                      for a in call.args) for call in module.calls)

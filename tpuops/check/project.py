@@ -5,13 +5,16 @@ so that a step jitted in one module and defined in another is still found. `ast`
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 FRAMEWORK_MODULES = ("jax", "torch", "torch_xla", "tensorflow", "flax", "optax", "keras", "haliax", "equinox",
                      "accelerate", "tf_keras")
+# What a module imports to train on PyTorch/XLA: Accelerate runs on it on a TPU without the script importing it.
+TORCH_XLA_ROOTS = frozenset({"torch_xla", "accelerate"})
+KERAS_ROOTS = frozenset({"tensorflow", "keras", "tf_keras"})  # Keras 2 (in TensorFlow), Keras 3, or tf_keras
 
 
 def dotted(expr: ast.AST) -> str:
@@ -145,6 +148,15 @@ class Module:
             self.imported[alias.asname or alias.name] = (base, alias.name)
             if node.module and node.module.split(".")[0] in FRAMEWORK_MODULES:
                 self.aliases.add(alias.asname or alias.name)
+
+    @cached_property
+    def imported_roots(self) -> frozenset[str]:
+        """The top-level packages it imports from (`torch_xla` for `import torch_xla.core.xla_model as xm`): which
+        frameworks the file uses, which several rules ask."""
+        return frozenset(source.split(".")[0] for source, _ in self.imported.values())
+
+    def imports_any(self, roots: Collection[str]) -> bool:
+        return not self.imported_roots.isdisjoint(roots)
 
     @property
     def name(self) -> str:

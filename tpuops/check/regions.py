@@ -165,11 +165,6 @@ def _bound_call(name: str, loop: ast.AST, module: Module) -> ast.Call | None:
     return found
 
 
-def uses_torch_xla(module: Module) -> bool:
-    """PyTorch/XLA directly, or Accelerate (which runs on it on a TPU)."""
-    return any(source.split(".")[0] in {"torch_xla", "accelerate"} for source, _ in module.imported.values())
-
-
 def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: frozenset[str] = frozenset()) -> bool:
     """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `self(**data)`
     (a Module's own method), a method of the same module that does (`self.validate_one_step(batch)`), or a helper

@@ -21,7 +21,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from tpuops.check.project import FunctionNode, Module, Project, dotted, last_name
+from tpuops.check.project import KERAS_ROOTS, FunctionNode, Module, Project, dotted, last_name
 from tpuops.check.pyvalues import (
     PythonValued,
     flag_params,
@@ -136,7 +136,7 @@ class StepFinder(TorchXlaSteps):
                     if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
                         yield Step(f"{cls_node.name}.{method.name}", kind, "Keras train_step", module, method,
                                    frozenset(params_of(method) - {"self"}))
-            if _keras(module) and any(last_name(b) == "Metric" for b in cls_node.bases):
+            if module.imports_any(KERAS_ROOTS) and any(last_name(b) == "Metric" for b in cls_node.bases):
                 kind = "tf" if _tf_keras(cls_node, module) else "keras"
                 for method in cls_node.body:
                     if isinstance(method, FunctionNode) and method.name in KERAS_METRIC_METHODS:
@@ -173,7 +173,7 @@ class StepFinder(TorchXlaSteps):
         how = wrapper_name(call.func if isinstance(call.func, ast.Call) else call)
         if kind is None and last_name(call.func) in STRATEGY_RUNS and "strategy" in dotted(call.func).lower():
             kind, how = "tf", f"strategy.{last_name(call.func)}"
-        if last_name(call.func) == "compile" and keyword(call, "loss") is not None and _keras(module):
+        if last_name(call.func) == "compile" and keyword(call, "loss") is not None and module.imports_any(KERAS_ROOTS):
             # Keras compiles the loss into its train function (XLA on a TPU): the trainer's own loss is a step
             for target_module, target, _ in self._targets(keyword(call, "loss"), module):
                 if isinstance(target, FunctionNode):
@@ -296,9 +296,5 @@ def _tf_keras(cls_node: ast.ClassDef, module: Module) -> bool:
         if path.startswith(("tf.", "tensorflow.")) or source.startswith("tensorflow"):
             return True
     return False
-
-
-def _keras(module: Module) -> bool:
-    return any(source.split(".")[0] in {"tensorflow", "keras", "tf_keras"} for source, _ in module.imported.values())
 
 

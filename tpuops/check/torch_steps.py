@@ -8,9 +8,9 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from tpuops.check.project import FunctionNode, Module, dotted, last_name
+from tpuops.check.project import TORCH_XLA_ROOTS, FunctionNode, Module, dotted, last_name
 from tpuops.check.pyvalues import flag_params, none_default_params, scalar_params
-from tpuops.check.regions import loop_batch, runs_model, uses_torch_xla
+from tpuops.check.regions import loop_batch, runs_model
 from tpuops.check.steps import Step
 from tpuops.check.wrappers import compiler
 
@@ -89,7 +89,7 @@ class TorchXlaSteps:
         a PyTorch/XLA script imports is not enough: a TPU script borrowing helpers from its GPU twin is common.)"""
         if self._on_xla is None:
             devices = self._xla_device_functions()
-            self._on_xla = {id(m) for m in self.project.modules if uses_torch_xla(m) or any(
+            self._on_xla = {id(m) for m in self.project.modules if m.imports_any(TORCH_XLA_ROOTS) or any(
                 (id(self.project.module_named(source, m)), attribute) in devices
                 for source, attribute in m.imported.values() if source.split(".")[0] in self.project.roots)}
         return id(module) in self._on_xla
@@ -97,7 +97,7 @@ class TorchXlaSteps:
     def _xla_device_functions(self) -> set[tuple[int, str | None]]:
         """(module, name) of the project's functions that give the XLA device (`def get_device(): return
         xm.xla_device()`)."""
-        return {(id(module), function.name) for module in self.project.modules if uses_torch_xla(module)
+        return {(id(module), function.name) for module in self.project.modules if module.imports_any(TORCH_XLA_ROOTS)
                 for defs in module.defs.values() for function in defs
                 if any(isinstance(n, ast.Call) and last_name(n.func) == "xla_device" for n in ast.walk(function))}
 
