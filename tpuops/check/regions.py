@@ -103,15 +103,32 @@ def _words(test: ast.AST) -> list[str]:
     return words + [n.value.lower() for n in ast.walk(test) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
 
 
+def _gpu_word(word: str) -> bool:
+    return "cuda" in word or word == "gpu"
+
+
+def _tpu_word(word: str) -> bool:
+    return "tpu" in word or "xla" in word
+
+
+def mentions_gpu(test: ast.AST) -> bool:
+    """A name or string of the test names CUDA or the GPU (`torch.cuda.is_available()`, `device == "gpu"`)."""
+    return any(_gpu_word(w) for w in _words(test))
+
+
+def mentions_tpu(test: ast.AST) -> bool:
+    """A name or string of the test names the TPU or XLA (`use_tpu`, `xm.xla_device()`, `device == "xla"`)."""
+    return any(_tpu_word(w) for w in _words(test))
+
+
 def _gpu_test(test: ast.AST) -> bool:
     """`if torch.cuda.is_available():`, `if device == "cuda":`: a branch a TPU never takes."""
-    return not isinstance(test, ast.UnaryOp) and any("cuda" in w or w == "gpu" for w in _words(test))
+    return not isinstance(test, ast.UnaryOp) and mentions_gpu(test)
 
 
 def _tpu_test(test: ast.AST) -> bool:
     """`if self.use_xla:`, `if args.tpu:`: the TPU takes the body, never the else."""
-    return not isinstance(test, ast.UnaryOp | ast.BoolOp) and any("xla" in w.split(".")[-1] or "tpu" in
-                                                                  w.split(".")[-1] for w in _words(test))
+    return not isinstance(test, ast.UnaryOp | ast.BoolOp) and any(_tpu_word(w.split(".")[-1]) for w in _words(test))
 
 
 COUNTER_WORDS = ("step", "iter", "epoch", "batch", "idx", "count", "update")
