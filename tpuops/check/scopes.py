@@ -60,8 +60,7 @@ class StepFinder(TorchXlaSteps):
     _values: dict[tuple[int, frozenset[str]], TensorValues] = field(default_factory=dict)
     _regions: dict[tuple[int, str], list[ast.AST]] = field(default_factory=dict)
     _python_calls: PythonValued | None = None  # the project's functions that return Python values
-    _tensor_calls: TensorReturning | None = None  # and those that return tensors
-    _bool_calls: TensorReturning | None = None  # and boolean tensors (masks)
+    _returning: TensorReturning | None = None  # and those that return tensors, or boolean tensors (masks)
     _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
     _forwards_queued: bool = False
@@ -76,14 +75,12 @@ class StepFinder(TorchXlaSteps):
             scope = step.module.scope_of(step.node)
         key = (id(scope), step.traced, step.guessed)
         if key not in self._values:
-            if self._python_calls is None:
+            if self._python_calls is None or self._returning is None:
                 self._python_calls = python_valued_functions(self.project)
-                self._tensor_calls = TensorReturning(self.project, self._python_calls)
-                self._bool_calls = TensorReturning(self.project, self._python_calls, booleans=True)
+                self._returning = TensorReturning(self.project, self._python_calls)
             self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
                                              step.traced, self._python_calls, guessed=step.guessed,
-                                             tensor_calls=self._tensor_calls or frozenset(),
-                                             bool_calls=self._bool_calls or frozenset())
+                                             tensor_calls=self._returning.tensors, bool_calls=self._returning.masks)
         return self._values[key]
 
     def region(self, step: Step) -> list[ast.AST]:
