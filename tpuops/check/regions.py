@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
@@ -187,16 +187,24 @@ def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: froz
     (a Module's own method), a method of the same module that does (`self.validate_one_step(batch)`), or a helper
     given the model and the loop's `batch` (`get_loss(model, batch, step)`; not `train_epoch(model, loader)`,
     which runs its own loop)."""
-    stack: list[ast.AST] = list(body)
+    return any(isinstance(node, ast.Call) and _model_call(node, module, depth, batch) for node in each_pass(body))
+
+
+def each_pass(body: list[ast.stmt], sometimes: Callable[[ast.AST], bool] | None = None) -> Iterator[ast.AST]:
+    """The nodes a body runs itself each time it runs, in source order: not those of a loop or a function inside
+    it (they run on their own schedule), nor an `if` branch whose test `sometimes` says holds only on some
+    passes (its `else` does run)."""
+    stack: list[ast.AST] = list(reversed(body))
     while stack:
         node = stack.pop()
         if isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.FunctionDef | ast.AsyncFunctionDef |
                       ast.Lambda | ast.ClassDef):
             continue
-        if isinstance(node, ast.Call) and _model_call(node, module, depth, batch):
-            return True
-        stack.extend(ast.iter_child_nodes(node))
-    return False
+        yield node
+        if sometimes is not None and isinstance(node, ast.If) and sometimes(node.test):
+            stack.extend(reversed(node.orelse))
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
 def _switched_mode(name: str, function: FunctionNode | None) -> bool:
