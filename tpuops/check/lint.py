@@ -84,10 +84,7 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool) -> LintRes
     finder = StepFinder(project)
     steps = finder.find()
     linted, ignored = _findings(finder, steps, legacy_node)
-    functions: dict[str, tuple[str, int]] = {}
-    for module in modules:
-        for name, defs in module.defs.items():
-            functions.setdefault(name, (module.rel, defs[0].lineno))
+    functions = {name: (defs[0][0].rel, defs[0][1].lineno) for name, defs in project.definitions.items()}
     ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
     advice = [n for m in modules if not off_the_tpu(m)
               for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]

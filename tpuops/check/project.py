@@ -211,6 +211,16 @@ class Project:
             self.by_name.setdefault(module.name.rsplit(".", 1)[-1], module)
 
     @cached_property
+    def definitions(self) -> dict[str, list[tuple[Module, FunctionNode]]]:
+        """Every def of the project by name, module by module: what the questions asked of a function by its name
+        alone (does it return a Python value, a tensor) look through."""
+        found: dict[str, list[tuple[Module, FunctionNode]]] = {}
+        for module in self.modules:
+            for name, defs in module.defs.items():
+                found.setdefault(name, []).extend((module, d) for d in defs)
+        return found
+
+    @cached_property
     def roots(self) -> set[str]:
         """The first parts of the names an import of one of the project's modules starts with ("" for a relative
         import)."""

@@ -82,17 +82,14 @@ class PythonValued:
     decided on first ask: most names are never asked."""
 
     def __init__(self, project: Project) -> None:
-        self._defs: dict[str, list[FunctionNode]] = {}
-        for module in project.modules:
-            for name, defs in module.defs.items():
-                self._defs.setdefault(name, []).extend(defs)
+        self._defs = project.definitions
         self._known: dict[str, bool] = {}
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str) or name not in self._defs:
             return False
         if name not in self._known:
-            self._known[name] = all(_returns_python(d) for d in self._defs[name])
+            self._known[name] = all(_returns_python(d) for _, d in self._defs[name])
         return self._known[name]
 
 

@@ -20,14 +20,10 @@ class TensorReturning:
     in returning.masks`. Each name is decided on first ask, and each function's inference serves both questions."""
 
     def __init__(self, project: Project, python_calls: Container[str]) -> None:
-        defs: dict[str, list[tuple[Module, FunctionNode]]] = {}
-        for module in project.modules:
-            for name, defs_of_name in module.defs.items():
-                defs.setdefault(name, []).extend((module, d) for d in defs_of_name)
         self._python_calls = python_calls
         self._inferred: dict[int, TensorValues] = {}
-        self.tensors = _DecidedByName(defs, lambda m, d: self._returns(m, d, TensorValues.is_tensor))
-        self.masks = _DecidedByName(defs, lambda m, d: self._returns(m, d, TensorValues.is_bool))
+        self.tensors = _DecidedByName(project.definitions, lambda m, d: self._returns(m, d, TensorValues.is_tensor))
+        self.masks = _DecidedByName(project.definitions, lambda m, d: self._returns(m, d, TensorValues.is_bool))
 
     def _returns(self, module: Module, function: FunctionNode, kind: Callable[[TensorValues, ast.AST], bool]) -> bool:
         returns = [n.value for n in own_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
