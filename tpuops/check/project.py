@@ -5,7 +5,7 @@ so that a step jitted in one module and defined in another is still found. `ast`
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -278,24 +278,23 @@ class Project:
         """`self.metric.update` where the class sets `self.metric = IoUMetric(...)` (a class of ours): that
         class's method."""
         cls_node = module.enclosing_class(expr)
-        for node in ast.walk(cls_node) if cls_node is not None else ():
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
-                    isinstance(t, ast.Attribute) and t.attr == attribute and isinstance(t.value, ast.Name) and
-                    t.value.id == "self" for t in node.targets):
-                found = self._class_methods(node.value, method, module)
-                if found:
-                    return found
-        return []
+        kept = (node for node in (ast.walk(cls_node) if cls_node is not None else ())
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == attribute and
+                                                        isinstance(t.value, ast.Name) and t.value.id == "self"
+                                                        for t in node.targets))
+        return self._first_class_methods(kept, method, module)
 
     def _methods(self, owner_node: ast.Name, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
         """`meter.update` where `meter = RocAucMeter()` (or `model = Net(cfg).to(device)`) builds a class of
         ours: that class's method."""
-        for node in module.assigns_to(owner_node.id, module.enclosing_function(owner_node)):
-            if isinstance(node.value, ast.Call):
-                found = self._class_methods(node.value, method, module)
-                if found:
-                    return found
-        return []
+        return self._first_class_methods(module.assigns_to(owner_node.id, module.enclosing_function(owner_node)),
+                                         method, module)
+
+    def _first_class_methods(self, assigns: Iterable[ast.Assign], method: str,
+                             module: Module) -> list[tuple[Module, FunctionNode]]:
+        """The `method` of the first class of ours that one of the assignments builds (`x = Net(cfg)`)."""
+        built = (node.value for node in assigns if isinstance(node.value, ast.Call))
+        return next((found for call in built if (found := self._class_methods(call, method, module))), [])
 
     def _class_methods(self, built: ast.Call, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
         """The `method` of the class of ours that `built` instantiates (`Net(cfg).to(device)` included)."""
