@@ -33,6 +33,18 @@ def last_name(expr: ast.AST) -> str:
     return expr.id if isinstance(expr, ast.Name) else ""
 
 
+def positional_params(function: FunctionNode | ast.Lambda, method: bool = False) -> list[str]:
+    """The parameters a call's positional arguments fill, in order; for a call through an object or class
+    (`method`: `obj.f(x)`), not the `self` or `cls` it fills itself."""
+    params = [a.arg for a in function.args.posonlyargs + function.args.args]
+    return params[1:] if method and params and params[0] in {"self", "cls"} else params
+
+
+def params_of(function: FunctionNode | ast.Lambda) -> set[str]:
+    """Every parameter a call can name (not `*args` or `**kwargs`)."""
+    return set(positional_params(function)) | {a.arg for a in function.args.kwonlyargs}
+
+
 def defaults_of(function: FunctionNode | ast.Lambda) -> dict[str, ast.expr]:
     """Each parameter that has a default, with it. Python keeps the defaults apart from the names: the last
     positional parameters take `defaults` in order, the keyword-only ones `kw_defaults` (None: no default)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from tpuops.check.project import FunctionNode, Project, defaults_of, last_name
+from tpuops.check.project import FunctionNode, Project, defaults_of, last_name, params_of, positional_params
 
 PYTHON_RESULT_CALLS = {"len", "isinstance", "issubclass", "hasattr", "callable", "set", "frozenset", "str", "repr",
                        "sorted", "tuple", "list", "dict", "range", "type", "id"}
@@ -29,10 +29,8 @@ PYTHON_PARAM_NAMES = {"path", "key_path", "keypath", "name", "names", "prefix", 
 def flag_params(function: FunctionNode | ast.Lambda) -> set[str]:
     """Parameters with a constant default, or named for a string or a path: Python settings, not traced
     arrays."""
-    arguments = function.args
-    named = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs
-             if a.arg in PYTHON_PARAM_NAMES}
-    return {name for name, default in defaults_of(function).items() if isinstance(default, ast.Constant)} | named
+    return {name for name, default in defaults_of(function).items() if isinstance(default, ast.Constant)} | \
+        (params_of(function) & PYTHON_PARAM_NAMES)
 
 
 SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "None", "Optional", "Union", "Literal"}
@@ -42,8 +40,7 @@ def scalar_params(function: FunctionNode | ast.Lambda) -> set[str]:
     """Parameters annotated as Python scalars (`mask_ratio: Optional[float]`, `train: bool`), or named for a
     string or a tree path (`def decays(path):`): never tensors."""
     arguments = function.args
-    found = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs
-             if a.arg in PYTHON_PARAM_NAMES}
+    found = params_of(function) & PYTHON_PARAM_NAMES
     if isinstance(function, ast.Lambda):
         return found
     for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs:
@@ -67,9 +64,7 @@ def partial_traced(call: ast.Call, function: FunctionNode, method: bool,
                    is_tensor: Callable[[ast.AST], bool]) -> set[str]:
     """The traced parameters of `function` handed over as `partial(function, *args, **keywords)`: those it
     leaves open (but flags), and those it binds to a tensor."""
-    params = [a.arg for a in function.args.posonlyargs + function.args.args]
-    if method and params and params[0] in {"self", "cls"}:
-        params = params[1:]
+    params = positional_params(function, method)
     bound_args = dict(zip(params, call.args[1:], strict=False))
     bound = {**bound_args, **{k.arg: k.value for k in call.keywords if k.arg}}
     every = set(params) | {a.arg for a in function.args.kwonlyargs}

@@ -21,7 +21,16 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from tpuops.check.project import KERAS_ROOTS, FunctionNode, Module, Project, dotted, last_name
+from tpuops.check.project import (
+    KERAS_ROOTS,
+    FunctionNode,
+    Module,
+    Project,
+    dotted,
+    last_name,
+    params_of,
+    positional_params,
+)
 from tpuops.check.pyvalues import (
     PythonValued,
     flag_params,
@@ -34,7 +43,7 @@ from tpuops.check.regions import loop_batch, region_nodes
 from tpuops.check.returns import TensorReturning
 from tpuops.check.steps import Step
 from tpuops.check.tensors import TensorValues
-from tpuops.check.torch_steps import RUNS_MODEL, TorchXlaSteps, params_of
+from tpuops.check.torch_steps import RUNS_MODEL, TorchXlaSteps
 from tpuops.check.wrappers import compiler, is_false, keyword, wrapper_name
 
 TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial", "filter_value_and_grad",
@@ -204,7 +213,7 @@ class StepFinder(TorchXlaSteps):
                 yield target_module, target, bound
         elif isinstance(expr, ast.Call) and last_name(expr.func) == "partial" and expr.args:
             for target_module, target, inner in self._targets(expr.args[0], module, bound):
-                params = [a.arg for a in target.args.posonlyargs + target.args.args]
+                params = positional_params(target)
                 fixed = set(params[:len(expr.args) - 1]) | {k.arg for k in expr.keywords if k.arg}
                 yield target_module, target, inner | fixed
         elif isinstance(expr, ast.Call) and last_name(expr.func) in TRANSFORMS and expr.args:
@@ -246,9 +255,7 @@ class StepFinder(TorchXlaSteps):
 def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValues) -> tuple[set[str], set[str]]:
     """The callee's parameters the call passes tensors: evidently, and only by a guess (which `values.evident`
     leaves out, so that a guessed tensor does not make the callee's counters and settings tensors)."""
-    params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
-    if params and params[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
-        params = params[1:]
+    params = positional_params(callee, method=isinstance(call.func, ast.Attribute))
     names = set(params) | {a.arg for a in callee.args.kwonlyargs}
     passed = [*zip(params, call.args, strict=False), *((k.arg, k.value) for k in call.keywords if k.arg in names)]
     scalars = scalar_params(callee)  # `mask_ratio: Optional[float]` is a float, whatever the caller computes
@@ -265,7 +272,7 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
     """Under jax.jit every argument is traced but those static_argnums/static_argnames (pmap:
     static_broadcasted_argnums) name, and self."""
     static: set[str] = {"self", "cls"}
-    params = [a.arg for a in function.args.posonlyargs + function.args.args] if function else []
+    params = positional_params(function) if function else []
     for call in (n for n in ast.walk(wrapper) if isinstance(n, ast.Call)):
         for given in call.keywords:
             values = given.value.elts if isinstance(given.value, ast.Tuple | ast.List) else [given.value]
@@ -280,7 +287,7 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
 
 def _first_argument(method: FunctionNode) -> frozenset[str]:
     """The batch a Lightning step gets: its first argument after self (`batch_idx` is a count)."""
-    names = [a.arg for a in method.args.posonlyargs + method.args.args if a.arg != "self"]
+    names = [name for name in positional_params(method) if name != "self"]
     return frozenset(names[:1])
 
 
