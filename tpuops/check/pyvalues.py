@@ -15,7 +15,15 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from tpuops.check.project import FunctionNode, Project, defaults_of, last_name, params_of, positional_params
+from tpuops.check.project import (
+    FunctionNode,
+    Module,
+    Project,
+    defaults_of,
+    last_name,
+    params_of,
+    positional_params,
+)
 
 PYTHON_RESULT_CALLS = {"len", "isinstance", "issubclass", "hasattr", "callable", "set", "frozenset", "str", "repr",
                        "sorted", "tuple", "list", "dict", "range", "type", "id"}
@@ -72,24 +80,26 @@ def partial_traced(call: ast.Call, function: FunctionNode, method: bool,
     return open_params | {name for name, value in bound.items() if name in every and is_tensor(value)}
 
 
-class PythonValued:
-    """The project's functions whose every return is a Python value, asked by name (`name in values`) and
-    decided on first ask: most names are never asked."""
+class DecidedByName:
+    """Asked by name (`name in decided`): whether every function of that name in the project passes `test`,
+    decided on first ask (most names are never asked)."""
 
-    def __init__(self, project: Project) -> None:
-        self._defs = project.definitions
+    def __init__(self, project: Project, test: Callable[[Module, FunctionNode], bool]) -> None:
+        self._defs, self._test = project.definitions, test
         self._known: dict[str, bool] = {}
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str) or name not in self._defs:
             return False
         if name not in self._known:
-            self._known[name] = all(_returns_python(d) for _, d in self._defs[name])
+            self._known[name] = False  # a recursive function answers no while it is decided
+            self._known[name] = all(self._test(m, d) for m, d in self._defs[name])
         return self._known[name]
 
 
-def python_valued_functions(project: Project) -> PythonValued:
-    return PythonValued(project)
+def python_valued_functions(project: Project) -> DecidedByName:
+    """The project's functions whose every return is a Python value."""
+    return DecidedByName(project, lambda _, function: _returns_python(function))
 
 
 def _returns_python(function: FunctionNode) -> bool:

@@ -9,7 +9,7 @@ import ast
 from collections.abc import Callable, Container
 
 from tpuops.check.project import FunctionNode, Module, Project
-from tpuops.check.pyvalues import own_nodes
+from tpuops.check.pyvalues import DecidedByName, own_nodes
 from tpuops.check.tensors import TensorValues
 
 
@@ -22,8 +22,8 @@ class TensorReturning:
     def __init__(self, project: Project, python_calls: Container[str]) -> None:
         self._python_calls = python_calls
         self._inferred: dict[int, TensorValues] = {}
-        self.tensors = _DecidedByName(project.definitions, lambda m, d: self._returns(m, d, TensorValues.is_tensor))
-        self.masks = _DecidedByName(project.definitions, lambda m, d: self._returns(m, d, TensorValues.is_bool))
+        self.tensors = DecidedByName(project, lambda m, d: self._returns(m, d, TensorValues.is_tensor))
+        self.masks = DecidedByName(project, lambda m, d: self._returns(m, d, TensorValues.is_bool))
 
     def _returns(self, module: Module, function: FunctionNode, kind: Callable[[TensorValues, ast.AST], bool]) -> bool:
         returns = [n.value for n in own_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
@@ -37,20 +37,3 @@ class TensorReturning:
         values = self._inferred[id(function)]
         return all(kind(values, value) for value in returns)
 
-
-class _DecidedByName:
-    """Asked by name (`name in decided`): true when every function of that name in the project passes `test`,
-    decided on first ask (most names are never asked)."""
-
-    def __init__(self, defs: dict[str, list[tuple[Module, FunctionNode]]],
-                 test: Callable[[Module, FunctionNode], bool]) -> None:
-        self._defs, self._test = defs, test
-        self._known: dict[str, bool] = {}
-
-    def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str) or name not in self._defs:
-            return False
-        if name not in self._known:
-            self._known[name] = False  # a recursive function answers no while it is decided
-            self._known[name] = all(self._test(m, d) for m, d in self._defs[name])
-        return self._known[name]

@@ -32,7 +32,7 @@ from tpuops.check.project import (
     positional_params,
 )
 from tpuops.check.pyvalues import (
-    PythonValued,
+    DecidedByName,
     flag_params,
     is_partial_of,
     partial_traced,
@@ -68,7 +68,7 @@ class StepFinder(TorchXlaSteps):
     _ending_loops: dict[int, str] = field(default_factory=dict)  # loops whose every iteration ends one -> how
     _values: dict[tuple[int, frozenset[str]], TensorValues] = field(default_factory=dict)
     _regions: dict[tuple[int, str], list[ast.AST]] = field(default_factory=dict)
-    _python_calls: PythonValued | None = None  # the project's functions that return Python values
+    _python_calls: DecidedByName | None = None  # the project's functions that return Python values
     _returning: TensorReturning | None = None  # and those that return tensors, or boolean tensors (masks)
     _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
