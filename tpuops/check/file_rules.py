@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 
 from tpuops.check.hand_padding import fixes_the_length, in_collate_function
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
+from tpuops.check.regions import mentions_gpu, mentions_tpu
 from tpuops.check.settings import Settings
 from tpuops.check.steps import Hit
 from tpuops.check.wrappers import keyword as _keyword
@@ -225,7 +226,7 @@ def _behind_fp16_switch(node: ast.AST, module: Module, settings: Settings) -> bo
         if isinstance(ancestor, FunctionNode) and any(w in ancestor.name.lower() for w in ("half", "fp16")):
             return True
         if isinstance(ancestor, ast.If):
-            if _gpu_only(ancestor.test) or (_mentions_tpu(ancestor.test) and _in_orelse(child, ancestor)):
+            if mentions_gpu(ancestor.test) or (mentions_tpu(ancestor.test) and _in_orelse(child, ancestor)):
                 return True
             switch = _fp16_switch(ancestor.test, module, settings)
             if switch is not None:
@@ -252,20 +253,8 @@ def _fp16_switch(test: ast.AST, module: Module, settings: Settings) -> bool | No
     return None
 
 
-def _mentions_tpu(test: ast.AST) -> bool:
-    words = [dotted(n) for n in ast.walk(test) if isinstance(n, ast.Name | ast.Attribute)]
-    words += [n.value for n in ast.walk(test) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-    return any("tpu" in w.lower() or "xla" in w.lower() for w in words)
-
-
 def _in_orelse(child: ast.AST, branch: ast.If) -> bool:
     return any(child is n for n in branch.orelse)
-
-
-def _gpu_only(test: ast.AST) -> bool:
-    words = [dotted(n) for n in ast.walk(test) if isinstance(n, ast.Name | ast.Attribute)]
-    words += [n.value for n in ast.walk(test) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-    return any("cuda" in w.lower() or w.lower() == "gpu" for w in words)
 
 
 def node_host_input(module: Module, settings: Settings) -> Iterator[Hit]:

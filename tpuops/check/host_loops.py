@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from tpuops.check.findings import Finding
 from tpuops.check.project import Module, dotted, last_name
+from tpuops.check.regions import each_pass
 from tpuops.check.wrappers import compiler
 
 READ_CALLS = {"float", "int", "device_get", "asarray", "array", "print"}
@@ -23,7 +24,7 @@ HINT = ("read it every N steps (`if step % N == 0`) or keep a running sum on the
 
 
 def host_loop_notes(module: Module) -> Iterator[Finding]:
-    if not any(source.split(".")[0] == "jax" for source, _ in module.imported.values()):
+    if "jax" not in module.imported_roots:
         return
     jitted = _jitted_names(module)
     if not jitted:
@@ -32,7 +33,7 @@ def host_loop_notes(module: Module) -> Iterator[Finding]:
         results = _step_results(loop, jitted)
         if not results:
             continue
-        for node in _every_iteration(loop):
+        for node in each_pass(loop.body, _scheduled):  # not what runs every N steps
             read, name = _read_of(node, results)
             if read:
                 yield Finding(
@@ -52,10 +53,10 @@ def _jitted_names(module: Module) -> set[str]:
     return names
 
 
-def _step_results(loop: ast.AST, jitted: set[str]) -> dict[str, str]:
+def _step_results(loop: ast.For | ast.AsyncFor | ast.While, jitted: set[str]) -> dict[str, str]:
     """Names bound, in the loop's own body, to what a jitted call returns -> the jitted function's name."""
     results: dict[str, str] = {}
-    for node in _every_iteration(loop, skip_every_n=False):
+    for node in each_pass(loop.body):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                 last_name(node.value.func) in jitted and isinstance(node.value.func, ast.Name):
             for target in node.targets:
@@ -63,21 +64,6 @@ def _step_results(loop: ast.AST, jitted: set[str]) -> dict[str, str]:
                     if isinstance(name, ast.Name):
                         results[name.id] = node.value.func.id
     return results
-
-
-def _every_iteration(loop: ast.AST, skip_every_n: bool = True) -> Iterator[ast.AST]:
-    """The loop's own statements and expressions, not nested defs or loops, nor `if step % N == 0:` bodies."""
-    stack: list[ast.AST] = list(reversed(getattr(loop, "body", [])))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef | ast.For |
-                      ast.AsyncFor | ast.While):
-            continue
-        yield node
-        if skip_every_n and isinstance(node, ast.If) and _scheduled(node.test):
-            stack.extend(reversed(node.orelse))
-            continue
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
 def _scheduled(test: ast.AST) -> bool:

@@ -24,6 +24,8 @@ from tpuops.check.steps import Step
 from tpuops.remote.manifest import scan_tree
 
 IGNORE_RE = re.compile(r"#\s*tpuops:\s*ignore\[([A-Za-z0-9_,\s-]+)\]")
+# A file importing one of these may run on the TPU, whatever it says of CUDA.
+XLA_FRAMEWORK_ROOTS = frozenset({"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox"})
 
 
 @dataclass(frozen=True)
@@ -82,10 +84,7 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool) -> LintRes
     finder = StepFinder(project)
     steps = finder.find()
     linted, ignored = _findings(finder, steps, legacy_node)
-    functions: dict[str, tuple[str, int]] = {}
-    for module in modules:
-        for name, defs in module.defs.items():
-            functions.setdefault(name, (module.rel, defs[0].lineno))
+    functions = {name: (defs[0][0].rel, defs[0][1].lineno) for name, defs in project.definitions.items()}
     ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
     advice = [n for m in modules if not off_the_tpu(m)
               for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
@@ -146,8 +145,7 @@ def off_the_tpu(module: Module) -> bool:
             path.name.startswith("test_") or \
             path.stem.endswith("_test") or path.name == "conftest.py":
         return True
-    roots = {source.split(".")[0] for source, _ in module.imported.values()}
-    if roots & {"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox"}:
+    if module.imports_any(XLA_FRAMEWORK_ROOTS):
         return False
     return any(last_name(call.func) == "cuda" or any(isinstance(a, ast.Constant) and a.value == "cuda"
                                                      for a in call.args) for call in module.calls)

@@ -10,7 +10,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tpuops.check.project import dotted, last_name
+from tpuops.check.project import dotted, last_name, params_of
 from tpuops.check.steps import Hit, Step
 from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues
 from tpuops.check.wrappers import keyword as _keyword
@@ -106,8 +106,7 @@ def _truth_of_a_name(test: ast.AST, step: Step) -> bool:
                    for b in bound)
     if step.kind != "lazy" or function is None:
         return False  # a jitted function's argument is traced: `if training:` cannot be decided at trace time
-    arguments = function.args
-    return test.id in {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
+    return test.id in params_of(function)
 
 
 def _field_test(test: ast.AST, values: TensorValues) -> bool:

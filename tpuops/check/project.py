@@ -5,13 +5,16 @@ so that a step jitted in one module and defined in another is still found. `ast`
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 FRAMEWORK_MODULES = ("jax", "torch", "torch_xla", "tensorflow", "flax", "optax", "keras", "haliax", "equinox",
                      "accelerate", "tf_keras")
+# What a module imports to train on PyTorch/XLA: Accelerate runs on it on a TPU without the script importing it.
+TORCH_XLA_ROOTS = frozenset({"torch_xla", "accelerate"})
+KERAS_ROOTS = frozenset({"tensorflow", "keras", "tf_keras"})  # Keras 2 (in TensorFlow), Keras 3, or tf_keras
 
 
 def dotted(expr: ast.AST) -> str:
@@ -28,6 +31,29 @@ def last_name(expr: ast.AST) -> str:
     if isinstance(expr, ast.Attribute):
         return expr.attr
     return expr.id if isinstance(expr, ast.Name) else ""
+
+
+def positional_params(function: FunctionNode | ast.Lambda, method: bool = False) -> list[str]:
+    """The parameters a call's positional arguments fill, in order; for a call through an object or class
+    (`method`: `obj.f(x)`), not the `self` or `cls` it fills itself."""
+    params = [a.arg for a in function.args.posonlyargs + function.args.args]
+    return params[1:] if method and params and params[0] in {"self", "cls"} else params
+
+
+def params_of(function: FunctionNode | ast.Lambda) -> set[str]:
+    """Every parameter a call can name (not `*args` or `**kwargs`)."""
+    return set(positional_params(function)) | {a.arg for a in function.args.kwonlyargs}
+
+
+def defaults_of(function: FunctionNode | ast.Lambda) -> dict[str, ast.expr]:
+    """Each parameter that has a default, with it. Python keeps the defaults apart from the names: the last
+    positional parameters take `defaults` in order, the keyword-only ones `kw_defaults` (None: no default)."""
+    arguments = function.args
+    positional = arguments.posonlyargs + arguments.args
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults):]], arguments.defaults,
+                        strict=False))
+    defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None}
+    return defaults
 
 
 MOVES = {"to", "cuda", "train", "eval", "float", "bfloat16"}  # calls that return the object moved
@@ -135,6 +161,15 @@ class Module:
             if node.module and node.module.split(".")[0] in FRAMEWORK_MODULES:
                 self.aliases.add(alias.asname or alias.name)
 
+    @cached_property
+    def imported_roots(self) -> frozenset[str]:
+        """The top-level packages it imports from (`torch_xla` for `import torch_xla.core.xla_model as xm`): which
+        frameworks the file uses, which several rules ask."""
+        return frozenset(source.split(".")[0] for source, _ in self.imported.values())
+
+    def imports_any(self, roots: Collection[str]) -> bool:
+        return not self.imported_roots.isdisjoint(roots)
+
     @property
     def name(self) -> str:
         parts = self.rel.removesuffix(".py").split("/")
@@ -186,6 +221,16 @@ class Project:
             self.by_name[module.name] = module
         for module in self.modules:  # a last resort: `from steps import x` where steps.py is somewhere else
             self.by_name.setdefault(module.name.rsplit(".", 1)[-1], module)
+
+    @cached_property
+    def definitions(self) -> dict[str, list[tuple[Module, FunctionNode]]]:
+        """Every def of the project by name, module by module: what the questions asked of a function by its name
+        alone (does it return a Python value, a tensor) look through."""
+        found: dict[str, list[tuple[Module, FunctionNode]]] = {}
+        for module in self.modules:
+            for name, defs in module.defs.items():
+                found.setdefault(name, []).extend((module, d) for d in defs)
+        return found
 
     @cached_property
     def roots(self) -> set[str]:
@@ -245,24 +290,23 @@ class Project:
         """`self.metric.update` where the class sets `self.metric = IoUMetric(...)` (a class of ours): that
         class's method."""
         cls_node = module.enclosing_class(expr)
-        for node in ast.walk(cls_node) if cls_node is not None else ():
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
-                    isinstance(t, ast.Attribute) and t.attr == attribute and isinstance(t.value, ast.Name) and
-                    t.value.id == "self" for t in node.targets):
-                found = self._class_methods(node.value, method, module)
-                if found:
-                    return found
-        return []
+        kept = (node for node in (ast.walk(cls_node) if cls_node is not None else ())
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == attribute and
+                                                        isinstance(t.value, ast.Name) and t.value.id == "self"
+                                                        for t in node.targets))
+        return self._first_class_methods(kept, method, module)
 
     def _methods(self, owner_node: ast.Name, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
         """`meter.update` where `meter = RocAucMeter()` (or `model = Net(cfg).to(device)`) builds a class of
         ours: that class's method."""
-        for node in module.assigns_to(owner_node.id, module.enclosing_function(owner_node)):
-            if isinstance(node.value, ast.Call):
-                found = self._class_methods(node.value, method, module)
-                if found:
-                    return found
-        return []
+        return self._first_class_methods(module.assigns_to(owner_node.id, module.enclosing_function(owner_node)),
+                                         method, module)
+
+    def _first_class_methods(self, assigns: Iterable[ast.Assign], method: str,
+                             module: Module) -> list[tuple[Module, FunctionNode]]:
+        """The `method` of the first class of ours that one of the assignments builds (`x = Net(cfg)`)."""
+        built = (node.value for node in assigns if isinstance(node.value, ast.Call))
+        return next((found for call in built if (found := self._class_methods(call, method, module))), [])
 
     def _class_methods(self, built: ast.Call, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
         """The `method` of the class of ours that `built` instantiates (`Net(cfg).to(device)` included)."""

@@ -15,7 +15,15 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from tpuops.check.project import FunctionNode, Project, last_name
+from tpuops.check.project import (
+    FunctionNode,
+    Module,
+    Project,
+    defaults_of,
+    last_name,
+    params_of,
+    positional_params,
+)
 
 PYTHON_RESULT_CALLS = {"len", "isinstance", "issubclass", "hasattr", "callable", "set", "frozenset", "str", "repr",
                        "sorted", "tuple", "list", "dict", "range", "type", "id"}
@@ -29,12 +37,8 @@ PYTHON_PARAM_NAMES = {"path", "key_path", "keypath", "name", "names", "prefix", 
 def flag_params(function: FunctionNode | ast.Lambda) -> set[str]:
     """Parameters with a constant default, or named for a string or a path: Python settings, not traced
     arrays."""
-    arguments = function.args
-    positional = arguments.posonlyargs + arguments.args
-    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults, strict=False))
-    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None]
-    named = {a.arg for a in positional + arguments.kwonlyargs if a.arg in PYTHON_PARAM_NAMES}
-    return {arg.arg for arg, default in pairs if isinstance(default, ast.Constant)} | named
+    return {name for name, default in defaults_of(function).items() if isinstance(default, ast.Constant)} | \
+        (params_of(function) & PYTHON_PARAM_NAMES)
 
 
 SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "None", "Optional", "Union", "Literal"}
@@ -44,8 +48,7 @@ def scalar_params(function: FunctionNode | ast.Lambda) -> set[str]:
     """Parameters annotated as Python scalars (`mask_ratio: Optional[float]`, `train: bool`), or named for a
     string or a tree path (`def decays(path):`): never tensors."""
     arguments = function.args
-    found = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs
-             if a.arg in PYTHON_PARAM_NAMES}
+    found = params_of(function) & PYTHON_PARAM_NAMES
     if isinstance(function, ast.Lambda):
         return found
     for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs:
@@ -61,20 +64,15 @@ def scalar_params(function: FunctionNode | ast.Lambda) -> set[str]:
 
 def none_default_params(function: FunctionNode | ast.Lambda) -> set[str]:
     """Parameters whose default is None (`input_ids=None`): optional inputs as often as settings."""
-    arguments = function.args
-    positional = arguments.posonlyargs + arguments.args
-    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults, strict=False))
-    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None]
-    return {arg.arg for arg, default in pairs if isinstance(default, ast.Constant) and default.value is None}
+    return {name for name, default in defaults_of(function).items()
+            if isinstance(default, ast.Constant) and default.value is None}
 
 
 def partial_traced(call: ast.Call, function: FunctionNode, method: bool,
                    is_tensor: Callable[[ast.AST], bool]) -> set[str]:
     """The traced parameters of `function` handed over as `partial(function, *args, **keywords)`: those it
     leaves open (but flags), and those it binds to a tensor."""
-    params = [a.arg for a in function.args.posonlyargs + function.args.args]
-    if method and params and params[0] in {"self", "cls"}:
-        params = params[1:]
+    params = positional_params(function, method)
     bound_args = dict(zip(params, call.args[1:], strict=False))
     bound = {**bound_args, **{k.arg: k.value for k in call.keywords if k.arg}}
     every = set(params) | {a.arg for a in function.args.kwonlyargs}
@@ -82,27 +80,26 @@ def partial_traced(call: ast.Call, function: FunctionNode, method: bool,
     return open_params | {name for name, value in bound.items() if name in every and is_tensor(value)}
 
 
-class PythonValued:
-    """The project's functions whose every return is a Python value, asked by name (`name in values`) and
-    decided on first ask: most names are never asked."""
+class DecidedByName:
+    """Asked by name (`name in decided`): whether every function of that name in the project passes `test`,
+    decided on first ask (most names are never asked)."""
 
-    def __init__(self, project: Project) -> None:
-        self._defs: dict[str, list[FunctionNode]] = {}
-        for module in project.modules:
-            for name, defs in module.defs.items():
-                self._defs.setdefault(name, []).extend(defs)
+    def __init__(self, project: Project, test: Callable[[Module, FunctionNode], bool]) -> None:
+        self._defs, self._test = project.definitions, test
         self._known: dict[str, bool] = {}
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str) or name not in self._defs:
             return False
         if name not in self._known:
-            self._known[name] = all(_returns_python(d) for d in self._defs[name])
+            self._known[name] = False  # a recursive function answers no while it is decided
+            self._known[name] = all(self._test(m, d) for m, d in self._defs[name])
         return self._known[name]
 
 
-def python_valued_functions(project: Project) -> PythonValued:
-    return PythonValued(project)
+def python_valued_functions(project: Project) -> DecidedByName:
+    """The project's functions whose every return is a Python value."""
+    return DecidedByName(project, lambda _, function: _returns_python(function))
 
 
 def _returns_python(function: FunctionNode) -> bool:

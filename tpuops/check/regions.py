@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
@@ -103,15 +103,32 @@ def _words(test: ast.AST) -> list[str]:
     return words + [n.value.lower() for n in ast.walk(test) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
 
 
+def _gpu_word(word: str) -> bool:
+    return "cuda" in word or word == "gpu"
+
+
+def _tpu_word(word: str) -> bool:
+    return "tpu" in word or "xla" in word
+
+
+def mentions_gpu(test: ast.AST) -> bool:
+    """A name or string of the test names CUDA or the GPU (`torch.cuda.is_available()`, `device == "gpu"`)."""
+    return any(_gpu_word(w) for w in _words(test))
+
+
+def mentions_tpu(test: ast.AST) -> bool:
+    """A name or string of the test names the TPU or XLA (`use_tpu`, `xm.xla_device()`, `device == "xla"`)."""
+    return any(_tpu_word(w) for w in _words(test))
+
+
 def _gpu_test(test: ast.AST) -> bool:
     """`if torch.cuda.is_available():`, `if device == "cuda":`: a branch a TPU never takes."""
-    return not isinstance(test, ast.UnaryOp) and any("cuda" in w or w == "gpu" for w in _words(test))
+    return not isinstance(test, ast.UnaryOp) and mentions_gpu(test)
 
 
 def _tpu_test(test: ast.AST) -> bool:
     """`if self.use_xla:`, `if args.tpu:`: the TPU takes the body, never the else."""
-    return not isinstance(test, ast.UnaryOp | ast.BoolOp) and any("xla" in w.split(".")[-1] or "tpu" in
-                                                                  w.split(".")[-1] for w in _words(test))
+    return not isinstance(test, ast.UnaryOp | ast.BoolOp) and any(_tpu_word(w.split(".")[-1]) for w in _words(test))
 
 
 COUNTER_WORDS = ("step", "iter", "epoch", "batch", "idx", "count", "update")
@@ -165,26 +182,29 @@ def _bound_call(name: str, loop: ast.AST, module: Module) -> ast.Call | None:
     return found
 
 
-def uses_torch_xla(module: Module) -> bool:
-    """PyTorch/XLA directly, or Accelerate (which runs on it on a TPU)."""
-    return any(source.split(".")[0] in {"torch_xla", "accelerate"} for source, _ in module.imported.values())
-
-
 def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: frozenset[str] = frozenset()) -> bool:
     """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `self(**data)`
     (a Module's own method), a method of the same module that does (`self.validate_one_step(batch)`), or a helper
     given the model and the loop's `batch` (`get_loss(model, batch, step)`; not `train_epoch(model, loader)`,
     which runs its own loop)."""
-    stack: list[ast.AST] = list(body)
+    return any(isinstance(node, ast.Call) and _model_call(node, module, depth, batch) for node in each_pass(body))
+
+
+def each_pass(body: list[ast.stmt], sometimes: Callable[[ast.AST], bool] | None = None) -> Iterator[ast.AST]:
+    """The nodes a body runs itself each time it runs, in source order: not those of a loop or a function inside
+    it (they run on their own schedule), nor an `if` branch whose test `sometimes` says holds only on some
+    passes (its `else` does run)."""
+    stack: list[ast.AST] = list(reversed(body))
     while stack:
         node = stack.pop()
         if isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.FunctionDef | ast.AsyncFunctionDef |
                       ast.Lambda | ast.ClassDef):
             continue
-        if isinstance(node, ast.Call) and _model_call(node, module, depth, batch):
-            return True
-        stack.extend(ast.iter_child_nodes(node))
-    return False
+        yield node
+        if sometimes is not None and isinstance(node, ast.If) and sometimes(node.test):
+            stack.extend(reversed(node.orelse))
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
 def _switched_mode(name: str, function: FunctionNode | None) -> bool:

@@ -6,43 +6,34 @@ indexes by a mask (`x[make_mask(ids)]`)."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Container
+from collections.abc import Callable, Container
 
 from tpuops.check.project import FunctionNode, Module, Project
-from tpuops.check.pyvalues import own_nodes
+from tpuops.check.pyvalues import DecidedByName, own_nodes
 from tpuops.check.tensors import TensorValues
 
 
 class TensorReturning:
-    """Asked by name (`name in returning`), decided on first ask: every function of that name in the project
-    returns a value its own body makes a tensor (a framework op, a model's output, `.to(device)`), with no
-    parameter taken for a tensor and no container filled with tensors taken for one."""
+    """The project's functions whose every return is a value their own body makes a tensor (a framework op, a
+    model's output, `.to(device)`), with no parameter taken for a tensor and no container filled with tensors
+    taken for one: `name in returning.tensors`; and those whose every return is a boolean tensor (a mask): `name
+    in returning.masks`. Each name is decided on first ask, and each function's inference serves both questions."""
 
-    def __init__(self, project: Project, python_calls: Container[str], booleans: bool = False) -> None:
-        self.booleans = booleans  # ask for functions returning boolean tensors (masks) instead
-        self._defs: dict[str, list[tuple[Module, FunctionNode]]] = {}
-        for module in project.modules:
-            for name, defs in module.defs.items():
-                self._defs.setdefault(name, []).extend((module, d) for d in defs)
+    def __init__(self, project: Project, python_calls: Container[str]) -> None:
         self._python_calls = python_calls
-        self._known: dict[str, bool] = {}
+        self._inferred: dict[int, TensorValues] = {}
+        self.tensors = DecidedByName(project, lambda m, d: self._returns(m, d, TensorValues.is_tensor))
+        self.masks = DecidedByName(project, lambda m, d: self._returns(m, d, TensorValues.is_bool))
 
-    def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str) or name not in self._defs:
-            return False
-        if name not in self._known:
-            self._known[name] = False  # a recursive function answers no while it is decided
-            self._known[name] = all(self._returns_tensor(m, d) for m, d in self._defs[name])
-        return self._known[name]
-
-    def _returns_tensor(self, module: Module, function: FunctionNode) -> bool:
+    def _returns(self, module: Module, function: FunctionNode, kind: Callable[[TensorValues, ast.AST], bool]) -> bool:
         returns = [n.value for n in own_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
         if not returns:
             return False
-        # A dict the function fills (`info["loss"] = model(batch)`) holds counters and settings as well: not a
-        # tensor to return.
-        values = TensorValues(module.bindings.get(id(function), []), module.aliases, (), self._python_calls,
-                              guesses=False, containers=False)
-        if self.booleans:
-            return all(values.is_bool(value) for value in returns)
-        return all(values.is_tensor(value) for value in returns)
+        if id(function) not in self._inferred:
+            # A dict the function fills (`info["loss"] = model(batch)`) holds counters and settings as well: not a
+            # tensor to return.
+            self._inferred[id(function)] = TensorValues(module.bindings.get(id(function), []), module.aliases, (),
+                                                        self._python_calls, guesses=False, containers=False)
+        values = self._inferred[id(function)]
+        return all(kind(values, value) for value in returns)
+

@@ -21,9 +21,18 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from tpuops.check.project import FunctionNode, Module, Project, dotted, last_name
+from tpuops.check.project import (
+    KERAS_ROOTS,
+    FunctionNode,
+    Module,
+    Project,
+    dotted,
+    last_name,
+    params_of,
+    positional_params,
+)
 from tpuops.check.pyvalues import (
-    PythonValued,
+    DecidedByName,
     flag_params,
     is_partial_of,
     partial_traced,
@@ -34,7 +43,7 @@ from tpuops.check.regions import loop_batch, region_nodes
 from tpuops.check.returns import TensorReturning
 from tpuops.check.steps import Step
 from tpuops.check.tensors import TensorValues
-from tpuops.check.torch_steps import RUNS_MODEL, TorchXlaSteps, params_of
+from tpuops.check.torch_steps import RUNS_MODEL, TorchXlaSteps
 from tpuops.check.wrappers import compiler, is_false, keyword, wrapper_name
 
 TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial", "filter_value_and_grad",
@@ -59,9 +68,8 @@ class StepFinder(TorchXlaSteps):
     _ending_loops: dict[int, str] = field(default_factory=dict)  # loops whose every iteration ends one -> how
     _values: dict[tuple[int, frozenset[str]], TensorValues] = field(default_factory=dict)
     _regions: dict[tuple[int, str], list[ast.AST]] = field(default_factory=dict)
-    _python_calls: PythonValued | None = None  # the project's functions that return Python values
-    _tensor_calls: TensorReturning | None = None  # and those that return tensors
-    _bool_calls: TensorReturning | None = None  # and boolean tensors (masks)
+    _python_calls: DecidedByName | None = None  # the project's functions that return Python values
+    _returning: TensorReturning | None = None  # and those that return tensors, or boolean tensors (masks)
     _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
     _forwards_queued: bool = False
@@ -76,14 +84,12 @@ class StepFinder(TorchXlaSteps):
             scope = step.module.scope_of(step.node)
         key = (id(scope), step.traced, step.guessed)
         if key not in self._values:
-            if self._python_calls is None:
+            if self._python_calls is None or self._returning is None:
                 self._python_calls = python_valued_functions(self.project)
-                self._tensor_calls = TensorReturning(self.project, self._python_calls)
-                self._bool_calls = TensorReturning(self.project, self._python_calls, booleans=True)
+                self._returning = TensorReturning(self.project, self._python_calls)
             self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
                                              step.traced, self._python_calls, guessed=step.guessed,
-                                             tensor_calls=self._tensor_calls or frozenset(),
-                                             bool_calls=self._bool_calls or frozenset())
+                                             tensor_calls=self._returning.tensors, bool_calls=self._returning.masks)
         return self._values[key]
 
     def region(self, step: Step) -> list[ast.AST]:
@@ -136,7 +142,7 @@ class StepFinder(TorchXlaSteps):
                     if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
                         yield Step(f"{cls_node.name}.{method.name}", kind, "Keras train_step", module, method,
                                    frozenset(params_of(method) - {"self"}))
-            if _keras(module) and any(last_name(b) == "Metric" for b in cls_node.bases):
+            if module.imports_any(KERAS_ROOTS) and any(last_name(b) == "Metric" for b in cls_node.bases):
                 kind = "tf" if _tf_keras(cls_node, module) else "keras"
                 for method in cls_node.body:
                     if isinstance(method, FunctionNode) and method.name in KERAS_METRIC_METHODS:
@@ -173,7 +179,7 @@ class StepFinder(TorchXlaSteps):
         how = wrapper_name(call.func if isinstance(call.func, ast.Call) else call)
         if kind is None and last_name(call.func) in STRATEGY_RUNS and "strategy" in dotted(call.func).lower():
             kind, how = "tf", f"strategy.{last_name(call.func)}"
-        if last_name(call.func) == "compile" and keyword(call, "loss") is not None and _keras(module):
+        if last_name(call.func) == "compile" and keyword(call, "loss") is not None and module.imports_any(KERAS_ROOTS):
             # Keras compiles the loss into its train function (XLA on a TPU): the trainer's own loss is a step
             for target_module, target, _ in self._targets(keyword(call, "loss"), module):
                 if isinstance(target, FunctionNode):
@@ -207,7 +213,7 @@ class StepFinder(TorchXlaSteps):
                 yield target_module, target, bound
         elif isinstance(expr, ast.Call) and last_name(expr.func) == "partial" and expr.args:
             for target_module, target, inner in self._targets(expr.args[0], module, bound):
-                params = [a.arg for a in target.args.posonlyargs + target.args.args]
+                params = positional_params(target)
                 fixed = set(params[:len(expr.args) - 1]) | {k.arg for k in expr.keywords if k.arg}
                 yield target_module, target, inner | fixed
         elif isinstance(expr, ast.Call) and last_name(expr.func) in TRANSFORMS and expr.args:
@@ -249,9 +255,7 @@ class StepFinder(TorchXlaSteps):
 def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValues) -> tuple[set[str], set[str]]:
     """The callee's parameters the call passes tensors: evidently, and only by a guess (which `values.evident`
     leaves out, so that a guessed tensor does not make the callee's counters and settings tensors)."""
-    params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
-    if params and params[0] in {"self", "cls"} and isinstance(call.func, ast.Attribute):
-        params = params[1:]
+    params = positional_params(callee, method=isinstance(call.func, ast.Attribute))
     names = set(params) | {a.arg for a in callee.args.kwonlyargs}
     passed = [*zip(params, call.args, strict=False), *((k.arg, k.value) for k in call.keywords if k.arg in names)]
     scalars = scalar_params(callee)  # `mask_ratio: Optional[float]` is a float, whatever the caller computes
@@ -268,7 +272,7 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
     """Under jax.jit every argument is traced but those static_argnums/static_argnames (pmap:
     static_broadcasted_argnums) name, and self."""
     static: set[str] = {"self", "cls"}
-    params = [a.arg for a in function.args.posonlyargs + function.args.args] if function else []
+    params = positional_params(function) if function else []
     for call in (n for n in ast.walk(wrapper) if isinstance(n, ast.Call)):
         for given in call.keywords:
             values = given.value.elts if isinstance(given.value, ast.Tuple | ast.List) else [given.value]
@@ -283,7 +287,7 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
 
 def _first_argument(method: FunctionNode) -> frozenset[str]:
     """The batch a Lightning step gets: its first argument after self (`batch_idx` is a count)."""
-    names = [a.arg for a in method.args.posonlyargs + method.args.args if a.arg != "self"]
+    names = [name for name in positional_params(method) if name != "self"]
     return frozenset(names[:1])
 
 
@@ -296,9 +300,5 @@ def _tf_keras(cls_node: ast.ClassDef, module: Module) -> bool:
         if path.startswith(("tf.", "tensorflow.")) or source.startswith("tensorflow"):
             return True
     return False
-
-
-def _keras(module: Module) -> bool:
-    return any(source.split(".")[0] in {"tensorflow", "keras", "tf_keras"} for source, _ in module.imported.values())
 
 

@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass, field
 
 from tpuops.check.hand_padding import collate_names, longest_padders
-from tpuops.check.project import FunctionNode, Module, Project, last_name
+from tpuops.check.project import TORCH_XLA_ROOTS, FunctionNode, Module, Project, defaults_of, last_name
 
 UNKNOWN: frozenset[object] = frozenset()
 # How scripts name the dataclasses their command line fills (HfArgumentParser's DataTrainingArguments & co).
@@ -37,8 +37,7 @@ class Settings:
             for cls_node in module.classes.values():
                 settings._class_fields(cls_node)
         classes = set(settings.fields)
-        settings.torch_xla = any(source.split(".")[0] in {"torch_xla", "accelerate"}
-                                 for module in project.modules for source, _ in module.imported.values()) or \
+        settings.torch_xla = any(module.imports_any(TORCH_XLA_ROOTS) for module in project.modules) or \
             _lightning_on_tpu(project)
         settings.longest_padders = longest_padders(project.modules)
         settings.collators = collate_names(project.modules)
@@ -119,7 +118,7 @@ class Settings:
         function = module.enclosing_function(name)
         found: set[object] = set()
         if function is not None:
-            default = _argument_default(function, name.id)
+            default = defaults_of(function).get(name.id)
             if default is not None:
                 found |= self.values(default, module, depth + 1)
         candidates = module.assigns if function is not None else module.assigns_to(name.id, None)
@@ -171,15 +170,6 @@ def _passed_on(passed: ast.AST, name: str) -> bool:
         isinstance(passed.value, ast.Name) and passed.value.id == "self"
 
 
-def _argument_default(function: FunctionNode, name: str) -> ast.AST | None:
-    arguments = function.args
-    positional = arguments.posonlyargs + arguments.args
-    defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults):]], arguments.defaults,
-                        strict=False))
-    defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False) if d is not None}
-    return defaults.get(name)
-
-
 def _annotation(function: FunctionNode | None, name: str) -> str:
     if function is None:
         return ""
@@ -193,10 +183,11 @@ def _annotation(function: FunctionNode | None, name: str) -> str:
 def _lightning_on_tpu(project: Project) -> bool:
     """Lightning with a TPU accelerator named somewhere (`accelerator="tpu"`, `TPUSpawnStrategy`, `XLAStrategy`):
     it runs on PyTorch/XLA without importing it."""
+    if not any(root.lower() in {"pytorch_lightning", "lightning"} for module in project.modules
+               for root in module.imported_roots):
+        return False
     imported = [f"{source}.{attribute or ''}".lower() for module in project.modules
                 for source, attribute in module.imported.values()]
-    if not any(name.split(".")[0] in {"pytorch_lightning", "lightning"} for name in imported):
-        return False
     return any("tpu" in name or "xla" in name for name in imported) or \
         any(isinstance(node, ast.Constant) and node.value == "tpu"
             for module in project.modules for node in ast.walk(module.tree))

@@ -8,9 +8,17 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from tpuops.check.project import FunctionNode, Module, dotted, last_name
+from tpuops.check.project import (
+    TORCH_XLA_ROOTS,
+    FunctionNode,
+    Module,
+    dotted,
+    last_name,
+    params_of,
+    positional_params,
+)
 from tpuops.check.pyvalues import flag_params, none_default_params, scalar_params
-from tpuops.check.regions import loop_batch, runs_model, uses_torch_xla
+from tpuops.check.regions import loop_batch, runs_model
 from tpuops.check.steps import Step
 from tpuops.check.wrappers import compiler
 
@@ -89,7 +97,7 @@ class TorchXlaSteps:
         a PyTorch/XLA script imports is not enough: a TPU script borrowing helpers from its GPU twin is common.)"""
         if self._on_xla is None:
             devices = self._xla_device_functions()
-            self._on_xla = {id(m) for m in self.project.modules if uses_torch_xla(m) or any(
+            self._on_xla = {id(m) for m in self.project.modules if m.imports_any(TORCH_XLA_ROOTS) or any(
                 (id(self.project.module_named(source, m)), attribute) in devices
                 for source, attribute in m.imported.values() if source.split(".")[0] in self.project.roots)}
         return id(module) in self._on_xla
@@ -97,7 +105,7 @@ class TorchXlaSteps:
     def _xla_device_functions(self) -> set[tuple[int, str | None]]:
         """(module, name) of the project's functions that give the XLA device (`def get_device(): return
         xm.xla_device()`)."""
-        return {(id(module), function.name) for module in self.project.modules if uses_torch_xla(module)
+        return {(id(module), function.name) for module in self.project.modules if module.imports_any(TORCH_XLA_ROOTS)
                 for defs in module.defs.values() for function in defs
                 if any(isinstance(n, ast.Call) and last_name(n.func) == "xla_device" for n in ast.walk(function))}
 
@@ -134,8 +142,8 @@ class TorchXlaSteps:
     def _given_device_loader(self, function: FunctionNode, param: str, depth: int) -> bool:
         """`def evaluate(self, dataloader)` called as `evaluator.evaluate(pl.MpDeviceLoader(...))` (or a name
         bound to one) somewhere in the project: the parameter is a device loader."""
-        params = [a.arg for a in function.args.posonlyargs + function.args.args]
-        if param not in params + [a.arg for a in function.args.kwonlyargs]:
+        params = positional_params(function)
+        if param not in params_of(function):
             return False
         position = params.index(param) if param in params else None
         if position is not None and params[:1] in (["self"], ["cls"]):
@@ -211,8 +219,3 @@ def _torch_module_base(base: ast.AST, module: Module) -> bool:
     source = module.imported.get(dotted(base).split(".")[0], ("", None))[0]
     return source.startswith("transformers") and not name.startswith(("TF", "Flax")) and \
         (name.endswith(("PreTrainedModel", "Model")) or "For" in name)
-
-
-def params_of(function: FunctionNode | ast.Lambda) -> set[str]:
-    arguments = function.args
-    return {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
