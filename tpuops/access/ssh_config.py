@@ -77,7 +77,7 @@ def forget(home: Path, cluster: str) -> None:
 
 def pinned(cluster_dir: Path, worker: WorkerRecord) -> bool:
     """Whether the cluster's known_hosts holds a key for this worker (else StrictHostKeyChecking refuses it)."""
-    field = worker.ssh_host if worker.ssh_port == 22 else f"[{worker.ssh_host}]:{worker.ssh_port}"
+    field = keys.known_hosts_name(worker.ssh_host, worker.ssh_port)
     path = cluster_dir / keys.KNOWN_HOSTS
     lines = path.read_text().splitlines() if path.is_file() else []
     return any(field in line.split(" ", 1)[0].split(",") for line in lines if line and not line.startswith("#"))
