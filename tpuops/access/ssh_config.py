@@ -9,7 +9,6 @@ whose key was never pinned cannot be reached this way until tpuops pinned it (`t
 
 from __future__ import annotations
 
-import getpass
 from pathlib import Path
 
 from tpuops import keys
@@ -41,7 +40,7 @@ def ssh_workers(state: ClusterState) -> list[WorkerRecord]:
 
 
 def render(state: ClusterState, cluster_dir: Path) -> str:
-    user = state.ssh_user or getpass.getuser()
+    user = state.login_user()
     blocks = [f"# tpuops cluster {state.name}: written by tpuops (`up`, `ssh-config`); edits are overwritten\n"]
     for worker in ssh_workers(state):
         blocks.append("\n".join([
