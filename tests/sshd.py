@@ -78,8 +78,14 @@ class SshdWorker:
     def host_key(self) -> Path:
         return self.root / "ssh_host_ed25519_key"
 
-    def host_key_line(self) -> str:
+    def published_key(self) -> tuple[str, str]:
+        """Its host key as a TPU or VM publishes it (guest attributes): (type, base64), read now (a test may
+        replace the key)."""
         kind, b64 = (self.host_key.with_suffix(".pub").read_text().split() + [""])[:2]
+        return kind, b64
+
+    def host_key_line(self) -> str:
+        kind, b64 = self.published_key()
         return f"[{self.host}]:{self.port} {kind} {b64}"
 
 

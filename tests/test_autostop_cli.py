@@ -228,7 +228,7 @@ def test_a_refused_delete_shows_in_status_with_the_role_to_grant(
     worker = sshd1.workers[0]
     fake_gcp.tpu.external_ip = lambda zone, name, index: worker.host
     fake_gcp.tpu.internal_ip = lambda zone, name, index: worker.host
-    fake_gcp.tpu.host_keys = lambda name, index: [tuple(worker.host_key.with_suffix(".pub").read_text().split()[:2])]
+    fake_gcp.tpu.host_keys = lambda name, index: [worker.published_key()]
     fake_gcp.tpu_v2.server.faults.http_error("DELETE", r"/nodes/", 403, times=-1,
                                              message="Permission 'tpu.nodes.delete' denied")
     metadata = MetadataFake().start()

@@ -62,8 +62,7 @@ def worker_of(sshd: SshdCluster, name: str, index: int) -> int:
 def gcp(fake_gcp: FakeGcp, sshd4: SshdCluster, tpu_paths_in_worker_homes: None) -> FakeGcp:  # noqa: F811
     fake_gcp.tpu.external_ip = lambda zone, name, index: sshd4.workers[worker_of(sshd4, name, index)].host
     fake_gcp.tpu.internal_ip = lambda zone, name, index: sshd4.workers[worker_of(sshd4, name, index)].host
-    fake_gcp.tpu.host_keys = lambda name, index: [
-        tuple(sshd4.workers[worker_of(sshd4, name, index)].host_key.with_suffix(".pub").read_text().split()[:2])]
+    fake_gcp.tpu.host_keys = lambda name, index: [sshd4.workers[worker_of(sshd4, name, index)].published_key()]
     return fake_gcp
 
 

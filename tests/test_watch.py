@@ -111,8 +111,7 @@ def gcp(fake_gcp: FakeGcp, sshd2: SshdCluster, tpu_paths_in_worker_homes: None) 
     """The fakes giving every (re)created node the sshd workers' addresses and real host keys."""
     fake_gcp.tpu.external_ip = lambda zone, name, index: sshd2.workers[index].host
     fake_gcp.tpu.internal_ip = lambda zone, name, index: sshd2.workers[index].host
-    fake_gcp.tpu.host_keys = lambda name, index: [
-        tuple(sshd2.workers[index].host_key.with_suffix(".pub").read_text().split()[:2])]
+    fake_gcp.tpu.host_keys = lambda name, index: [sshd2.workers[index].published_key()]
     return fake_gcp
 
 
