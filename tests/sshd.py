@@ -19,8 +19,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.fakes.cloud import FakeGcp
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 START_TIMEOUT = 10.0
@@ -78,9 +83,24 @@ class SshdWorker:
     def host_key(self) -> Path:
         return self.root / "ssh_host_ed25519_key"
 
-    def host_key_line(self) -> str:
+    def published_key(self) -> tuple[str, str]:
+        """Its host key as a TPU or VM publishes it (guest attributes): (type, base64), read now (a test may
+        replace the key)."""
         kind, b64 = (self.host_key.with_suffix(".pub").read_text().split() + [""])[:2]
+        return kind, b64
+
+    def host_key_line(self) -> str:
+        kind, b64 = self.published_key()
         return f"[{self.host}]:{self.port} {kind} {b64}"
+
+
+def tpus_answer_at(fake_gcp: FakeGcp, worker_of: Callable[[str, int], SshdWorker]) -> FakeGcp:
+    """Host `index` of every TPU node the fakes create (again) is the sshd worker `worker_of(node, index)`: its
+    address, internal and external, and its real host key, read when the node is described."""
+    fake_gcp.tpu.external_ip = lambda zone, name, index: worker_of(name, index).host
+    fake_gcp.tpu.internal_ip = lambda zone, name, index: worker_of(name, index).host
+    fake_gcp.tpu.host_keys = lambda name, index: [worker_of(name, index).published_key()]
+    return fake_gcp
 
 
 @dataclass

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent / "tpuops"
 # Bottom to top. A package may import the packages of lower layers, and those of its own layer one way only.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("helpers", ("tpuops", "tpuops.errors", "tpuops.atomic", "tpuops.durations", "tpuops.retry", "tpuops.catalog",
-                 "tpuops.keys", "tpuops.spec_yaml", "tpuops.data", "tpuops.data.init")),
+                 "tpuops.keys", "tpuops.sizes", "tpuops.spec_yaml", "tpuops.data", "tpuops.data.init")),
     ("shipped programs", ("tpuops.shipped",)),
     ("models", ("tpuops.spec", "tpuops.state", "tpuops.cloud", "tpuops.plan", "tpuops.rules")),
     ("adapters", ("tpuops.cloud.gcp", "tpuops.cloud.local", "tpuops.remote", "tpuops.logs", "tpuops.check")),

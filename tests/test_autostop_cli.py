@@ -18,7 +18,7 @@ from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
 from tests.fakes.metadata import MetadataFake
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli, write_spec
-from tests.sshd import SshdCluster, sshd_available
+from tests.sshd import SshdCluster, sshd_available, tpus_answer_at
 from tests.test_autostop_agent import wait_for
 
 FAST = {"TPUOPS_AUTOSTOP_TICK": "0.2"}
@@ -226,9 +226,7 @@ def test_a_refused_delete_shows_in_status_with_the_role_to_grant(
         fake_gcp: FakeGcp, sshd1: SshdCluster, tmp_path: Path, tpuops_home: Path,  # noqa: F811
         tpu_paths_in_worker_homes: None) -> None:
     worker = sshd1.workers[0]
-    fake_gcp.tpu.external_ip = lambda zone, name, index: worker.host
-    fake_gcp.tpu.internal_ip = lambda zone, name, index: worker.host
-    fake_gcp.tpu.host_keys = lambda name, index: [tuple(worker.host_key.with_suffix(".pub").read_text().split()[:2])]
+    tpus_answer_at(fake_gcp, lambda name, index: worker)
     fake_gcp.tpu_v2.server.faults.http_error("DELETE", r"/nodes/", 403, times=-1,
                                              message="Permission 'tpu.nodes.delete' denied")
     metadata = MetadataFake().start()

@@ -52,7 +52,7 @@ def gcp(fake_gcp: FakeGcp, sshd2: SshdCluster, tpu_paths_in_worker_homes: None) 
     # A group's VM is ct-XXXXXXXX-SUFX and its number is its rank; a single VM is named after the cluster.
     fake_gcp.compute.external_ip = lambda name, rank: sshd2.workers[rank if name.count("-") > 1 else 0].host
     fake_gcp.compute.host_keys = lambda name: [
-        tuple(sshd2.workers[rank_of(fake_gcp, name)].host_key.with_suffix(".pub").read_text().split()[:2])]
+        sshd2.workers[rank_of(fake_gcp, name)].published_key()]
     return fake_gcp
 
 

@@ -28,7 +28,7 @@ from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
 from tests.fakes.metadata import MetadataFake
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli
-from tests.sshd import SshdCluster, sshd_available
+from tests.sshd import SshdCluster, sshd_available, tpus_answer_at
 from tests.test_guard_local import webhook  # noqa: F401  (pytest fixture)
 from tpuops.guard.ledger import Ledger
 from tpuops.providers.blob_urls import open_blob_store
@@ -87,10 +87,9 @@ def test_the_guard_vm_recovers_a_preemption_from_its_bundle_while_the_laptop_onl
         fake_gcp: FakeGcp, sshd_pair: SshdCluster, tpuops_home: Path, tmp_path: Path,  # noqa: F811
         tpu_paths_in_worker_homes: None, webhook: tuple[str, list[dict]]) -> None:  # noqa: F811
     gcp, worker, vm = fake_gcp, sshd_pair.workers[0], sshd_pair.workers[1]
-    gcp.tpu.external_ip = gcp.tpu.internal_ip = lambda zone, node, index: worker.host
-    gcp.tpu.host_keys = lambda node, index: [tuple(worker.host_key.with_suffix(".pub").read_text().split()[:2])]
+    tpus_answer_at(gcp, lambda node, index: worker)
     gcp.compute.external_ip = lambda name, n: vm.host
-    gcp.compute.host_keys = lambda name: [tuple(vm.host_key.with_suffix(".pub").read_text().split()[:2])]
+    gcp.compute.host_keys = lambda name: [vm.published_key()]
     hook, received = webhook
     name, marker = f"ge-{uuid.uuid4().hex[:6]}", f"tpuops-guard-e2e-{uuid.uuid4().hex[:8]}"
     spec = write_project(tmp_path / "project", name, sshd_pair.port, marker, hook)

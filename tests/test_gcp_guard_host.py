@@ -67,8 +67,7 @@ def rig(gcs_emulator: GcsEmulator, tmp_path_factory: pytest.TempPathFactory) -> 
         sshd.start_all()
         vm = sshd.workers[0]
         gcp.compute.external_ip = lambda name, n: vm.host
-        key_type, body = vm.host_key.with_suffix(".pub").read_text().split()[:2]
-        gcp.compute.host_keys = lambda name: [(key_type, body)]
+        gcp.compute.host_keys = lambda name: [vm.published_key()]
         yield Rig(gcp, sshd, root, gcs_emulator.new_bucket("guard"))
     finally:
         sshd.close()

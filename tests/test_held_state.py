@@ -130,3 +130,63 @@ def test_a_recovery_reads_the_spec_once_and_hands_it_on(tmp_path: Path, tpuops_h
     finally:
         plan, cloud = find(ctx, "held-watch", force=True)
         execute(ctx, plan, cloud)
+
+
+def test_run_output_is_read_from_the_state_its_caller_holds(tmp_path: Path, tpuops_home: Path,
+                                                            reads: collections.Counter[str]) -> None:
+    """`logs --workers --run ID`: worker_output reads the state and hands it to the reader of the kept output,
+    which reads it no more."""
+    from tpuops.ops.logs import worker_output
+    from tpuops.ops.run_control import record_run
+    from tpuops.state import RunRecord
+
+    spec = write_spec(tmp_path, """
+        name: held-out
+        provider: local
+        tpu: {type: v2-8, workers: 1}
+        bucket: {name: held-out-b}
+        """)
+    ctx = Context.from_env()
+    up(ctx, spec)
+    run_id = "20261127-100000-aaaa"
+    record_run(ctx, "held-out", RunRecord(id=run_id, command="train", workers=["w0"]))
+    chunk = tpuops_home / "local" / "buckets" / "held-out-b" / ".tpuops" / "held-out" / "runs" / run_id / "output"
+    (chunk / "w0").mkdir(parents=True)
+    (chunk / "w0" / "r000-000000").write_text("step 1\nstep 2\n")
+    lines: list[str] = []
+    try:
+        reads.clear()
+        code = worker_output(ctx, "held-out", follow=False, run_id=run_id, on_error=lines.append,
+                             on_line=lambda worker, _stream, line: lines.append(f"{worker}: {line}"))
+        assert code == 0 and lines == ["w0: step 1", "w0: step 2"]
+        assert reads["state"] == 1
+    finally:
+        plan, cloud = find(ctx, "held-out", delete_bucket=True, force=True)
+        execute(ctx, plan, cloud)
+
+
+def test_the_launch_hands_its_recorded_runs_to_the_output_shipper(tmp_path: Path, tpuops_home: Path,
+                                                                  reads: collections.Counter[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a bucket the launch starts the shipper of the run's output (ops/run_output.py); which run it
+    continues comes from the runs the launch just recorded, not from another read. The state: the launch's way
+    in, its record of the run and the update of its workers' states."""
+    monkeypatch.setenv("TPUOPS_KEEP_OUTPUT", "1")  # the suite turns the shipper off
+    spec = write_spec(tmp_path, """
+        name: held-ship
+        provider: local
+        tpu: {type: v2-8, workers: 1}
+        bucket: {name: held-ship-b}
+        trainer: {framework: jax, command: "sleep 30"}
+        """)
+    ctx = Context.from_env()
+    up(ctx, spec)
+    try:
+        reads.clear()
+        report = launch_run(ctx, "held-ship", LaunchOptions())
+        assert report.ok
+        assert reads["state"] == 3
+    finally:
+        stop(ctx, "held-ship")
+        plan, cloud = find(ctx, "held-ship", delete_bucket=True, force=True)
+        execute(ctx, plan, cloud)

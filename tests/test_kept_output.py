@@ -144,5 +144,6 @@ def test_the_shipper_writes_google_cloud_storage_and_logs_reads_it(
     for name, value in gcs_emulator.env.items():
         monkeypatch.setenv(name, value)
     lines: list[tuple[str, str]] = []
-    assert kept_output(Context.from_env(), "gc", None, lambda w, s, line: lines.append((w, line))) == 3
+    ctx = Context.from_env()
+    assert kept_output(ctx, ctx.store.require("gc"), None, lambda w, s, line: lines.append((w, line))) == 3
     assert lines == [("w0", "first line"), ("w0", "second half"), ("w0", "last words, no newline")]

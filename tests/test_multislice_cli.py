@@ -21,7 +21,7 @@ from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
 from tests.fakes.metadata import MetadataFake
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli
-from tests.sshd import SshdCluster, sshd_available
+from tests.sshd import SshdCluster, sshd_available, tpus_answer_at
 from tests.test_autostop_agent import wait_for as wait_until
 from tests.test_watch import ZONE, attempts, finish, make_cluster, start_cli, state_of, stop_leftovers, wait_for
 from tpuops.remote.local import LocalRunner
@@ -60,11 +60,7 @@ def worker_of(sshd: SshdCluster, name: str, index: int) -> int:
 
 @pytest.fixture
 def gcp(fake_gcp: FakeGcp, sshd4: SshdCluster, tpu_paths_in_worker_homes: None) -> FakeGcp:  # noqa: F811
-    fake_gcp.tpu.external_ip = lambda zone, name, index: sshd4.workers[worker_of(sshd4, name, index)].host
-    fake_gcp.tpu.internal_ip = lambda zone, name, index: sshd4.workers[worker_of(sshd4, name, index)].host
-    fake_gcp.tpu.host_keys = lambda name, index: [
-        tuple(sshd4.workers[worker_of(sshd4, name, index)].host_key.with_suffix(".pub").read_text().split()[:2])]
-    return fake_gcp
+    return tpus_answer_at(fake_gcp, lambda name, index: sshd4.workers[worker_of(sshd4, name, index)])
 
 
 def two_slice_spec(sshd: SshdCluster, home: Path, tmp_path: Path, command: str) -> tuple[str, Path]:

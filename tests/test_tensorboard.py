@@ -3,6 +3,7 @@ run launched while it runs shows up (the mirror loop), and Ctrl-C stops it leavi
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import select
@@ -17,6 +18,12 @@ import pytest
 
 from tests.helpers import assert_clean_exit, interrupt, run_cli
 from tests.sshd import free_port
+from tpuops.context import Context
+from tpuops.ops.down import execute, find
+from tpuops.ops.run_control import record_run
+from tpuops.ops.tensorboard import tensorboard as serve
+from tpuops.ops.up import up
+from tpuops.state import RunRecord, StateStore
 
 QUICKSTART = Path(__file__).parent.parent / "examples" / "quickstart.yaml"
 pytestmark = pytest.mark.skipif(subprocess.run([sys.executable, "-c", "import tensorboard.main"],
@@ -142,3 +149,38 @@ def test_a_taken_port_is_one_line(tpuops_home: Path, tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
     finally:
         assert run_cli("down", "sim", "--yes", "--delete-bucket", "--force").returncode == 0
+
+
+class _Ready(Exception):
+    """Raised from on_ready: TensorBoard is up and everything it needed has been read."""
+
+
+def test_tensorboard_reads_the_cluster_state_once(tpuops_home: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The logdir, the runs and the provider come from one read of the state (a workflow hands on what it holds);
+    counted at StateStore.load, through which every read goes. Later reads (the mirror loop learning of new
+    launches) are after on_ready, and the loop's interval here is longer than the test."""
+    ctx = Context.from_env()
+    up(ctx, sim_spec(tmp_path))
+    record_run(ctx, "sim", RunRecord(id="20261127-100000-aaaa", command="train", workers=["w0"]))
+    reads: collections.Counter[str] = collections.Counter()
+    load = StateStore.load
+
+    def counted_load(store: StateStore, name: str):  # type: ignore[no-untyped-def]
+        reads["state"] += 1
+        return load(store, name)
+
+    def ready(info: object) -> None:
+        raise _Ready(info)
+
+    try:
+        monkeypatch.setattr(StateStore, "load", counted_load)
+        with pytest.raises(_Ready) as shown:
+            serve(ctx, "sim", port=0, interval=3600, warn=lambda _: None, on_ready=ready)
+        assert reads["state"] == 1
+        assert shown.value.args[0].runs == "all" and shown.value.args[0].cluster == "sim"
+        assert tensorboard_processes(str(tpuops_home)) == []  # stopped on the way out
+    finally:
+        monkeypatch.setattr(StateStore, "load", load)
+        plan, cloud = find(ctx, "sim", delete_bucket=True, force=True)
+        execute(ctx, plan, cloud)

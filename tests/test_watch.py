@@ -24,7 +24,7 @@ import pytest
 from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli, write_spec
-from tests.sshd import SshdCluster, sshd_available
+from tests.sshd import SshdCluster, sshd_available, tpus_answer_at
 from tpuops.context import Context
 from tpuops.ops.watch import TpuView, Verdict, Watcher, WatchOptions, counts_as_preemption, judge_run, judge_tpu
 
@@ -109,11 +109,7 @@ def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
 @pytest.fixture
 def gcp(fake_gcp: FakeGcp, sshd2: SshdCluster, tpu_paths_in_worker_homes: None) -> FakeGcp:  # noqa: F811
     """The fakes giving every (re)created node the sshd workers' addresses and real host keys."""
-    fake_gcp.tpu.external_ip = lambda zone, name, index: sshd2.workers[index].host
-    fake_gcp.tpu.internal_ip = lambda zone, name, index: sshd2.workers[index].host
-    fake_gcp.tpu.host_keys = lambda name, index: [
-        tuple(sshd2.workers[index].host_key.with_suffix(".pub").read_text().split()[:2])]
-    return fake_gcp
+    return tpus_answer_at(fake_gcp, lambda name, index: sshd2.workers[index])
 
 
 def trainer(finish_at: int, marker: str) -> str:

@@ -24,7 +24,7 @@ import pytest
 from tests.fakes.cloud import FakeGcp, fake_gcp  # noqa: F401  (pytest fixture)
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (pytest fixture)
 from tests.helpers import run_cli, write_spec
-from tests.sshd import SshdCluster, sshd_available, worker_python
+from tests.sshd import SshdCluster, sshd_available, tpus_answer_at, worker_python
 from tests.venvs import make_venv, script_wheel
 
 TRAINER = Path(__file__).parent / "watchdog_trainer" / "hang_trainer.py"
@@ -158,11 +158,7 @@ def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
 
 @pytest.fixture
 def gcp(fake_gcp: FakeGcp, sshd2: SshdCluster, tpu_paths_in_worker_homes: None) -> FakeGcp:  # noqa: F811
-    fake_gcp.tpu.external_ip = lambda zone, name, index: sshd2.workers[index].host
-    fake_gcp.tpu.internal_ip = lambda zone, name, index: sshd2.workers[index].host
-    fake_gcp.tpu.host_keys = lambda name, index: [
-        tuple(sshd2.workers[index].host_key.with_suffix(".pub").read_text().split()[:2])]
-    return fake_gcp
+    return tpus_answer_at(fake_gcp, lambda name, index: sshd2.workers[index])
 
 
 def test_a_hang_on_ssh_workers_is_captured_and_the_run_resumes(gcp: FakeGcp, sshd2: SshdCluster,

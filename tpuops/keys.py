@@ -20,6 +20,11 @@ PRIVATE_KEY = "id_ed25519"
 KNOWN_HOSTS = "known_hosts"
 
 
+def known_hosts_name(host: str, port: int) -> str:
+    """The host's name in OpenSSH's known_hosts format: `host`, or `[host]:port` off port 22."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
 @dataclass(frozen=True)
 class KeyPair:
     private_path: Path
@@ -35,7 +40,7 @@ class PinnedKey:
 
     @property
     def host_field(self) -> str:
-        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+        return known_hosts_name(self.host, self.port)
 
     def line(self) -> str:
         return f"{self.host_field} {self.key_type} {self.key}"

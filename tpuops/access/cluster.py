@@ -7,7 +7,6 @@ access with `access_for` and hands it on; only a command that starts from a name
 
 from __future__ import annotations
 
-import getpass
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -80,7 +79,7 @@ def access_for(ctx: Context, state: ClusterState, spec: Spec | None) -> ClusterA
         raise UsageError(
             f"cluster '{state.name}' has no workers recorded", "run `tpuops up SPEC` (or `tpuops status`) first"
         )
-    user = state.ssh_user or (spec.ssh.user if spec and spec.ssh.user else None) or getpass.getuser()
+    user = state.login_user(spec.ssh.user if spec else None)
     cluster_dir = ctx.store.cluster_dir(state.name)
     return ClusterAccess(state, spec, tuple(targets), user, cluster_dir / KEY_FILE, cluster_dir / KNOWN_HOSTS_FILE,
                          ctx.provider_for(spec, state))

@@ -155,8 +155,7 @@ def join_events(ours: list[EventRecord], theirs: list[EventRecord]) -> list[Even
 def pin_guard_hosts(cluster_dir: Path, state: ClusterState, known_hosts: str) -> None:
     """The host keys the guard pinned for the re-created workers (only for their addresses: other lines, such as
     the guard VM's own key, stay as they are here)."""
-    wanted = {keys.PinnedKey(w.ssh_host, w.ssh_port, "", "").host_field: (w.ssh_host, w.ssh_port)
-              for w in state.workers}
+    wanted = {keys.known_hosts_name(w.ssh_host, w.ssh_port): (w.ssh_host, w.ssh_port) for w in state.workers}
     pinned = []
     for line in known_hosts.splitlines():
         parts = line.split()

@@ -9,7 +9,6 @@ whose key was never pinned cannot be reached this way until tpuops pinned it (`t
 
 from __future__ import annotations
 
-import getpass
 from pathlib import Path
 
 from tpuops import keys
@@ -41,7 +40,7 @@ def ssh_workers(state: ClusterState) -> list[WorkerRecord]:
 
 
 def render(state: ClusterState, cluster_dir: Path) -> str:
-    user = state.ssh_user or getpass.getuser()
+    user = state.login_user()
     blocks = [f"# tpuops cluster {state.name}: written by tpuops (`up`, `ssh-config`); edits are overwritten\n"]
     for worker in ssh_workers(state):
         blocks.append("\n".join([
@@ -77,7 +76,7 @@ def forget(home: Path, cluster: str) -> None:
 
 def pinned(cluster_dir: Path, worker: WorkerRecord) -> bool:
     """Whether the cluster's known_hosts holds a key for this worker (else StrictHostKeyChecking refuses it)."""
-    field = worker.ssh_host if worker.ssh_port == 22 else f"[{worker.ssh_host}]:{worker.ssh_port}"
+    field = keys.known_hosts_name(worker.ssh_host, worker.ssh_port)
     path = cluster_dir / keys.KNOWN_HOSTS
     lines = path.read_text().splitlines() if path.is_file() else []
     return any(field in line.split(" ", 1)[0].split(",") for line in lines if line and not line.startswith("#"))

@@ -10,9 +10,10 @@ import typer
 from tpuops.cli.app import JSON_OPTION, PROJECT_OPTION, SPEC_ARGUMENT, YES_OPTION, app, complete_cluster
 from tpuops.cli.interrupts import ends_cleanly, up_interrupted
 from tpuops.cli.progress import ProgressView
-from tpuops.cli.render import console, err_console, print_json, size_text
+from tpuops.cli.render import console, err_console, print_json
 from tpuops.durations import parse_duration
 from tpuops.errors import UsageError
+from tpuops.sizes import size_text
 
 if TYPE_CHECKING:
     from tpuops.state import WorkerRecord

@@ -10,7 +10,8 @@ from tpuops.cli.app import JSON_OPTION, app, complete_cluster
 from tpuops.cli.interrupts import ends_cleanly
 from tpuops.cli.progress import PullView
 from tpuops.cli.remote import CONNECT_TIMEOUT_OPTION, note_new_host_key
-from tpuops.cli.render import console, err_console, plural, print_json, size_text
+from tpuops.cli.render import console, err_console, plural, print_json
+from tpuops.sizes import size_text
 
 
 @app.command()

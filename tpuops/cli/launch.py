@@ -8,7 +8,7 @@ from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, SPEC_A
 from tpuops.cli.interrupts import ends_cleanly, up_interrupted
 from tpuops.cli.progress import ProgressView, PushView, TrainingView
 from tpuops.cli.remote import LinePrinter, print_results_table
-from tpuops.cli.render import console, err_console, fitted_table, plural, print_json, size_text
+from tpuops.cli.render import console, err_console, fitted_table, plural, print_json
 from tpuops.cli.watch import (
     MAX_RESTARTS_OPTION,
     RESTART_ON_FAILURE_OPTION,
@@ -16,6 +16,7 @@ from tpuops.cli.watch import (
     print_event,
     watch_options,
 )
+from tpuops.sizes import size_text
 
 PREFLIGHT_OPTION = typer.Option(False, "--preflight", help="Run `tpuops check` on the spec first (lint, and a "
                                 "few steps under XLA on this machine) and stop on any finding.")

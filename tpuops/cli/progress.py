@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tpuops.cli.render import err_console, size_text
+from tpuops.cli.render import err_console
+from tpuops.sizes import size_text
 
 
 class ProgressView:

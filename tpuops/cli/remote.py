@@ -9,8 +9,9 @@ import typer
 from tpuops.cli.app import CLUSTER_ARGUMENT, JSON_OPTION, PROJECT_OPTION, app, complete_cluster
 from tpuops.cli.interrupts import ends_cleanly
 from tpuops.cli.progress import PushView
-from tpuops.cli.render import console, err_console, fit_table, plural, print_json, size_text
+from tpuops.cli.render import console, err_console, fit_table, plural, print_json
 from tpuops.remote.base import LineSink, OutputClosed
+from tpuops.sizes import size_text
 
 CONNECT_TIMEOUT_OPTION = typer.Option(
     None, "--connect-timeout", metavar="SECONDS", help="Seconds to keep retrying a worker that cannot be reached "

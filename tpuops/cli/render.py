@@ -130,11 +130,3 @@ def plural(count: int, noun: str, plural_form: str | None = None) -> str:
     """'1 file', '2 files'."""
     return f"{count} {noun if count == 1 else plural_form or noun + 's'}"
 
-
-def size_text(count: int) -> str:
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{count} B"

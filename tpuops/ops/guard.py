@@ -52,7 +52,7 @@ def placement_for(state: ClusterState, spec: Spec | None, zone: str | None = Non
 def cluster_login(ctx: Context, state: ClusterState, spec: Spec | None) -> Login:
     """The cluster's SSH identity as `up` left it (what a guard VM is given over SSH)."""
     cluster_dir = ctx.store.cluster_dir(state.name)
-    user = state.ssh_user or keys.ssh_user(spec.ssh.user if spec is not None else None)
+    user = state.login_user(spec.ssh.user if spec is not None else None)
     return Login(user, cluster_dir / keys.PRIVATE_KEY, cluster_dir / keys.KNOWN_HOSTS)
 
 

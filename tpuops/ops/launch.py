@@ -165,7 +165,7 @@ class _Launch:
             self.record(stop_step(cluster, None, self.runners, options.max_parallel))
         command = command_text(options.command) if options.command else (spec.trainer.command if spec.trainer else "")
         setup = spec.trainer.setup if spec.trainer else None
-        record_run(self.ctx, cluster, RunRecord(
+        recorded = record_run(self.ctx, cluster, RunRecord(
             id=self.run_id, command=command, workers=[r.name for r in self.runners], restart=options.restart,
             worker_states={r.name: "setup" if setup else "starting" for r in self.runners}))
         if setup and not self.record(self.setup(setup)).ok:
@@ -184,7 +184,7 @@ class _Launch:
             self.record(stop_step(cluster, self.run_id, self.runners, options.max_parallel))
             return self.failed()
         install_tools(self.runners, cluster, spec, self.ctx.env, options.max_parallel)  # the watchdog's py-spy
-        keep_output(self.ctx, self.access, self.runners, self.run_id, options.max_parallel)  # into the bucket
+        keep_output(self.ctx, self.access, self.runners, recorded.runs, self.run_id, options.max_parallel)
         return LaunchReport(cluster, self.run_id, tuple(self.steps),
                             cost_guard.install(self.ctx, self.access, self.runners[0]))
 

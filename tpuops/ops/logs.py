@@ -67,10 +67,13 @@ class ClusterRuns:
     that read belong to launches it already knows: a run is recorded before its trainer starts (ops/launch.py).
     """
 
-    def __init__(self, ctx: Context, cluster: str, which: str | None, held: ClusterState | None = None) -> None:
-        """`held`: the state the caller holds (`run` after `up`), read instead of the store the first time."""
+    def __init__(self, ctx: Context, cluster: str, which: str | None, held: ClusterState | None = None,
+                 read_at: float | None = None) -> None:
+        """`held`: the state the caller holds (`run` after `up`), read instead of the store the first time;
+        `read_at`: when the caller read it from the store (its launches are known as of then), else its last save
+        is taken."""
         self.ctx, self.cluster = ctx, cluster
-        self.map = self._read(which, held)
+        self.map = self._read(which, held, read_at)
         # An id named on the command line stays the one chosen; None and `all` follow the launches as they come.
         self._which = which if which in (None, "all") or self.map is None else next(iter(self.map.chosen or ()))
 
@@ -87,10 +90,14 @@ class ClusterRuns:
             return run_of(info.name)
         return self.map.label(info)
 
-    def _read(self, which: str | None, held: ClusterState | None = None) -> RunMap | None:
+    def _read(self, which: str | None, held: ClusterState | None = None,
+              read_at: float | None = None) -> RunMap | None:
         # A held state knows the launches as of its last save (`run` holds up's, from before its launch): a file
-        # created since then may be a later launch's.
-        self._read_at = (epoch_seconds(held.updated_at) or time.time()) if held is not None else time.time()
+        # created since then may be a later launch's. One just read from the store knows them as of that read.
+        if held is None:
+            self._read_at = time.time()
+        else:
+            self._read_at = read_at or epoch_seconds(held.updated_at) or time.time()
         state = held or with_guard_state(self.ctx, self.ctx.store.require(self.cluster))  # a guard's relaunch too
         return runs_of(state, which)
 
@@ -179,7 +186,7 @@ def worker_output(ctx: Context, name: str | None, *, follow: bool, on_line: Line
         raise UsageError("--workers -f follows the current run on its workers; --run reads the output kept in the "
                          "bucket", "drop -f, or --run")
     if run_id is not None or (not follow and not state.workers and state.runs):
-        kept_output(ctx, state.name, run_id, on_line)
+        kept_output(ctx, state, run_id, on_line)
         return 0
     run = state.current_run
     if run is None:

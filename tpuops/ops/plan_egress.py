@@ -14,8 +14,9 @@ from pathlib import Path
 from tpuops.cloud.base import Cloud
 from tpuops.errors import TpuopsError
 from tpuops.plan import PoolPlan
-from tpuops.plan.egress import Sized, dollars, move_cost, price_per_gib, size_text
+from tpuops.plan.egress import Sized, dollars, move_cost, price_per_gib
 from tpuops.providers.base import Provider
+from tpuops.sizes import size_text
 from tpuops.spec import Spec
 
 GS_URL = re.compile(r"gs://[a-z0-9][-_.a-z0-9]*[a-z0-9](?:/[^\s'\"]*)?")

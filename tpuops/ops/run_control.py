@@ -17,7 +17,7 @@ from tpuops.remote.base import LineHandler, Runner, RunResult
 from tpuops.remote.fanout import run_each
 from tpuops.shipped import script_command
 from tpuops.spec import Spec
-from tpuops.state import RunRecord
+from tpuops.state import ClusterState, RunRecord
 
 STOP_GRACE_SECONDS = 10
 UNREACHABLE = "unreachable"
@@ -220,11 +220,13 @@ def worst_exit_code(results: Sequence[RunResult]) -> int:
 # ------------------------------------------------------------------------------------------- records
 
 
-def record_run(ctx: Context, cluster: str, run: RunRecord) -> None:
+def record_run(ctx: Context, cluster: str, run: RunRecord) -> ClusterState:
+    """The state with the run appended, as saved (for the caller to hand on)."""
     state = ctx.store.require(cluster)  # re-read: another command may have written meanwhile
     state.runs.append(run)
     state.log("launch", f"run {run.id} started on {len(run.workers)} worker(s): {run.command}")
     ctx.store.save(state)
+    return state
 
 
 def update_run(ctx: Context, cluster: str, run_id: str, states: Mapping[str, str]) -> None:

@@ -16,7 +16,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from tpuops.access.cluster import ClusterAccess, resolve_name, spec_of
+from tpuops.access.cluster import ClusterAccess, spec_of
 from tpuops.access.guard_state import with_guard_state
 from tpuops.cloud.blobs import DirBlobStore
 from tpuops.cloud.endpoints import base_url
@@ -26,7 +26,7 @@ from tpuops.logs.runs import Launch, choose
 from tpuops.remote.base import LineHandler, Runner, RunResult, remote_path
 from tpuops.remote.fanout import run_each
 from tpuops.shipped import program
-from tpuops.state import RunRecord, bucket_of
+from tpuops.state import ClusterState, RunRecord, bucket_of
 
 INTERVAL_ENV = "TPUOPS_OUTPUT_INTERVAL"  # seconds between two chunks of one worker (tests: a fraction)
 KEEP_ENV = "TPUOPS_KEEP_OUTPUT"  # 0: launch starts no shipper (the test suite's loopback workers)
@@ -46,14 +46,14 @@ def first_run_of(runs: Sequence[RunRecord], run_id: str) -> RunRecord:
     return runs[index]
 
 
-def keep_output(ctx: Context, access: ClusterAccess, runners: Sequence[Runner], run_id: str,
-                max_parallel: int) -> list[RunResult]:
-    """Start the shipper on every worker (detached, it ends with the run); nothing without a bucket."""
+def keep_output(ctx: Context, access: ClusterAccess, runners: Sequence[Runner], runs: Sequence[RunRecord],
+                run_id: str, max_parallel: int) -> list[RunResult]:
+    """Start the shipper on every worker (detached, it ends with the run); nothing without a bucket. `runs`: the
+    cluster's runs as the launch recorded them, `run_id` among them."""
     bucket = bucket_of(access.state, access.spec)
     if not bucket or ctx.env.get(KEEP_ENV) == "0":
         return []
     cluster = access.state.name
-    runs = ctx.store.require(cluster).runs
     run = next(r for r in runs if r.id == run_id)
     url = output_url(bucket, cluster, first_run_of(runs, run_id).id)
     store = access.provider.blob_store(url)
@@ -76,10 +76,10 @@ def keep_output(ctx: Context, access: ClusterAccess, runners: Sequence[Runner], 
     return run_each(runners, start, max_parallel)
 
 
-def kept_output(ctx: Context, name: str | None, which: str | None, on_line: LineHandler) -> int:
+def kept_output(ctx: Context, state: ClusterState, which: str | None, on_line: LineHandler) -> int:
     """The kept output of `which` (a run id or unique prefix, `all`, None: the current run with its recoveries),
-    worker by worker, each recovery after a marker line; the number of lines. TpuopsError when none was kept."""
-    state = ctx.store.require(resolve_name(ctx, name))
+    worker by worker, each recovery after a marker line; the number of lines. TpuopsError when none was kept.
+    `state`: the cluster's, as the caller read it."""
     spec = spec_of(state)
     state = with_guard_state(ctx, state, spec)
     bucket = bucket_of(state, spec)

@@ -3,16 +3,19 @@ thread keeps current while TensorBoard runs (`logs/board.py`), as `logs --downlo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuops.access.cluster import resolve_logdir, resolve_name
+from tpuops.access.cluster import logdir_of, placed, resolve_name
+from tpuops.access.guard_state import with_guard_state
 from tpuops.context import Context
 from tpuops.errors import UsageError
 from tpuops.logs.board import Board, MirrorLoop, port_taken
 from tpuops.logs.mirror import Mirror
-from tpuops.ops.logs import logs_provider, run_map
+from tpuops.ops.logs import ClusterRuns, run_map
+from tpuops.spec import load_spec
 
 DEFAULT_PORT = 6006
 DEFAULT_HOST = "127.0.0.1"  # this machine only: the event files may say more than the user wants to publish
@@ -50,12 +53,14 @@ def tensorboard(
         raise UsageError(f"--port {port} is not a port number",
                          "give one from 1 to 65535, e.g. --port 6007, or 0 for any free one")
     cluster = resolve_name(ctx, name)
-    location = resolve_logdir(ctx, cluster, None)
-    runs = run_map(ctx, cluster, None, run or "all")
+    # Read once: the logdir, the runs and the provider all come from this copy (with what a guard VM changed).
+    read_at = time.time()
+    state = with_guard_state(ctx, ctx.store.require(cluster))
+    location = logdir_of(state, placed(load_spec(state.spec_path), state))
+    runs = ClusterRuns(ctx, cluster, run or "all", held=state, read_at=read_at)
     if port and port_taken(host, port):
         raise UsageError(f"port {port} on {host} is in use (another TensorBoard?)", "choose another with --port N")
-    provider = logs_provider(ctx, cluster, None)
-    assert provider is not None
+    provider = ctx.provider_for(state=state)
     chosen = "all" if runs is None or runs.chosen is None else ",".join(sorted(runs.chosen))
     dest = ctx.store.cluster_dir(cluster) / MIRROR_DIR / chosen.replace(",", "+")
     mirror = Mirror(provider.blob_store(location), dest, warn=warn, label=runs.label if runs else None, by_run=True)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpuops.sizes import GIB, size_text
+
 SAME_CONTINENT_PER_GIB = 0.02
 OTHER_CONTINENT_PER_GIB = 0.05
 PRICE_SOURCE = ("Cloud Storage list prices, data transfer within Google Cloud (cloud.google.com/storage/pricing), "
                 "as of 2026-11: $0.02/GiB within a continent, $0.05/GiB between continents; check the page, "
                 "these are not read live")
-GIB = 1 << 30
 CONTINENTS = (("us-", "north america"), ("northamerica-", "north america"), ("southamerica-", "south america"),
               ("europe-", "europe"), ("asia-", "asia"), ("me-", "asia"), ("australia-", "oceania"),
               ("africa-", "africa"))
@@ -57,9 +58,3 @@ def move_cost(items: tuple[Sized, ...], source: str, dest: str) -> str:
     text = f"from {source}: {parts or 'nothing of known size'} = ${total / GIB * rate:.2f} at ${rate:.2f}/GiB"
     return text + (f" (size unknown: {', '.join(unknown)})" if unknown else "")
 
-
-def size_text(size: int) -> str:
-    for unit, scale in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"

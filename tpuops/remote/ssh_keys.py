@@ -16,11 +16,7 @@ from pathlib import Path
 import paramiko
 
 from tpuops.errors import HostKeyError, RemoteError
-
-
-def known_hosts_name(host: str, port: int) -> str:
-    """The host's name in OpenSSH's known_hosts format: `host`, or `[host]:port` off port 22."""
-    return host if port == 22 else f"[{host}]:{port}"
+from tpuops.keys import known_hosts_name
 
 
 def load_private_key(path: Path) -> paramiko.PKey:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tpuops.atomic import write_atomic
 from tpuops.errors import ClusterNotFound
-from tpuops.keys import forget_host_keys
+from tpuops.keys import forget_host_keys, ssh_user
 from tpuops.spec.autostop import AutostopSpec
 
 if TYPE_CHECKING:
@@ -234,6 +234,11 @@ class ClusterState(StateModel):
 
     def drop_resource(self, kind: ResourceKind) -> None:
         self.resources = [r for r in self.resources if r.kind != kind]
+
+    def login_user(self, configured: str | None = None) -> str:
+        """Who logs in on the workers: the user `up` recorded, else `configured` (the spec's ssh.user), else the
+        local user (as `up` would have recorded it)."""
+        return self.ssh_user or ssh_user(configured)
 
     @property
     def current_run(self) -> RunRecord | None:
