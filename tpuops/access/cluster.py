@@ -176,7 +176,12 @@ def placed(spec: Spec, state: ClusterState) -> Spec:
 def resolve_logdir(ctx: Context, name: str | None, logdir: str | None) -> str:
     if logdir:
         return logdir
-    state = ctx.store.require(resolve_name(ctx, name, otherwise="pass --logdir gs://BUCKET/PATH or a directory"))
+    return held_logdir(ctx.store.require(resolve_name(ctx, name,
+                                                     otherwise="pass --logdir gs://BUCKET/PATH or a directory")))
+
+
+def held_logdir(state: ClusterState) -> str:
+    """The logdir of a state the caller holds, by the spec file it names (as its pool sees it)."""
     return logdir_of(state, placed(load_spec(state.spec_path), state))
 
 

@@ -8,14 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuops.access.cluster import logdir_of, placed, resolve_name
+from tpuops.access.cluster import held_logdir, resolve_name
 from tpuops.access.guard_state import with_guard_state
 from tpuops.context import Context
 from tpuops.errors import UsageError
 from tpuops.logs.board import Board, MirrorLoop, port_taken
 from tpuops.logs.mirror import Mirror
 from tpuops.ops.logs import ClusterRuns, run_map
-from tpuops.spec import load_spec
 
 DEFAULT_PORT = 6006
 DEFAULT_HOST = "127.0.0.1"  # this machine only: the event files may say more than the user wants to publish
@@ -56,7 +55,7 @@ def tensorboard(
     # Read once: the logdir, the runs and the provider all come from this copy (with what a guard VM changed).
     read_at = time.time()
     state = with_guard_state(ctx, ctx.store.require(cluster))
-    location = logdir_of(state, placed(load_spec(state.spec_path), state))
+    location = held_logdir(state)
     runs = ClusterRuns(ctx, cluster, run or "all", held=state, read_at=read_at)
     if port and port_taken(host, port):
         raise UsageError(f"port {port} on {host} is in use (another TensorBoard?)", "choose another with --port N")
