@@ -367,7 +367,8 @@ def test_outside_a_venv_py_spy_is_installed_for_the_user(tmp_path: Path) -> None
     assert runner.run(script_command("watchdog_tools", "c"), capture=True).stdout.decode().strip() == "py-spy present"
 
 
-def test_the_probe_finds_the_trainers_metrics_port_and_says_why_there_are_no_metrics(tmp_path: Path) -> None:
+def test_the_probe_finds_the_trainers_metrics_port_and_says_why_there_are_no_metrics(
+        tmp_path: Path, refused_port: int) -> None:
     import socket
 
     from tpuops.shipped import script_text
@@ -376,23 +377,30 @@ def test_the_probe_finds_the_trainers_metrics_port_and_says_why_there_are_no_met
     home = tmp_path / "home"
     run_dir = home / "tpuops" / "c" / "runs" / "r1"
     run_dir.mkdir(parents=True)
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        port = server.getsockname()[1]
-        runner = LocalRunner("w0", home)
+    runner = LocalRunner("w0", home)
+
+    def start_trainer(port: int) -> None:
         # A "trainer" in its own process group, with the metrics port in its environment, as libtpu would read it.
         start = (f"TPU_RUNTIME_METRICS_PORTS={port},{port + 1} setsid sleep 30 > /dev/null 2>&1 & "
                  f"echo $! > {run_dir}/pid")
         assert runner.run(start).ok
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        start_trainer(server.getsockname()[1])
         try:
             (probe,) = probe_all([runner], "c", "r1")
             assert probe.alive and probe.state == "running"
             assert probe.unavailable and probe.unavailable.startswith("tpu-info is not installed here")
-            server.close()
-            (probe,) = probe_all([runner], "c", "r1")
-            assert probe.unavailable == (f"no libtpu metrics server on localhost:{port} (not a TPU VM, or the "
-                                         "runtime has not started)")
         finally:
             runner.run(f"kill -KILL -$(cat {run_dir}/pid)")
+    # A port where nothing listens, held bound for the test (one closed and given back may be another test's).
+    start_trainer(refused_port)
+    try:
+        (probe,) = probe_all([runner], "c", "r1")
+        assert probe.unavailable == (f"no libtpu metrics server on localhost:{refused_port} (not a TPU VM, or the "
+                                     "runtime has not started)")
+    finally:
+        runner.run(f"kill -KILL -$(cat {run_dir}/pid)")
     assert "tpuops: libtpu's runtime metrics" in script_text("tpu_metrics.py")
