@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tpuops.check.reach import CommandScope
+
 NO_STEP_NOTE = "no compiled step recognised: rules XLA001-003 were not applied"
 
 
@@ -89,6 +91,7 @@ class CheckReport:
     ignored: int = 0  # findings silenced by `# tpuops: ignore[...]`
     steps_found: tuple[Mapping[str, object], ...] = ()  # the compiled steps the lint recognised
     advice: tuple[Finding, ...] = ()  # notes that do not fail the check: likely costs to confirm by measuring
+    scope: CommandScope = CommandScope()  # the files the trainer's command runs, which the lint read
 
     @property
     def exit_code(self) -> int:
@@ -98,10 +101,13 @@ class CheckReport:
     def notes(self) -> list[str]:
         """What the verdict does not cover: a lint that found no step to apply its step rules to."""
         notes = [] if self.steps_found or not self.files_linted else [NO_STEP_NOTE]
+        if self.scope.why_every_file:
+            notes.append(f"every file linted: {self.scope.why_every_file}")
         return notes + (self.run.notes if self.run is not None else [])
 
     def as_dict(self) -> dict[str, object]:
         return {"spec": self.spec, "ok": not self.findings, "files_linted": self.files_linted,
+                "scripts": list(self.scope.entries), "files_not_run": list(self.scope.left_out),
                 "ignored": self.ignored, "steps_found": [dict(s) for s in self.steps_found], "notes": self.notes,
                 "findings": [f.as_dict() for f in self.findings], "advice": [f.as_dict() for f in self.advice],
                 "run": None if self.run is None else self.run.as_dict()}

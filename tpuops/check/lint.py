@@ -18,6 +18,7 @@ from tpuops.check.findings import Finding
 from tpuops.check.host_loops import host_loop_notes
 from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project, last_name
+from tpuops.check.reach import CommandScope
 from tpuops.check.scopes import StepFinder
 from tpuops.check.settings import Settings
 from tpuops.check.steps import Step
@@ -36,6 +37,7 @@ class LintResult:
     functions: Mapping[str, tuple[str, int]]  # every function the code defines -> (file, line) of its def
     steps: tuple[Step, ...] = ()  # the compiled steps recognised (XLA001-003 apply only inside them)
     advice: tuple[Finding, ...] = ()  # notes: likely costs the source alone cannot confirm (they do not fail)
+    scope: CommandScope = CommandScope()  # which files the trainer's command runs
 
     @property
     def steps_found(self) -> list[dict[str, object]]:
@@ -49,9 +51,12 @@ def python_files(root: Path, exclude: Sequence[str]) -> list[str]:
     return [entry.path for entry in scan_tree(root, exclude).entries if entry.path.endswith(".py") and not entry.link]
 
 
-def lint_tree(root: Path, exclude: Sequence[str] = (), legacy_node: bool = False) -> LintResult:
+def lint_tree(root: Path, exclude: Sequence[str] = (), legacy_node: bool = False,
+              commands: Sequence[str] = ()) -> LintResult:
+    """Lint the code directory (or one file) `root`. Given the trainer's `commands`, only the code they run: their
+    scripts and what these import (every file when that cannot be told)."""
     with _collector_paused():
-        return _lint_tree(root, exclude, legacy_node)
+        return _lint_tree(root, exclude, legacy_node, commands)
 
 
 @contextmanager
@@ -68,39 +73,46 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool) -> LintResult:
+def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool, commands: Sequence[str]) -> LintResult:
     base = root.parent if root.is_file() else root
-    findings: list[Finding] = []
-    modules: list[Module] = []
-    files = python_files(root, exclude)
-    for rel in files:
+    broken: dict[str, Finding] = {}
+    parsed: list[Module] = []
+    for rel in python_files(root, exclude):
         source = (base / rel).read_text(errors="replace")
         try:
-            modules.append(Module.of(rel, ast.parse(source, filename=rel), source))
+            tree = ast.parse(source, filename=rel)
         except SyntaxError as err:
-            findings.append(Finding("XLA000", "syntax", f"cannot parse: {err.msg}", "fix the syntax error",
-                                    rel, err.lineno))
+            broken[rel] = Finding("XLA000", "syntax", f"cannot parse: {err.msg}", "fix the syntax error", rel,
+                                  err.lineno)
+            tree = ast.Module(body=[], type_ignores=[])  # still a module others may import, known by its name
+        parsed.append(Module.of(rel, tree, source))
+    scope = CommandScope.of(commands, base, parsed)
+    modules = [m for m in parsed if scope.runs(m.rel)]
+    findings = [finding for rel, finding in broken.items() if scope.runs(rel)]
     project = Project(modules)
     finder = StepFinder(project)
     steps = finder.find()
-    linted, ignored = _findings(finder, steps, legacy_node)
-    functions = {name: (defs[0][0].rel, defs[0][1].lineno) for name, defs in project.definitions.items()}
+    linted, ignored = _findings(finder, steps, legacy_node, scope)
+    functions = {name: (defs[0][0].rel, defs[0][1].lineno)
+                 for name, defs in Project(parsed).definitions.items()}  # the run may reach any of them
     ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
-    advice = [n for m in modules if not off_the_tpu(m)
+    advice = [n for m in modules if not off_the_tpu(m, scope)
               for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
-    return LintResult(tuple(findings + linted), len(files), ignored, functions, tuple(ordered), tuple(advice))
+    return LintResult(tuple(findings + linted), len(modules), ignored, functions, tuple(ordered), tuple(advice),
+                      scope)
 
 
 def lint_module(tree: ast.Module, source: str, rel: str, legacy_node: bool = False) -> tuple[list[Finding], int]:
     """One module on its own (what a code directory of one file is)."""
     finder = StepFinder(Project([Module.of(rel, tree, source)]))
-    return _findings(finder, finder.find(), legacy_node)
+    return _findings(finder, finder.find(), legacy_node, CommandScope())
 
 
-def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool) -> tuple[list[Finding], int]:
+def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool,
+              scope: CommandScope) -> tuple[list[Finding], int]:
     found: dict[tuple[str, str, int], Finding] = {}
     ignored: set[tuple[str, str, int]] = set()
-    off = {id(module) for module in finder.project.modules if off_the_tpu(module)}  # decided once per file
+    off = {id(module) for module in finder.project.modules if off_the_tpu(module, scope)}  # once per file
     for rule, module, node, message in _hits(finder, steps, legacy_node):
         if id(module) in off:
             continue
@@ -136,14 +148,14 @@ def _hits(finder: StepFinder, steps: list[Step], legacy_node: bool) -> Iterator[
                 yield rule, module, node, message
 
 
-def off_the_tpu(module: Module) -> bool:
+def off_the_tpu(module: Module, scope: CommandScope) -> bool:
     """A file the training never runs on the TPU: a unit test (`tests/`, `test_*.py`, `*_test.py`), code put
-    away (`archived/`, `deprecated/`, `unused/`), or a GPU program (it moves work to CUDA and imports nothing of
-    PyTorch/XLA, JAX, TensorFlow or Accelerate)."""
+    away (`archived/`, `deprecated/`, `unused/`), unless the trainer's command runs it, or a GPU program (it
+    moves work to CUDA and imports nothing of PyTorch/XLA, JAX, TensorFlow or Accelerate)."""
     path = PurePosixPath(module.rel)
-    if {"test", "tests", "archive", "archived", "deprecated", "unused"} & set(path.parts[:-1]) or \
-            path.name.startswith("test_") or \
-            path.stem.endswith("_test") or path.name == "conftest.py":
+    if scope.files is None and (
+            {"test", "tests", "archive", "archived", "deprecated", "unused"} & set(path.parts[:-1]) or
+            path.name.startswith("test_") or path.stem.endswith("_test") or path.name == "conftest.py"):
         return True
     if module.imports_any(XLA_FRAMEWORK_ROOTS):
         return False

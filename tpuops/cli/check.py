@@ -64,7 +64,7 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
         where = f"{note.where}: " if note.where else ""
         console.print(f"{where}note {note.rule} {note.name}: {note.message}", markup=False)
         console.print(f"    to do or confirm: {note.hint}", markup=False)
-    summary = f"{report.files_linted} file(s) linted"
+    summary = f"{report.files_linted} file(s) linted{_scope_text(report.scope)}"
     if report.steps_found:
         names = [f"{s['name']} ({s['how']})" for s in report.steps_found[:MAX_STEPS_SHOWN]]
         more = len(report.steps_found) - len(names)
@@ -82,3 +82,11 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
     verdicts += report.notes
     verdicts += [f"{len(report.advice)} note(s) to confirm"] if report.advice else []
     console.print(f"check: {'; '.join(verdicts) or 'clean'} ({summary})", markup=False)
+
+
+def _scope_text(scope) -> str:  # noqa: ANN001  (CommandScope)
+    """" (run by train.py; 12 other(s) not run by the command)" when the command decided what was linted."""
+    if scope.files is None:
+        return ""
+    others = f"; {len(scope.left_out)} other(s) not run by the command" if scope.left_out else ""
+    return f" (run by {', '.join(scope.entries)}{others})"

@@ -41,7 +41,7 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
     spec = load_checked(spec_path)  # checks the trainer, creates nothing
     spec_dir = Path(spec_path).resolve().parent
     code_root = (spec_dir / spec.code.path).resolve()
-    lint = lint_tree(code_root, spec.code.exclude, legacy_node=spec.tpu.mode == "node")
+    lint = lint_tree(code_root, spec.code.exclude, legacy_node=spec.tpu.mode == "node", commands=_commands(spec))
     findings = list(lint.findings)
     record = None
     if options.run and (options.run_after_lint_findings or not findings):
@@ -51,7 +51,14 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
         run_findings, record = _run(spec, spec_dir, options, lint.functions, on_output)
         findings += run_findings
     return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored,
-                       tuple(lint.steps_found), lint.advice)
+                       tuple(lint.steps_found), lint.advice, lint.scope)
+
+
+def _commands(spec: Spec) -> list[str]:
+    """What runs the trainer: its command, and the preflight's when the spec gives one."""
+    if spec.trainer is None:
+        return []
+    return [spec.trainer.command] + ([spec.check.command] if spec.check.command else [])
 
 
 def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[str, tuple[str, int]],

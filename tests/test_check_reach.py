@@ -1,0 +1,120 @@
+"""The lint reads the code the trainer's command runs: the scripts the command names and what they import."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tpuops.check.entries import entry_scripts
+from tpuops.check.lint import lint_tree
+
+HOST_READ_LOOP = """
+import torch
+import torch_xla.core.xla_model as xm
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = model(batch).sum()
+        loss.backward()
+        xm.optimizer_step(optimizer)
+        print(loss.item())
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture
+def scripts(tmp_path: Path) -> Path:
+    return write(tmp_path, {"train.py": "", "src/main.py": "", "pkg/train.py": "", "pkg/__init__.py": "",
+                            "tool/__main__.py": "", "eval_tpu.py": "",
+                            "scripts/run_tpu.sh": "#!/bin/bash\n# python not_this.py\nexport A=1\n"
+                                                  "python3 -u train.py \\\n  --steps 10\npython eval_tpu.py\n",
+                            "scripts/loop.sh": "bash scripts/loop.sh\n"})
+
+
+@pytest.mark.parametrize(("command", "expected"), [
+    ("python train.py --lr 1e-3", ("train.py",)),
+    ("python3 -u src/main.py", ("src/main.py",)),
+    ("XLA_USE_BF16=1 PJRT_DEVICE=TPU python -m pkg.train", ("pkg/train.py",)),
+    ("python -m tool --x", ("tool/__main__.py",)),
+    ("cd src && python main.py", ("src/main.py",)),
+    ("cd src; python ../train.py", ("train.py",)),
+    ("accelerate launch --config_file cfg.yaml train.py --bf16", ("train.py",)),
+    ("torchrun --nproc_per_node 8 train.py", ("train.py",)),
+    ("python -m torch_xla.distributed.xla_dist --tpu=$TPU -- python3 train.py", ("train.py",)),
+    ("bash scripts/run_tpu.sh", ("train.py", "eval_tpu.py")),
+    ("nohup ./scripts/loop.sh > log 2>&1 &", ()),  # calls itself: read a few levels, then stopped
+    ("python train.py && python eval_tpu.py | tee log", ("train.py", "eval_tpu.py")),
+    ("python -c 'import pkg'", ()),
+    ("python missing.py", ()),
+    ("python /opt/train.py", ()),
+    ("python ../outside.py", ()),
+    ("python 'train.py", ()),  # an unclosed quote: read as far as it goes, never a crash
+])
+def test_the_scripts_a_command_runs(scripts: Path, command: str, expected: tuple[str, ...]) -> None:
+    assert entry_scripts(command, scripts) == expected
+
+
+def test_only_the_code_the_command_runs_is_linted(tmp_path: Path) -> None:
+    """The entry's imports are followed (absolute, relative, inside a function, a package's __init__, a module
+    named in a string, a computed name under a known package); the GPU twin and an unused experiment are not."""
+    write(tmp_path, {
+        "train_tpu.py": "from lib import loop\nloop.run()\n",
+        "train_gpu.py": HOST_READ_LOOP,
+        "experiments/old.py": HOST_READ_LOOP,
+        "lib/__init__.py": HOST_READ_LOOP,
+        "lib/loop.py": "from .steps import train\n\ndef run():\n    from lib import metrics\n    import importlib\n"
+                       "    importlib.import_module('heads.' + NAME)\n    return 'registry.Model'\n",
+        "lib/steps.py": HOST_READ_LOOP,
+        "lib/metrics.py": HOST_READ_LOOP,
+        "heads/linear.py": HOST_READ_LOOP,
+        "registry.py": HOST_READ_LOOP,
+    })
+    everything = {f.file for f in lint_tree(tmp_path).findings}
+    assert everything == {"train_gpu.py", "experiments/old.py", "lib/__init__.py", "lib/steps.py",
+                          "lib/metrics.py", "heads/linear.py", "registry.py"}
+    result = lint_tree(tmp_path, commands=["python train_tpu.py"])
+    assert {f.file for f in result.findings} == everything - {"train_gpu.py", "experiments/old.py"}
+    assert result.scope.entries == ("train_tpu.py",)
+    assert result.scope.left_out == ("experiments/old.py", "train_gpu.py")
+    assert result.files == 8
+
+
+def test_a_module_loaded_by_a_name_the_source_does_not_hold_means_every_file(tmp_path: Path) -> None:
+    write(tmp_path, {"train.py": "import importlib\nimportlib.import_module(args.model)\n",
+                     "other.py": HOST_READ_LOOP})
+    result = lint_tree(tmp_path, commands=["python train.py"])
+    assert [f.file for f in result.findings] == ["other.py"]
+    assert result.scope.files is None and "importlib" in result.scope.why_every_file
+
+
+def test_a_command_naming_no_script_of_ours_lints_every_file(tmp_path: Path) -> None:
+    write(tmp_path, {"train.py": HOST_READ_LOOP})
+    result = lint_tree(tmp_path, commands=["python -c 'import train'"])
+    assert [f.file for f in result.findings] == ["train.py"]
+    assert result.scope.files is None and "python -c" in result.scope.why_every_file
+
+
+def test_an_import_found_nowhere_expected_reaches_every_module_of_that_name(tmp_path: Path) -> None:
+    """The code may extend sys.path: `import helpers` from a script reaches any helpers.py."""
+    write(tmp_path, {"run/train.py": "import sys\nsys.path.append('../common')\nimport helpers\n",
+                     "common/helpers.py": HOST_READ_LOOP, "other/unused.py": HOST_READ_LOOP})
+    result = lint_tree(tmp_path, commands=["python run/train.py"])
+    assert [f.file for f in result.findings] == ["common/helpers.py"]
+
+
+def test_a_test_file_the_command_runs_is_linted_and_an_unparsable_unused_file_is_not_a_finding(
+        tmp_path: Path) -> None:
+    write(tmp_path, {"test_train_tpu.py": HOST_READ_LOOP, "py2_tool.py": "print 'old'\n"})
+    assert [f.rule for f in lint_tree(tmp_path).findings] == ["XLA000"]  # no command: tests are not the trainer
+    result = lint_tree(tmp_path, commands=["python test_train_tpu.py"])
+    assert [(f.file, f.rule) for f in result.findings] == [("test_train_tpu.py", "XLA003")]
+    broken = lint_tree(tmp_path, commands=["python test_train_tpu.py"] + ["python py2_tool.py"])
+    assert ("py2_tool.py", "XLA000") in [(f.file, f.rule) for f in broken.findings]

@@ -1,0 +1,193 @@
+"""The code a trainer's command runs: its scripts and every module of the code directory they import, directly
+or not, as Python would (`import a.b` runs a/__init__.py too; imports inside functions count). Code nothing
+imports (another experiment's scripts, an inference app, the original GPU trainer next to its TPU port) is not
+the trainer's: the lint leaves it out.
+
+When in doubt a module is reached: an import found nowhere at the expected place reaches every module of that
+name; `importlib.import_module("models." + name)` reaches the package; a name built from nothing known, or a
+module loaded from a path, reaches everything (the caller then lints every file). A string naming a module or a
+script of ours (a registry's "models.resnet.ResNet", `subprocess.run(["python", "eval.py"])`) reaches it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpuops.check.entries import entry_scripts
+from tpuops.check.project import Module, dotted
+
+DYNAMIC_IMPORTS = {"importlib.import_module", "import_module", "__import__"}
+PATH_LOADERS = {"spec_from_file_location", "run_path", "load_source", "SourceFileLoader"}
+SOURCE_ROOTS = ("", "src")  # where absolute imports start besides the scripts' own directories
+# "model.pt" names a file, not the module model.py: strings ending so are not module paths
+FILE_SUFFIXES = {"pt", "pth", "ckpt", "bin", "safetensors", "yaml", "yml", "json", "txt", "csv", "tsv", "log", "md",
+                 "npy", "npz", "pkl", "h5", "cfg", "ini", "tar", "gz", "zip", "jpg", "png", "wav", "sh"}
+
+
+@dataclass(frozen=True)
+class CommandScope:
+    """What the lint reads of the code directory: the files the trainer's commands run, or every file."""
+    entries: tuple[str, ...] = ()  # the scripts the commands run
+    files: frozenset[str] | None = None  # the files they run; None: every file
+    left_out: tuple[str, ...] = ()  # the code directory's other files, which no command runs
+    why_every_file: str = ""  # commands were given, yet every file is read: why
+
+    def runs(self, rel: str) -> bool:
+        return self.files is None or rel in self.files
+
+    @classmethod
+    def of(cls, commands: Sequence[str], base: Path, modules: Sequence[Module]) -> CommandScope:
+        if not commands:
+            return cls()
+        entries = tuple(dict.fromkeys(e for command in commands for e in entry_scripts(command, base)))
+        if not entries:
+            return cls(why_every_file="the command runs no Python file of the code directory that the lint can "
+                                      "find (python -c, an installed program)")
+        files = reached(modules, entries, (word for command in commands for word in command.split()))
+        if files is None:
+            return cls(entries, why_every_file="the code loads modules by names or paths its source does not "
+                                               "hold (importlib with a computed name)")
+        return cls(entries, frozenset(files), tuple(sorted(m.rel for m in modules if m.rel not in files)))
+
+
+class _Everything(Exception):
+    """A module is loaded by a name or path the source does not hold: nothing can be left out."""
+
+
+def reached(modules: Sequence[Module], entries: Sequence[str], command_words: Iterable[str] = ()) -> set[str] | None:
+    """The files (relative paths) that running `entries` imports, the entries included; None when the code
+    loads modules the source cannot tell (then every file may run)."""
+    index = _Index(modules, entries)
+    todo = [m for m in modules if m.rel in set(entries)]
+    if not todo:  # the scripts are excluded from the lint, or not Python: nothing to start from
+        return None
+    seen = {m.rel for m in todo}
+    try:
+        todo += [m for m in index.named_in_strings(command_words) if m.rel not in seen]
+        seen |= {m.rel for m in todo}
+        while todo:
+            module = todo.pop()
+            for found in index.imported_by(module):
+                if found.rel not in seen:
+                    seen.add(found.rel)
+                    todo.append(found)
+    except _Everything:
+        return None
+    return seen
+
+
+class _Index:
+    def __init__(self, modules: Sequence[Module], entries: Sequence[str]) -> None:
+        self.modules = modules
+        self.by_name = {m.name: m for m in modules}
+        self.by_file = {m.rel: m for m in modules}
+        entry_dirs = {".".join(entry.split("/")[:-1]) for entry in entries}
+        self.roots = tuple(dict.fromkeys((*sorted(entry_dirs), *SOURCE_ROOTS)))
+
+    def imported_by(self, module: Module) -> Iterator[Module]:
+        strings: list[str] = []
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield from self.absolute(alias.name, module, with_parents=True)
+            elif isinstance(node, ast.ImportFrom):
+                yield from self._from_import(node, module)
+            elif isinstance(node, ast.Call):
+                yield from self._dynamic(node, module)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200:
+                strings.append(node.value)
+        yield from self.named_in_strings(strings)
+
+    def _from_import(self, node: ast.ImportFrom, module: Module) -> Iterator[Module]:
+        if node.level:
+            base = _relative_base(module, node.level, node.module)
+            names = [base] + [f"{base}.{a.name}".strip(".") for a in node.names if a.name != "*"]
+            for name in names:
+                yield from self._parents_and_self(name)
+            return
+        yield from self.absolute(node.module or "", module, with_parents=True)
+        for alias in node.names:  # `from pkg import train`: train may be a submodule
+            if alias.name != "*":
+                yield from self.absolute(f"{node.module}.{alias.name}", module, with_parents=False, missing_ok=True)
+
+    def absolute(self, name: str, importer: Module, with_parents: bool, missing_ok: bool = False) -> list[Module]:
+        """The modules an absolute import of `name` runs: looked up from the entries' directories, the code
+        directory and src/ (and the importer's own package, where a script's directory is on sys.path);
+        found nowhere there, every module whose name ends with it (the code may extend sys.path)."""
+        package = importer.name.rsplit(".", 1)[0] if "." in importer.name else ""
+        for root in (*self.roots, package):
+            full = f"{root}.{name}" if root else name
+            if full in self.by_name:
+                return list(self._parents_and_self(full, stop=root)) if with_parents else [self.by_name[full]]
+        if missing_ok:
+            return []
+        return [m for m in self.modules if m.name == name or m.name.endswith(f".{name}")]
+
+    def _parents_and_self(self, name: str, stop: str = "") -> Iterator[Module]:
+        parts = name.split(".")
+        first = len(stop.split(".")) + 1 if stop else 1
+        for end in range(first, len(parts) + 1):
+            found = self.by_name.get(".".join(parts[:end]))
+            if found is not None:
+                yield found
+
+    def _dynamic(self, call: ast.Call, module: Module) -> Iterator[Module]:
+        name = dotted(call.func)
+        if name.rsplit(".", 1)[-1] in PATH_LOADERS:
+            path = _constant_text(call.args[1] if len(call.args) > 1 else call.args[0]) if call.args else None
+            if path is None or not path.endswith(".py"):
+                raise _Everything
+            yield from self.named_in_strings([path])
+            return
+        if name not in DYNAMIC_IMPORTS or not call.args:
+            return
+        argument = call.args[0]
+        text = _constant_text(argument)
+        if text is not None:
+            yield from (self.absolute(text, module, with_parents=True) if not text.startswith(".") else
+                        self._parents_and_self(_relative_base(module, len(text) - len(text.lstrip(".")),
+                                                              text.lstrip(".")) or ""))
+            return
+        prefix = _constant_prefix(argument).strip(".")
+        if not prefix:
+            raise _Everything
+        yield from (m for m in self.modules if m.name.startswith(f"{prefix}.") or f".{prefix}." in f".{m.name}")
+
+    def named_in_strings(self, strings: Iterable[str]) -> Iterator[Module]:
+        """Modules a string names: "models.resnet.ResNet" (a registry, a config's class path), or a script of
+        ours run by path ("eval.py", "scripts/eval.py")."""
+        for text in strings:
+            if text.endswith(".py"):
+                yield from (m for m in self.modules if m.rel == text or m.rel.endswith(f"/{text}"))
+            elif "." in text and all(part.isidentifier() for part in text.split(".")) and \
+                    text.rsplit(".", 1)[1].lower() not in FILE_SUFFIXES:
+                parts = text.split(".")
+                for end in range(len(parts), 0, -1):
+                    found = self.by_name.get(".".join(parts[:end]))
+                    if found is not None:
+                        yield from self._parents_and_self(found.name)
+                        break
+
+
+def _relative_base(module: Module, level: int, name: str | None) -> str:
+    """The package `from ..name import x` (`level` dots) starts from, as a dotted name."""
+    parts = module.name.split(".") if module.name else []
+    package = parts if module.rel.endswith("__init__.py") else parts[:-1]
+    base = package[:max(len(package) - (level - 1), 0)]
+    return ".".join([*base, *([name] if name else [])])
+
+
+def _constant_text(node: ast.expr) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _constant_prefix(node: ast.expr) -> str:
+    """The text a built name surely starts with: "models." of `"models." + name` or `f"models.{name}"`."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _constant_prefix(node.left)
+    if isinstance(node, ast.JoinedStr) and node.values:
+        return _constant_text(node.values[0]) or ""  # type: ignore[arg-type]
+    return _constant_text(node) or ""
