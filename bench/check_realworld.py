@@ -79,17 +79,27 @@ def extract(git: Path, commit: str, path: str, into: Path) -> bool:
     return (into / path).exists()
 
 
-def lint(into: Path, path: str) -> tuple[list[tuple[str, int, str, str]], int]:
+def lint(into: Path, path: str, commands: list[str]) -> tuple[list[tuple[str, int, str, str]], int]:
     """(file relative to the repository, line, rule, message) of every finding; how many notes (advice that
-    does not fail `check`, not scored here)."""
+    does not fail `check`, not scored here). Given the trainer's commands, the lint reads what they run, as
+    `tpuops check` does with a spec's trainer.command (an older lint, --tpuops, reads every file)."""
     from tpuops.check.lint import lint_tree
 
     root = into / path
     base = Path(path) if root.is_dir() else Path(path).parent
-    result = lint_tree(root)
+    result = lint_tree(root, commands=commands) if commands else lint_tree(root)
     found = [(str(base / (f.file or "")), f.line or 0, f.rule, f.message) for f in result.findings
              if f.rule != "XLA000"]  # a file that does not parse: said, but no claim about XLA to score
     return found, len(getattr(result, "advice", ()))
+
+
+def commands_of(trainers: list[dict], assigned: list[Path]) -> dict[str, list[str]]:
+    """Each trainer's commands (what runs it on the TPU, as a spec's trainer.command): from its own `commands:`
+    (judges record them from part 15 on), else from the files that name them for the earlier parts."""
+    found: dict[str, list[str]] = {}
+    for path in assigned:
+        found |= {tid: entry["commands"] for tid, entry in yaml.safe_load(path.read_text())["trainers"].items()}
+    return found | {t["id"]: t["commands"] for t in trainers if t.get("commands")}
 
 
 def judgement_files() -> list[Path]:
@@ -112,7 +122,7 @@ def parts(doc: dict) -> list[str]:
     return list(dict.fromkeys(trainer["part"] for trainer in doc["trainers"]))
 
 
-def score(mirror: Path, doc: dict, show: bool) -> dict[str, Tally]:
+def score(mirror: Path, doc: dict, show: bool, commands: dict[str, list[str]]) -> dict[str, Tally]:
     tallies = {part: Tally() for part in ("all", *parts(doc))}
     for trainer in doc["trainers"]:
         git = git_dir(mirror, trainer["repo"])
@@ -125,7 +135,7 @@ def score(mirror: Path, doc: dict, show: bool) -> dict[str, Tally]:
                       f"{trainer['path']} in {git} (fetch a snapshot that holds it)")
                 continue
             try:
-                findings, notes = lint(Path(temp), trainer["path"])
+                findings, notes = lint(Path(temp), trainer["path"], commands.get(trainer["id"], []))
             except RecursionError as err:  # an older lint (--tpuops) may crash where this one does not
                 print(f"CRASHED {trainer['id']}: the lint raised {type(err).__name__}; its hazards count as missed")
                 findings, notes = [], 0
@@ -197,6 +207,11 @@ def main() -> int:
                         help="a judgements file (repeatable); default: every .yaml in bench/check_realworld/")
     parser.add_argument("--show", action="store_true", help="list every finding with its verdict and line")
     parser.add_argument("--tpuops", type=Path, default=ROOT, help="import tpuops from this tree")
+    parser.add_argument("--commands", type=Path, action="append",
+                        help="a file naming the trainers' commands (repeatable); default: bench/check_realworld/"
+                             "commands/*.yaml")
+    parser.add_argument("--every-file", action="store_true",
+                        help="lint every file of each trainer, as without a spec's command")
     args = parser.parse_args()
     sys.path.insert(0, str(args.tpuops.resolve()))
     doc = load(args.judgements or judgement_files())
@@ -204,7 +219,11 @@ def main() -> int:
           f"lint from {args.tpuops}")
     for judged in doc["judged"]:
         print(f"  judged {judged}")
-    tallies = score(args.mirror, doc, args.show)
+    assigned = [] if args.every_file else args.commands or sorted((JUDGEMENTS / "commands").glob("*.yaml"))
+    commands = {} if args.every_file else commands_of(doc["trainers"], assigned)
+    print(f"  commands of {sum(t['id'] in commands for t in doc['trainers'])} trainers: the lint reads what they "
+          f"run" if commands else "  no commands: the lint reads every file")
+    tallies = score(args.mirror, doc, args.show, commands)
     for part in ("all", *parts(doc)):
         print(tallies[part].line(part))
     return 0

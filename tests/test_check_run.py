@@ -116,6 +116,22 @@ def test_no_run_lints_only_and_lint_findings_exit_1(tmp_path: Path) -> None:
     assert "ran" not in result.stdout  # --no-run: the failing command was never started
 
 
+def test_the_lint_reads_what_the_command_runs_and_says_what_it_left_out(tmp_path: Path) -> None:
+    code = code_dir(tmp_path, "import model\nprint(model.net)\n")
+    (code / "model.py").write_text("import torch\nnet = torch.nn.Linear(2, 2).half()\n")
+    (code / "train_gpu.py").write_text("import torch\nnet = torch.nn.Linear(2, 2).cuda().half()\n")
+    result = run_cli("check", str(spec_for(tmp_path, "python3 train.py --steps 10", "pytorch")), "--no-run")
+    assert result.returncode == 1
+    assert result.stdout.startswith("model.py:2: XLA005 fp16: `.half()`"), result.stdout
+    assert "train_gpu.py" not in result.stdout
+    assert "2 file(s) linted (run by train.py; 1 other(s) not run by the command)" in result.stdout
+    report = json.loads(run_cli("check", str(spec_for(tmp_path, "python3 train.py", "pytorch")), "--no-run",
+                                "--json").stdout)
+    assert report["scripts"] == ["train.py"] and report["files_not_run"] == ["train_gpu.py"]
+    unknown = run_cli("check", str(spec_for(tmp_path, "my-installed-trainer --steps 10", "pytorch")), "--no-run")
+    assert "every file linted: the command runs no Python file of the code directory" in unknown.stdout
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     code_dir(tmp_path, "print('ok')\n")
     spec = spec_for(tmp_path, "python3 train.py")
