@@ -65,11 +65,12 @@ def git_dir(mirror: Path, repo: str) -> Path:
 
 
 def extract(git: Path, commit: str, path: str, into: Path) -> bool:
-    """The trainer's Python files at `commit` under `into` (same relative paths as in the repository; only the
-    .py files, which is all the lint reads: a snapshot may lack its large data files)."""
+    """The trainer's Python files and shell scripts at `commit` under `into` (same relative paths as in the
+    repository; what the lint reads, a command's shell script included: a snapshot may lack its large data
+    files)."""
     listed = subprocess.run(["git", "-C", str(git), "ls-tree", "-r", "--name-only", commit, "--", path],
                             capture_output=True, text=True)
-    files = [name for name in listed.stdout.splitlines() if name.endswith(".py")]
+    files = [name for name in listed.stdout.splitlines() if name.endswith((".py", ".sh"))]
     if listed.returncode != 0 or not files:
         return False
     archive = subprocess.run(["git", "-C", str(git), "archive", commit, "--", *files], capture_output=True)

@@ -92,7 +92,17 @@ def test_a_module_loaded_by_a_name_the_source_does_not_hold_means_every_file(tmp
                      "other.py": HOST_READ_LOOP})
     result = lint_tree(tmp_path, commands=["python train.py"])
     assert [f.file for f in result.findings] == ["other.py"]
-    assert result.scope.files is None and "importlib" in result.scope.why_every_file
+    assert result.scope.files is None and "computed name (importlib.import_module)" in result.scope.why_every_file
+
+
+def test_objects_built_from_class_paths_in_config_files_mean_every_file(tmp_path: Path) -> None:
+    """HyperPyYAML's `!new:pkg.model.Net`, Hydra's `_target_`: the config, not the source, says what runs."""
+    write(tmp_path, {"train.py": "from hyperpyyaml import load_hyperpyyaml\nconf = load_hyperpyyaml(open(path))\n",
+                     "pkg/model.py": HOST_READ_LOOP})
+    result = lint_tree(tmp_path, commands=["python train.py --config conf/model.yaml"])
+    assert [f.file for f in result.findings] == ["pkg/model.py"]
+    assert result.scope.why_every_file == ("it builds objects from class paths in config files (load_hyperpyyaml), "
+                                           "so any module may run")
 
 
 def test_a_command_naming_no_script_of_ours_lints_every_file(tmp_path: Path) -> None:

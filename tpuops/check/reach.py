@@ -21,6 +21,10 @@ from tpuops.check.project import Module, dotted
 
 DYNAMIC_IMPORTS = {"importlib.import_module", "import_module", "__import__"}
 PATH_LOADERS = {"spec_from_file_location", "run_path", "load_source", "SourceFileLoader"}
+# Builders of objects from class paths written in config files (HyperPyYAML `!new:pkg.Model`, Hydra `_target_`,
+# a registry's `type=`), which the lint does not read: any module may run.
+CONFIG_BUILDERS = {"load_hyperpyyaml", "instantiate", "build_from_cfg", "locate", "get_class", "get_method",
+                   "import_string", "import_from_string", "dynamic_import", "instantiate_from_config"}
 SOURCE_ROOTS = ("", "src")  # where absolute imports start besides the scripts' own directories
 # "model.pt" names a file, not the module model.py: strings ending so are not module paths
 FILE_SUFFIXES = {"pt", "pth", "ckpt", "bin", "safetensors", "yaml", "yml", "json", "txt", "csv", "tsv", "log", "md",
@@ -46,36 +50,35 @@ class CommandScope:
         if not entries:
             return cls(why_every_file="the command runs no Python file of the code directory that the lint can "
                                       "find (python -c, an installed program)")
-        files = reached(modules, entries, (word for command in commands for word in command.split()))
+        try:
+            files = reached(modules, entries, (word for command in commands for word in command.split()))
+        except UnknownReach as why:
+            return cls(entries, why_every_file=f"{why}, so any module may run")
         if files is None:
-            return cls(entries, why_every_file="the code loads modules by names or paths its source does not "
-                                               "hold (importlib with a computed name)")
+            return cls(entries, why_every_file="the command's scripts are not linted (code.exclude)")
         return cls(entries, frozenset(files), tuple(sorted(m.rel for m in modules if m.rel not in files)))
 
 
-class _Everything(Exception):
-    """A module is loaded by a name or path the source does not hold: nothing can be left out."""
+class UnknownReach(Exception):
+    """What the scripts run cannot be told from the source; the message says why."""
 
 
 def reached(modules: Sequence[Module], entries: Sequence[str], command_words: Iterable[str] = ()) -> set[str] | None:
-    """The files (relative paths) that running `entries` imports, the entries included; None when the code
-    loads modules the source cannot tell (then every file may run)."""
+    """The files (relative paths) that running `entries` imports, the entries included; None when no entry is
+    among the modules. Raises UnknownReach when the code loads modules the source cannot tell."""
     index = _Index(modules, entries)
     todo = [m for m in modules if m.rel in set(entries)]
     if not todo:  # the scripts are excluded from the lint, or not Python: nothing to start from
         return None
     seen = {m.rel for m in todo}
-    try:
-        todo += [m for m in index.named_in_strings(command_words) if m.rel not in seen]
-        seen |= {m.rel for m in todo}
-        while todo:
-            module = todo.pop()
-            for found in index.imported_by(module):
-                if found.rel not in seen:
-                    seen.add(found.rel)
-                    todo.append(found)
-    except _Everything:
-        return None
+    todo += [m for m in index.named_in_strings(command_words) if m.rel not in seen]
+    seen |= {m.rel for m in todo}
+    while todo:
+        module = todo.pop()
+        for found in index.imported_by(module):
+            if found.rel not in seen:
+                seen.add(found.rel)
+                todo.append(found)
     return seen
 
 
@@ -83,7 +86,6 @@ class _Index:
     def __init__(self, modules: Sequence[Module], entries: Sequence[str]) -> None:
         self.modules = modules
         self.by_name = {m.name: m for m in modules}
-        self.by_file = {m.rel: m for m in modules}
         entry_dirs = {".".join(entry.split("/")[:-1]) for entry in entries}
         self.roots = tuple(dict.fromkeys((*sorted(entry_dirs), *SOURCE_ROOTS)))
 
@@ -136,10 +138,13 @@ class _Index:
 
     def _dynamic(self, call: ast.Call, module: Module) -> Iterator[Module]:
         name = dotted(call.func)
+        if name.rsplit(".", 1)[-1] in CONFIG_BUILDERS:
+            raise UnknownReach("it builds objects from class paths in config files "
+                              f"({name.rsplit('.', 1)[-1]})")
         if name.rsplit(".", 1)[-1] in PATH_LOADERS:
             path = _constant_text(call.args[1] if len(call.args) > 1 else call.args[0]) if call.args else None
             if path is None or not path.endswith(".py"):
-                raise _Everything
+                raise UnknownReach(f"it loads a module from a path the source does not hold ({name})")
             yield from self.named_in_strings([path])
             return
         if name not in DYNAMIC_IMPORTS or not call.args:
@@ -153,7 +158,7 @@ class _Index:
             return
         prefix = _constant_prefix(argument).strip(".")
         if not prefix:
-            raise _Everything
+            raise UnknownReach(f"it imports a module by a computed name ({name})")
         yield from (m for m in self.modules if m.name.startswith(f"{prefix}.") or f".{prefix}." in f".{m.name}")
 
     def named_in_strings(self, strings: Iterable[str]) -> Iterator[Module]:
