@@ -52,7 +52,9 @@ def scripts(tmp_path: Path) -> Path:
     ("bash scripts/run_tpu.sh", ("train.py", "eval_tpu.py")),
     ("nohup ./scripts/loop.sh > log 2>&1 &", ()),  # calls itself: read a few levels, then stopped
     ("python train.py && python eval_tpu.py | tee log", ("train.py", "eval_tpu.py")),
-    ("python -c 'import pkg'", ()),
+    ("python -c 'import pkg'", ("pkg/__init__.py",)),
+    ("python -c 'from pkg.train import main; main()'", ("pkg/train.py",)),
+    ("python -c 'import os, json'", ()),
     ("python missing.py", ()),
     ("python /opt/train.py", ()),
     ("python ../outside.py", ()),
@@ -107,9 +109,9 @@ def test_objects_built_from_class_paths_in_config_files_mean_every_file(tmp_path
 
 def test_a_command_naming_no_script_of_ours_lints_every_file(tmp_path: Path) -> None:
     write(tmp_path, {"train.py": HOST_READ_LOOP})
-    result = lint_tree(tmp_path, commands=["python -c 'import train'"])
+    result = lint_tree(tmp_path, commands=["my-installed-trainer --steps 10"])
     assert [f.file for f in result.findings] == ["train.py"]
-    assert result.scope.files is None and "python -c" in result.scope.why_every_file
+    assert result.scope.files is None and "an installed program" in result.scope.why_every_file
 
 
 def test_an_import_found_nowhere_expected_reaches_every_module_of_that_name(tmp_path: Path) -> None:

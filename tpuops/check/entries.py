@@ -1,12 +1,14 @@
 """Which of the code directory's scripts a trainer's command runs: `python train.py`, `python -m pkg.train`,
 `accelerate launch train.py`, `torchrun --nproc_per_node 8 train.py`, `cd src && python main.py`,
-`bash scripts/train_tpu.sh` (its lines read in turn). The lint starts from them and reads only the code they
-import, as the trainer would run it. Nothing is executed; a command whose scripts cannot be told (`python -c`,
-an installed console script) names none, and the caller lints every file.
+`bash scripts/train_tpu.sh` (its lines read in turn), the modules `python -c "from trainer import main; main()"`
+imports. The lint starts from them and reads only the code they import, as the trainer would run it. Nothing is
+executed; a command whose scripts cannot be told (an installed console script) names none, and the caller lints
+every file.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from pathlib import Path, PurePosixPath
@@ -55,6 +57,11 @@ def _follow(words: list[str], root: Path, cwd: PurePosixPath, found: dict[str, N
     if words[0] == "cd":
         return _changed_dir(words[1:], root, cwd)
     for index, word in enumerate(words):
+        if word == "-c" and index + 1 < len(words):  # python -c "from trainer import main; main()"
+            for name in _imported_names(words[index + 1]):
+                if (script := _module_file(name, root, cwd) or _package_file(name, root, cwd)) is not None:
+                    found.setdefault(script, None)
+            continue
         if word in {"-m", "--module"} and index + 1 < len(words):
             script = _module_file(words[index + 1], root, cwd)
         elif word.endswith(".py"):
@@ -104,6 +111,22 @@ def _module_file(name: str, root: Path, cwd: PurePosixPath) -> str | None:
         return None
     path = name.replace(".", "/")
     return _file(f"{path}.py", root, cwd) or _file(f"{path}/__main__.py", root, cwd)
+
+
+def _package_file(name: str, root: Path, cwd: PurePosixPath) -> str | None:
+    return _file(f"{name.replace('.', '/')}/__init__.py", root, cwd) if re.fullmatch(r"[A-Za-z_][\w.]*", name) \
+        else None
+
+
+def _imported_names(code: str) -> list[str]:
+    """The modules a `python -c` program imports: they are its scripts."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    return names + [node.module for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module and not node.level]
 
 
 def _normal(path: PurePosixPath) -> PurePosixPath | None:

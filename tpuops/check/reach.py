@@ -49,7 +49,7 @@ class CommandScope:
         entries = tuple(dict.fromkeys(e for command in commands for e in entry_scripts(command, base)))
         if not entries:
             return cls(why_every_file="the command runs no Python file of the code directory that the lint can "
-                                      "find (python -c, an installed program)")
+                                      "find (an installed program?)")
         try:
             files = reached(modules, entries, (word for command in commands for word in command.split()))
         except UnknownReach as why:
