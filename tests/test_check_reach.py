@@ -32,7 +32,7 @@ def write(root: Path, files: dict[str, str]) -> Path:
 
 @pytest.fixture
 def scripts(tmp_path: Path) -> Path:
-    return write(tmp_path, {"train.py": "", "src/main.py": "", "pkg/train.py": "", "pkg/__init__.py": "",
+    return write(tmp_path / "code", {"train.py": "", "src/main.py": "", "pkg/train.py": "", "pkg/__init__.py": "",
                             "tool/__main__.py": "", "eval_tpu.py": "",
                             "scripts/run_tpu.sh": "#!/bin/bash\n# python not_this.py\nexport A=1\n"
                                                   "python3 -u train.py \\\n  --steps 10\npython eval_tpu.py\n",
@@ -58,10 +58,18 @@ def scripts(tmp_path: Path) -> Path:
     ("python missing.py", ()),
     ("python /opt/train.py", ()),
     ("python ../outside.py", ()),
+    ("cd .. && python scripts_code/pkg/train.py", ()),  # the code directory of this test is not named so
+    ("cd src && cd .. && python train.py", ("train.py",)),
     ("python 'train.py", ()),  # an unclosed quote: read as far as it goes, never a crash
 ])
 def test_the_scripts_a_command_runs(scripts: Path, command: str, expected: tuple[str, ...]) -> None:
     assert entry_scripts(command, scripts) == expected
+
+
+def test_a_command_may_leave_the_code_directory_and_come_back(scripts: Path) -> None:
+    """`cd .. && python code/train.py`, `cd .. && python -m code.pkg.train`: the code directory's own scripts."""
+    assert entry_scripts("cd .. && python code/train.py", scripts) == ("train.py",)
+    assert entry_scripts("cd .. && python -m code.pkg.train", scripts) == ("pkg/train.py",)
 
 
 def test_only_the_code_the_command_runs_is_linted(tmp_path: Path) -> None:
@@ -120,6 +128,16 @@ def test_an_import_found_nowhere_expected_reaches_every_module_of_that_name(tmp_
                      "common/helpers.py": HOST_READ_LOOP, "other/unused.py": HOST_READ_LOOP})
     result = lint_tree(tmp_path, commands=["python run/train.py"])
     assert [f.file for f in result.findings] == ["common/helpers.py"]
+
+
+def test_imports_may_name_the_code_directory_as_their_package(tmp_path: Path) -> None:
+    """code.path: voicekit, whose modules import `voicekit.models.net`: the code directory is that package."""
+    write(tmp_path / "voicekit", {"bin/train.py": "from voicekit.models import net\n",
+                                  "models/__init__.py": "", "models/net.py": HOST_READ_LOOP,
+                                  "models/unused.py": HOST_READ_LOOP})
+    result = lint_tree(tmp_path / "voicekit", commands=["cd .. && python -m voicekit.bin.train"])
+    assert result.scope.entries == ("bin/train.py",)
+    assert [f.file for f in result.findings] == ["models/net.py"]
 
 
 def test_a_test_file_the_command_runs_is_linted_and_an_unparsable_unused_file_is_not_a_finding(

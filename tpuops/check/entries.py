@@ -9,6 +9,7 @@ every file.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shlex
 from pathlib import Path, PurePosixPath
@@ -77,10 +78,12 @@ def _follow(words: list[str], root: Path, cwd: PurePosixPath, found: dict[str, N
 
 
 def _changed_dir(arguments: list[str], root: Path, cwd: PurePosixPath) -> PurePosixPath:
+    """Where `cd DIR` goes, relative to the code directory (`..` when it leaves it: `cd .. && python pkg/train.py`
+    comes back in)."""
     if not arguments or "$" in arguments[0] or arguments[0].startswith(("/", "~")):
         return cwd  # `cd "$(dirname "$0")"`, `cd ~`: where it goes cannot be told; the scripts are looked up here
-    moved = _normal(cwd / arguments[0])
-    return moved if moved is not None and (root / moved).is_dir() else cwd
+    moved = _relative(root, cwd / arguments[0])
+    return moved if (root / moved).is_dir() else cwd
 
 
 def _run_shell_script(word: str, root: Path, cwd: PurePosixPath, found: dict[str, None], depth: int) -> None:
@@ -99,8 +102,8 @@ def _file(word: str, root: Path, cwd: PurePosixPath) -> str | None:
     if "$" in word or word.startswith(("/", "~")):
         return None
     for base in dict.fromkeys((cwd, PurePosixPath("."))):
-        path = _normal(base / word)
-        if path is not None and (root / path).is_file():
+        path = _relative(root, base / word)
+        if path.parts[:1] != ("..",) and (root / path).is_file():
             return str(path)
     return None
 
@@ -129,14 +132,7 @@ def _imported_names(code: str) -> list[str]:
                     if isinstance(node, ast.ImportFrom) and node.module and not node.level]
 
 
-def _normal(path: PurePosixPath) -> PurePosixPath | None:
-    """`a/../b/./c` -> `b/c`; None when it climbs out of the code directory."""
-    parts: list[str] = []
-    for part in path.parts:
-        if part == "..":
-            if not parts:
-                return None
-            parts.pop()
-        elif part not in {".", ""}:
-            parts.append(part)
-    return PurePosixPath(*parts) if parts else PurePosixPath(".")
+def _relative(root: Path, path: PurePosixPath) -> PurePosixPath:
+    """`path` (relative to the code directory, `..` allowed) in its shortest form: `../code/a/./b` -> `a/b`."""
+    top = root.resolve()
+    return PurePosixPath(os.path.relpath(os.path.normpath(top / path), top))

@@ -51,7 +51,7 @@ class CommandScope:
             return cls(why_every_file="the command runs no Python file of the code directory that the lint can "
                                       "find (an installed program?)")
         try:
-            files = reached(modules, entries, (word for command in commands for word in command.split()))
+            files = reached(modules, entries, (word for command in commands for word in command.split()), base.name)
         except UnknownReach as why:
             return cls(entries, why_every_file=f"{why}, so any module may run")
         if files is None:
@@ -63,10 +63,13 @@ class UnknownReach(Exception):
     """What the scripts run cannot be told from the source; the message says why."""
 
 
-def reached(modules: Sequence[Module], entries: Sequence[str], command_words: Iterable[str] = ()) -> set[str] | None:
+def reached(modules: Sequence[Module], entries: Sequence[str], command_words: Iterable[str] = (),
+            own_name: str = "") -> set[str] | None:
     """The files (relative paths) that running `entries` imports, the entries included; None when no entry is
-    among the modules. Raises UnknownReach when the code loads modules the source cannot tell."""
-    index = _Index(modules, entries)
+    among the modules. Raises UnknownReach when the code loads modules the source cannot tell. `own_name`: the
+    code directory's name, which imports may start with when it is a package (`import cosyvoice.llm` from
+    inside cosyvoice/)."""
+    index = _Index(modules, entries, own_name)
     todo = [m for m in modules if m.rel in set(entries)]
     if not todo:  # the scripts are excluded from the lint, or not Python: nothing to start from
         return None
@@ -83,8 +86,9 @@ def reached(modules: Sequence[Module], entries: Sequence[str], command_words: It
 
 
 class _Index:
-    def __init__(self, modules: Sequence[Module], entries: Sequence[str]) -> None:
+    def __init__(self, modules: Sequence[Module], entries: Sequence[str], own_name: str) -> None:
         self.modules = modules
+        self.own_prefix = f"{own_name}." if own_name.isidentifier() else ""
         self.by_name = {m.name: m for m in modules}
         entry_dirs = {".".join(entry.split("/")[:-1]) for entry in entries}
         self.roots = tuple(dict.fromkeys((*sorted(entry_dirs), *SOURCE_ROOTS)))
@@ -124,6 +128,8 @@ class _Index:
             full = f"{root}.{name}" if root else name
             if full in self.by_name:
                 return list(self._parents_and_self(full, stop=root)) if with_parents else [self.by_name[full]]
+        if self.own_prefix and name.startswith(self.own_prefix):
+            return self.absolute(name.removeprefix(self.own_prefix), importer, with_parents, missing_ok)
         if missing_ok:
             return []
         return [m for m in self.modules if m.name == name or m.name.endswith(f".{name}")]
