@@ -105,6 +105,17 @@ def test_a_module_loaded_by_a_name_the_source_does_not_hold_means_every_file(tmp
     assert result.scope.files is None and "computed name (importlib.import_module)" in result.scope.why_every_file
 
 
+def test_a_launcher_script_imports_the_script_its_command_names_next(tmp_path: Path) -> None:
+    """`python xla_spawn.py --num_cores 8 train.py`: the launcher imports the module named on its command line."""
+    write(tmp_path, {"xla_spawn.py": "import importlib, sys\nmod = importlib.import_module(sys.argv[-1][:-3])\n",
+                     "train.py": "import model\n", "model.py": HOST_READ_LOOP, "other.py": HOST_READ_LOOP})
+    result = lint_tree(tmp_path, commands=["python xla_spawn.py --num_cores 8 train.py"])
+    assert [f.file for f in result.findings] == ["model.py"]
+    assert result.scope.left_out == ("other.py",)
+    alone = lint_tree(tmp_path, commands=["python xla_spawn.py"])  # what it imports is not on its command line
+    assert alone.scope.files is None
+
+
 def test_objects_built_from_class_paths_in_config_files_mean_every_file(tmp_path: Path) -> None:
     """HyperPyYAML's `!new:pkg.model.Net`, Hydra's `_target_`: the config, not the source, says what runs."""
     write(tmp_path, {"train.py": "from hyperpyyaml import load_hyperpyyaml\nconf = load_hyperpyyaml(open(path))\n",

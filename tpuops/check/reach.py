@@ -46,15 +46,18 @@ class CommandScope:
     def of(cls, commands: Sequence[str], base: Path, modules: Sequence[Module]) -> CommandScope:
         if not commands:
             return cls()
-        entries = tuple(dict.fromkeys(e for command in commands for e in entry_scripts(command, base)))
+        scripts = [(command, entry_scripts(command, base)) for command in commands]
+        entries = tuple(dict.fromkeys(e for _, found in scripts for e in found))
         if not entries:
             return cls(why_every_file="the command runs no Python file of the code directory that the lint can "
                                       "find (an installed program?)")
+        files: set[str] = set()
         try:
-            files = reached(modules, entries, (word for command in commands for word in command.split()), base.name)
+            for command, found in scripts:
+                files |= (reached(modules, found, command.split(), base.name) or set()) if found else set()
         except UnknownReach as why:
             return cls(entries, why_every_file=f"{why}, so any module may run")
-        if files is None:
+        if not files:
             return cls(entries, why_every_file="the command's scripts are not linted (code.exclude)")
         return cls(entries, frozenset(files), tuple(sorted(m.rel for m in modules if m.rel not in files)))
 
@@ -89,6 +92,7 @@ class _Index:
     def __init__(self, modules: Sequence[Module], entries: Sequence[str], own_name: str) -> None:
         self.modules = modules
         self.own_prefix = f"{own_name}." if own_name.isidentifier() else ""
+        self.launchers = set(entries[:1]) if len(entries) > 1 else set()  # a script running the command's others
         self.by_name = {m.name: m for m in modules}
         entry_dirs = {".".join(entry.split("/")[:-1]) for entry in entries}
         self.roots = tuple(dict.fromkeys((*sorted(entry_dirs), *SOURCE_ROOTS)))
@@ -163,6 +167,8 @@ class _Index:
                                                               text.lstrip(".")) or ""))
             return
         prefix = _constant_prefix(argument).strip(".")
+        if not prefix and module.rel in self.launchers:
+            return  # `python xla_spawn.py --num_cores 8 train.py`: what it imports is the command's next script
         if not prefix:
             raise UnknownReach(f"it imports a module by a computed name ({name})")
         yield from (m for m in self.modules if m.name.startswith(f"{prefix}.") or f".{prefix}." in f".{m.name}")
