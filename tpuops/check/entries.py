@@ -12,23 +12,108 @@ import ast
 import os
 import re
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 OPERATORS = {"&&", "||", ";", "|", "&", "(", ")", ";;", "\n"}
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*=\S")  # Hydra's trainer.precision=bf16
 MAX_SCRIPT_DEPTH = 3  # a script calling a script calling a script: further is a loop or not a trainer
+
+
+@dataclass(frozen=True)
+class CommandRead:
+    scripts: tuple[str, ...]  # the `.py` files of the code directory it runs, in order, each once
+    options: Mapping[str, frozenset[object]]  # what it passes them: `--fp16` -> {True}, `--padding=longest`
 
 
 def entry_scripts(command: str, code_root: Path) -> tuple[str, ...]:
     """The `.py` files of `code_root` (relative, POSIX) that `command` runs, in order, each once."""
-    found: dict[str, None] = {}
-    _scan(command, code_root, PurePosixPath("."), found, 0)
-    return tuple(found)
+    return read_command(command, code_root).scripts
 
 
-def _scan(command: str, root: Path, cwd: PurePosixPath, found: dict[str, None], depth: int) -> None:
-    for words in _simple_commands(command):
-        cwd = _follow(words, root, cwd, found, depth)
+def read_command(command: str, code_root: Path) -> CommandRead:
+    reader = _Reader(code_root)
+    reader.scan(command, PurePosixPath("."), 0)
+    return CommandRead(tuple(reader.scripts), {name: frozenset(v) for name, v in reader.options.items()})
+
+
+@dataclass
+class _Reader:
+    root: Path
+    scripts: dict[str, None] = field(default_factory=dict)
+    options: dict[str, set[object]] = field(default_factory=dict)
+
+    def scan(self, command: str, cwd: PurePosixPath, depth: int) -> None:
+        for words in _simple_commands(command):
+            cwd = self.follow(words, cwd, depth)
+
+    def follow(self, words: list[str], cwd: PurePosixPath, depth: int) -> PurePosixPath:
+        """Records the scripts one simple command runs and the options it gives them; returns the directory the
+        next command runs in."""
+        while words and ASSIGNMENT.match(words[0]):  # FOO=1 python train.py
+            words = words[1:]
+        if not words:
+            return cwd
+        if words[0] == "cd":
+            return _changed_dir(words[1:], self.root, cwd)
+        for index, word in enumerate(words):
+            if word == "-c" and index + 1 < len(words):  # python -c "from trainer import main; main()"
+                names = _imported_names(words[index + 1])
+                scripts = [_module_file(n, self.root, cwd) or _package_file(n, self.root, cwd) for n in names]
+            elif word in {"-m", "--module"} and index + 1 < len(words):
+                scripts = [_module_file(words[index + 1], self.root, cwd)]
+            elif word.endswith(".py"):
+                scripts = [_file(word, self.root, cwd)]
+            elif word.endswith(".sh"):  # bash scripts/train.sh, ./run.sh, nohup sh -x run.sh
+                self.run_shell_script(word, cwd, depth)
+                continue
+            else:
+                continue
+            found = [script for script in scripts if script is not None]
+            self.scripts.update(dict.fromkeys(found))
+            if found:  # `python launch.py --cores 8 train.py --fp16`: each script's options, the next's too
+                self.read_options(words[index + 1:])
+        return cwd
+
+    def read_options(self, words: list[str]) -> None:
+        """`--fp16`, `--padding max_length`, `--use_tpu=True`, `trainer.precision=bf16` (Hydra): by the name
+        the code reads them as (`args.padding`, `FLAGS.use_tpu`, `cfg.trainer.precision`'s last part)."""
+        for index, word in enumerate(words):
+            if word.startswith("--") and len(word) > 2:
+                name, equals, value = word[2:].partition("=")
+                if not equals:
+                    following = words[index + 1] if index + 1 < len(words) else ""
+                    value = following if following and not following.startswith("-") else "true"
+            elif OVERRIDE.match(word):
+                name, _, value = word.partition("=")
+                name = name.rsplit(".", 1)[-1]
+            else:
+                continue
+            self.options.setdefault(name.replace("-", "_"), set()).add(_typed(value))
+
+    def run_shell_script(self, word: str, cwd: PurePosixPath, depth: int) -> None:
+        script = _file(word, self.root, cwd)
+        if script is None or depth >= MAX_SCRIPT_DEPTH:
+            return
+        try:
+            text = (self.root / script).read_text(errors="replace")
+        except OSError:
+            return
+        self.scan(text, cwd, depth + 1)
+
+
+def _typed(value: str) -> object:
+    """A command-line word as the value the code compares it with: True/False, a number, or the text."""
+    if value.lower() in {"true", "false"}:
+        return value.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _simple_commands(command: str) -> list[list[str]]:
@@ -49,34 +134,6 @@ def _simple_commands(command: str) -> list[list[str]]:
     return [words for words in commands if words]
 
 
-def _follow(words: list[str], root: Path, cwd: PurePosixPath, found: dict[str, None], depth: int) -> PurePosixPath:
-    """Records the scripts one simple command runs; returns the directory the next command runs in."""
-    while words and ASSIGNMENT.match(words[0]):  # FOO=1 python train.py
-        words = words[1:]
-    if not words:
-        return cwd
-    if words[0] == "cd":
-        return _changed_dir(words[1:], root, cwd)
-    for index, word in enumerate(words):
-        if word == "-c" and index + 1 < len(words):  # python -c "from trainer import main; main()"
-            for name in _imported_names(words[index + 1]):
-                if (script := _module_file(name, root, cwd) or _package_file(name, root, cwd)) is not None:
-                    found.setdefault(script, None)
-            continue
-        if word in {"-m", "--module"} and index + 1 < len(words):
-            script = _module_file(words[index + 1], root, cwd)
-        elif word.endswith(".py"):
-            script = _file(word, root, cwd)
-        elif word.endswith(".sh"):  # bash scripts/train.sh, ./run.sh, nohup sh -x run.sh
-            _run_shell_script(word, root, cwd, found, depth)
-            continue
-        else:
-            continue
-        if script is not None:
-            found.setdefault(script, None)
-    return cwd
-
-
 def _changed_dir(arguments: list[str], root: Path, cwd: PurePosixPath) -> PurePosixPath:
     """Where `cd DIR` goes, relative to the code directory (`..` when it leaves it: `cd .. && python pkg/train.py`
     comes back in)."""
@@ -84,17 +141,6 @@ def _changed_dir(arguments: list[str], root: Path, cwd: PurePosixPath) -> PurePo
         return cwd  # `cd "$(dirname "$0")"`, `cd ~`: where it goes cannot be told; the scripts are looked up here
     moved = _relative(root, cwd / arguments[0])
     return moved if (root / moved).is_dir() else cwd
-
-
-def _run_shell_script(word: str, root: Path, cwd: PurePosixPath, found: dict[str, None], depth: int) -> None:
-    script = _file(word, root, cwd)
-    if script is None or depth >= MAX_SCRIPT_DEPTH:
-        return
-    try:
-        text = (root / script).read_text(errors="replace")
-    except OSError:
-        return
-    _scan(text, root, cwd, found, depth + 1)
 
 
 def _file(word: str, root: Path, cwd: PurePosixPath) -> str | None:

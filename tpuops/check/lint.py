@@ -20,7 +20,6 @@ from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.reach import CommandScope
 from tpuops.check.scopes import StepFinder
-from tpuops.check.settings import Settings
 from tpuops.check.steps import Step
 from tpuops.remote.manifest import scan_tree
 
@@ -90,7 +89,7 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool, commands: 
     modules = [m for m in parsed if scope.runs(m.rel)]
     findings = [finding for rel, finding in broken.items() if scope.runs(rel)]
     project = Project(modules)
-    finder = StepFinder(project)
+    finder = StepFinder(project, scope.options)
     steps = finder.find()
     linted, ignored = _findings(finder, steps, legacy_node, scope)
     functions = {name: (defs[0][0].rel, defs[0][1].lineno)
@@ -138,7 +137,7 @@ def _hits(finder: StepFinder, steps: list[Step], legacy_node: bool) -> Iterator[
         for rule_id, check in STEP_RULES.items():
             for node, message in check(step, values, nodes):
                 yield RULES_BY_ID[rule_id], step.module, node, message
-    settings = Settings.of(finder.project)
+    settings = finder.settings
     for module in finder.project.modules:
         for rule_id, check in FILE_RULES.items():
             rule = RULES_BY_ID[rule_id]

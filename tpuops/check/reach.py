@@ -12,11 +12,11 @@ script of ours (a registry's "models.resnet.ResNet", `subprocess.run(["python", 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpuops.check.entries import entry_scripts
+from tpuops.check.entries import read_command
 from tpuops.check.project import Module, dotted
 
 DYNAMIC_IMPORTS = {"importlib.import_module", "import_module", "__import__"}
@@ -37,6 +37,7 @@ class CommandScope:
     entries: tuple[str, ...] = ()  # the scripts the commands run
     files: frozenset[str] | None = None  # the files they run; None: every file
     left_out: tuple[str, ...] = ()  # the code directory's other files, which no command runs
+    options: Mapping[str, frozenset[object]] = field(default_factory=dict)  # what the commands pass their scripts
     why_every_file: str = ""  # commands were given, yet every file is read: why
 
     def runs(self, rel: str) -> bool:
@@ -46,20 +47,24 @@ class CommandScope:
     def of(cls, commands: Sequence[str], base: Path, modules: Sequence[Module]) -> CommandScope:
         if not commands:
             return cls()
-        scripts = [(command, entry_scripts(command, base)) for command in commands]
-        entries = tuple(dict.fromkeys(e for _, found in scripts for e in found))
+        reads = [(command, read_command(command, base)) for command in commands]
+        entries = tuple(dict.fromkeys(e for _, read in reads for e in read.scripts))
+        options: dict[str, frozenset[object]] = {}
+        for _, read in reads:
+            options |= {name: options.get(name, frozenset()) | values for name, values in read.options.items()}
         if not entries:
-            return cls(why_every_file="the command runs no Python file of the code directory that the lint can "
-                                      "find (an installed program?)")
+            return cls(options=options, why_every_file="the command runs no Python file of the code directory "
+                                                       "that the lint can find (an installed program?)")
         files: set[str] = set()
         try:
-            for command, found in scripts:
-                files |= (reached(modules, found, command.split(), base.name) or set()) if found else set()
+            for command, read in reads:
+                files |= (reached(modules, read.scripts, command.split(), base.name) or set()) if read.scripts \
+                    else set()
         except UnknownReach as why:
-            return cls(entries, why_every_file=f"{why}, so any module may run")
+            return cls(entries, options=options, why_every_file=f"{why}, so any module may run")
         if not files:
-            return cls(entries, why_every_file="the command's scripts are not linted (code.exclude)")
-        return cls(entries, frozenset(files), tuple(sorted(m.rel for m in modules if m.rel not in files)))
+            return cls(entries, options=options, why_every_file="the command's scripts are not linted (code.exclude)")
+        return cls(entries, frozenset(files), tuple(sorted(m.rel for m in modules if m.rel not in files)), options)
 
 
 class UnknownReach(Exception):

@@ -6,18 +6,20 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from tpuops.check.project import FunctionNode, Module, dotted, last_name
+from tpuops.check.project import FunctionNode, Module, dotted, last_name, params_of
 
 if TYPE_CHECKING:
+    from tpuops.check.settings import Settings
     from tpuops.check.steps import Step
 
 
-def region_nodes(step: Step) -> Iterator[ast.AST]:
+def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.AST]:
     """The nodes a step runs each time. A PyTorch/XLA lazy step leaves out nested functions (closures, e.g.
     for `xm.add_step_closure`), what runs only every N steps (`if step % N == 0:`, also through a name:
     `should_log = step % 100 == 0`), once (`if step == 0:`, `if preds is None: preds = ...`, a body that ends
-    the loop with `break` or `return`), and the branch a
-    TPU does not take (`if use_xla: ... else: <CUDA code>`, `if torch.cuda.is_available(): ...`)."""
+    the loop with `break` or `return`), the branch a TPU does not take (`if use_xla: ... else: <CUDA code>`,
+    `if torch.cuda.is_available(): ...`), and a switch that is off unless the user turns it on (`if
+    args.debug:` with `--debug` store_true, `if config["check_nan"]:` False), as the trainer's command leaves it."""
     if step.node is None or isinstance(step.node, ast.Call):
         return
     if step.kind != "lazy":
@@ -33,7 +35,8 @@ def region_nodes(step: Step) -> Iterator[ast.AST]:
         if isinstance(node, ast.If):
             test = _named_test(node.test, module)
             if _every_n_steps(test) or _once(test) or _first_time(node) or _leaves(node, step.node) or \
-                    _gpu_test(test):
+                    _gpu_test(test) or (settings is not None and module is not None and
+                                        switched_off(node.test, module, settings)):
                 stack.extend(reversed(node.orelse))
                 stack.append(node.test)
                 continue
@@ -44,6 +47,25 @@ def region_nodes(step: Step) -> Iterator[ast.AST]:
         if isinstance(node, ast.Call) and last_name(node.func) == "add_step_closure":
             continue
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def switched_off(test: ast.AST, module: Module, settings: Settings) -> bool:
+    """`if args.debug:`, `if FLAGS.log_grads and ...:`, `if config["check_nan"]:`: a setting whose every value
+    is off (False, None, 0, "") by default or as the command passes it. Not a function's parameter: its caller
+    may pass it on."""
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    return any(_a_setting(part, module) and _all_off(settings.values(part, module)) for part in parts)
+
+
+def _a_setting(expr: ast.AST, module: Module) -> bool:
+    if isinstance(expr, ast.Attribute | ast.Subscript):
+        return True
+    function = module.enclosing_function(expr)
+    return isinstance(expr, ast.Name) and (function is None or expr.id not in params_of(function))
+
+
+def _all_off(values: frozenset[object]) -> bool:
+    return bool(values) and not any(values)
 
 
 def _named_test(test: ast.AST, module: Module | None) -> ast.AST:

@@ -18,8 +18,9 @@ them when the function is handed to a transformation rather than called).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from tpuops.check.project import (
     KERAS_ROOTS,
@@ -41,6 +42,7 @@ from tpuops.check.pyvalues import (
 )
 from tpuops.check.regions import loop_batch, region_nodes
 from tpuops.check.returns import TensorReturning
+from tpuops.check.settings import Settings
 from tpuops.check.steps import Step
 from tpuops.check.tensors import TensorValues
 from tpuops.check.torch_steps import RUNS_MODEL, TorchXlaSteps
@@ -62,6 +64,7 @@ Target = tuple[Module, FunctionNode | ast.Lambda, frozenset[str]]  # a compiled 
 @dataclass
 class StepFinder(TorchXlaSteps):
     project: Project
+    given: Mapping[str, frozenset[object]] = field(default_factory=dict)  # the options the command passes
     steps: dict[int, Step] = field(default_factory=dict)  # id(node) -> step
     library: list[Step] = field(default_factory=list)
     _enders: set[int] = field(default_factory=set)  # functions that end a PyTorch/XLA step each time they run
@@ -92,10 +95,14 @@ class StepFinder(TorchXlaSteps):
                                              tensor_calls=self._returning.tensors, bool_calls=self._returning.masks)
         return self._values[key]
 
+    @cached_property
+    def settings(self) -> Settings:
+        return Settings.of(self.project, self.given)
+
     def region(self, step: Step) -> list[ast.AST]:
         key = (id(step.node), step.kind)
         if key not in self._regions:
-            self._regions[key] = list(region_nodes(step))
+            self._regions[key] = list(region_nodes(step, self.settings))
         return self._regions[key]
 
     def find(self) -> list[Step]:

@@ -2,12 +2,14 @@
 argument's default, a dataclass field (`padding: str = field(default="longest")`, read as `self.padding` or
 `data_args.padding`), an argparse option (`--fp16`, store_true: off by default), an absl flag
 (`flags.DEFINE_bool("use_mixed_precision", False, ...)`) or a config dict
-(`CONFIG["padding"]`). The answer is the set of values it can have by default (empty: unknown).
+(`CONFIG["padding"]`, `vars(args)["fp16"]`). The answer is the set of values it can have by default (empty:
+unknown), or the values the trainer's command passes (`python train.py --fp16`), which decide where given.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tpuops.check.hand_padding import collate_names, longest_padders
@@ -30,9 +32,12 @@ class Settings:
     longest_padders: frozenset[str] = frozenset()  # its functions that pad examples to the longest (hand_padding)
     collators: frozenset[str] = frozenset()  # its functions handed over as collate_fn=
 
+    given: Mapping[str, frozenset[object]] = field(default_factory=dict)  # what the trainer's command passes
+
     @classmethod
-    def of(cls, project: Project) -> Settings:
-        settings = cls()
+    def of(cls, project: Project, given: Mapping[str, frozenset[object]] | None = None) -> Settings:
+        """The code's defaults; `given`: the options the trainer's command passes (`--fp16`), which win."""
+        settings = cls(given=given or {})
         for module in project.modules:
             for cls_node in module.classes.values():
                 settings._class_fields(cls_node)
@@ -111,7 +116,11 @@ class Settings:
             return self._attribute(expr, module, depth)
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and \
                 isinstance(expr.slice, ast.Constant):
-            return frozenset(self.configs.get((expr.value.id, str(expr.slice.value)), ()))
+            key = str(expr.slice.value)
+            if key in self.given:
+                return self.given[key]
+            return frozenset(self.configs.get((expr.value.id, key), ())) or \
+                frozenset(self.options.get(key, ()))  # `config = vars(parser.parse_args())`; config["fp16"]
         return UNKNOWN
 
     def _name(self, name: ast.Name, module: Module, depth: int) -> frozenset[object]:
@@ -136,6 +145,8 @@ class Settings:
     def _attribute(self, attribute: ast.Attribute, module: Module, depth: int) -> frozenset[object]:
         """`self.padding`: the enclosing class's field; `args.padding`: the annotated class, else any field or
         option of that name."""
+        if attribute.attr in self.given:
+            return self.given[attribute.attr]
         owner = attribute.value
         if isinstance(owner, ast.Name) and owner.id == "self":
             cls = module.enclosing_class(attribute)
