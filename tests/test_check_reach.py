@@ -159,3 +159,49 @@ def test_a_test_file_the_command_runs_is_linted_and_an_unparsable_unused_file_is
     assert [(f.file, f.rule) for f in result.findings] == [("test_train_tpu.py", "XLA003")]
     broken = lint_tree(tmp_path, commands=["python test_train_tpu.py"] + ["python py2_tool.py"])
     assert ("py2_tool.py", "XLA000") in [(f.file, f.rule) for f in broken.findings]
+
+
+def test_the_options_a_command_passes_are_read_by_the_names_the_code_uses(tmp_path: Path) -> None:
+    from tpuops.check.entries import read_command
+
+    write(tmp_path, {"train.py": "", "run.sh": "python train.py --padding max_length --lr=3e-4\n"})
+    read = read_command("python train.py --fp16 --use-tpu=True --steps 10 -c x trainer.precision=bf16 --name run "
+                        "&& bash run.sh", tmp_path)
+    assert read.scripts == ("train.py",)
+    assert read.options == {"fp16": {True}, "use_tpu": {True}, "steps": {10}, "precision": {"bf16"},
+                            "name": {"run"}, "padding": {"max_length"}, "lr": {3e-4}}
+
+
+SWITCHED = """
+import argparse
+import torch
+import torch_xla.core.xla_model as xm
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--debug", action="store_true")
+parser.add_argument("--fp16", action="store_true")
+args = parser.parse_args()
+config = vars(args)
+
+def train(model, loader, optimizer):
+    if config["fp16"]:
+        model = model.half()
+    for batch in loader:
+        loss = model(batch).sum()
+        loss.backward()
+        xm.optimizer_step(optimizer)
+        if args.debug:
+            print(loss.item())
+"""
+
+
+@pytest.mark.parametrize(("commands", "expected"), [
+    ([], []),  # the code's defaults: both switches off
+    (["python train.py --lr 1e-3"], []),
+    (["python train.py --debug"], [("XLA003", 20)]),
+    (["python train.py --fp16 --debug=false"], [("XLA005", 14)]),
+])
+def test_a_switch_is_off_unless_the_command_turns_it_on(tmp_path: Path, commands: list[str],
+                                                         expected: list[tuple[str, int]]) -> None:
+    write(tmp_path, {"train.py": SWITCHED})
+    assert [(f.rule, f.line) for f in lint_tree(tmp_path, commands=commands).findings] == expected

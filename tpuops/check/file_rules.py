@@ -238,10 +238,10 @@ def _behind_fp16_switch(node: ast.AST, module: Module, settings: Settings) -> bo
 def _fp16_switch(test: ast.AST, module: Module, settings: Settings) -> bool | None:
     """Whether an `if` test is a switch that is off by default (None: not a switch)."""
     for part in ast.walk(test):
-        if isinstance(part, ast.Name | ast.Attribute) and any(w in last_name(part).lower()
-                                                              for w in ("fp16", "half", "float16", "mixed")):
+        name = _setting_name(part).lower()
+        if any(w in name for w in ("fp16", "half", "float16", "mixed")):
             defaults = settings.values(part, module)
-            if "mixed" not in last_name(part).lower():
+            if "mixed" not in name:
                 return not any(v is True for v in defaults)
             if defaults and not defaults - {False, None}:
                 return True  # `if FLAGS.use_mixed_precision:`, off by default
@@ -251,6 +251,13 @@ def _fp16_switch(test: ast.AST, module: Module, settings: Settings) -> bool | No
             defaults = settings.values(setting, module) if setting is not None else frozenset()
             return not any(isinstance(v, str) and v in FP16_STRINGS for v in defaults)
     return None
+
+
+def _setting_name(expr: ast.AST) -> str:
+    """`args.fp16` / `fp16` -> "fp16"; `config["G_fp16"]` -> "G_fp16"; "" for anything else."""
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):
+        return expr.slice.value
+    return last_name(expr) if isinstance(expr, ast.Name | ast.Attribute) else ""
 
 
 def _in_orelse(child: ast.AST, branch: ast.If) -> bool:
