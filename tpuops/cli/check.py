@@ -85,8 +85,7 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
 
 
 def _scope_text(scope) -> str:  # noqa: ANN001  (CommandScope)
-    """" (run by train.py; 12 other(s) not run by the command)" when the command decided what was linted."""
-    if scope.files is None:
+    """" (run by train.py; 12 other(s) not run by the command)" when the command left files out."""
+    if scope.files is None or not scope.left_out:
         return ""
-    others = f"; {len(scope.left_out)} other(s) not run by the command" if scope.left_out else ""
-    return f" (run by {', '.join(scope.entries)}{others})"
+    return f" (run by {', '.join(scope.entries)}; {len(scope.left_out)} other(s) not run by the command)"
