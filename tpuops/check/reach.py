@@ -45,26 +45,34 @@ class CommandScope:
 
     @classmethod
     def of(cls, commands: Sequence[str], base: Path, modules: Sequence[Module]) -> CommandScope:
+        """The scope of `commands` run from `base`, the code directory whose parsed `modules` are given."""
         if not commands:
             return cls()
         reads = [(command, read_command(command, base)) for command in commands]
         entries = tuple(dict.fromkeys(e for _, read in reads for e in read.scripts))
-        options: dict[str, frozenset[object]] = {}
-        for _, read in reads:
-            options |= {name: options.get(name, frozenset()) | values for name, values in read.options.items()}
+        options = _merged([read.options for _, read in reads])
         if not entries:
             return cls(options=options, why_every_file="the command runs no Python file of the code directory "
                                                        "that the lint can find (an installed program?)")
         files: set[str] = set()
         try:
             for command, read in reads:
-                files |= (reached(modules, read.scripts, command.split(), base.name) or set()) if read.scripts \
-                    else set()
+                if read.scripts:
+                    files |= reached(modules, read.scripts, command.split(), base.name) or set()
         except UnknownReach as why:
             return cls(entries, options=options, why_every_file=f"{why}, so any module may run")
         if not files:
             return cls(entries, options=options, why_every_file="the command's scripts are not linted (code.exclude)")
         return cls(entries, frozenset(files), tuple(sorted(m.rel for m in modules if m.rel not in files)), options)
+
+
+def _merged(options: Sequence[Mapping[str, frozenset[object]]]) -> dict[str, frozenset[object]]:
+    """Several commands' options: a setting may take the value any of them passes."""
+    merged: dict[str, frozenset[object]] = {}
+    for given in options:
+        for name, values in given.items():
+            merged[name] = merged.get(name, frozenset()) | values
+    return merged
 
 
 class UnknownReach(Exception):
