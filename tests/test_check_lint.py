@@ -389,3 +389,37 @@ def test_files_that_never_run_on_the_tpu_give_no_findings_nor_notes(tmp_path: Pa
     result = lint_tree(tmp_path)
     assert {f.file for f in result.findings} == {"train.py"}
     assert {n.file for n in result.advice} == {"train.py"}
+
+
+def test_a_loop_calling_what_runs_step_loops_drives_them_and_is_no_step(tmp_path: Path) -> None:
+    """A worker's shard loop hands each shard to `train_shard`, whose own loop ends the steps: the shard loop
+    (and the downloads it calls) is not an evaluation loop; `download_model(url, model_path)` names a model, it
+    is not one."""
+    trainer = ROOT / "tests" / "check_corpus" / "xla_shard_driver_loop"
+    result = lint_tree(trainer, commands=["python worker.py"])
+    assert [s.as_dict()["name"] for s in result.steps] == ["loop at line 25"]
+    (tmp_path / "fetch.py").write_text(textwrap.dedent("""
+        import torch_xla.core.xla_model as xm
+
+        def download_model(url, model_path):
+            return model_path
+
+        def fetch_all(urls, model_path):
+            for url in urls:
+                download_model(url, model_path)
+        """))
+    assert lint_tree(tmp_path).steps == ()
+
+
+def test_a_parameter_annotated_as_a_path_is_never_a_tensor() -> None:
+    source = module("""
+        def keep(checkpoint: Path, where: str):
+            if checkpoint.exists():
+                print(f"kept {where}")
+
+        for step, batch in enumerate(loader):
+            loss = model(batch)
+            xm.mark_step()
+            keep(loss, loss)
+        """)
+    assert rules_in(source) == []

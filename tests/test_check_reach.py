@@ -34,7 +34,7 @@ def write(root: Path, files: dict[str, str]) -> Path:
 def scripts(tmp_path: Path) -> Path:
     return write(tmp_path / "code", {"train.py": "", "src/main.py": "", "pkg/train.py": "", "pkg/__init__.py": "",
                             "tool/__main__.py": "", "eval_tpu.py": "",
-                            "scripts/run_tpu.sh": "#!/bin/bash\n# python not_this.py\nexport A=1\n"
+                            "scripts/run_tpu.sh": "#!/bin/bash\nexport A=1\n# python not_this.py \\\n"
                                                   "python3 -u train.py \\\n  --steps 10\npython eval_tpu.py\n",
                             "scripts/loop.sh": "bash scripts/loop.sh\n"})
 

@@ -118,7 +118,8 @@ def _typed(value: str) -> object:
 
 def _simple_commands(command: str) -> list[list[str]]:
     """The command split at `&&`, `;`, `|` and new lines into its simple commands' words (quotes removed)."""
-    lexer = shlex.shlex(command.replace("\\\n", " "), posix=True, punctuation_chars=";&|()\n")
+    lines = [line for line in command.split("\n") if not line.lstrip().startswith("#")]  # a comment never goes on
+    lexer = shlex.shlex("\n".join(lines).replace("\\\n", " "), posix=True, punctuation_chars=";&|()\n")
     lexer.whitespace = " \t\r"
     lexer.whitespace_split = True
     lexer.commenters = "#"

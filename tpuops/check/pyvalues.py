@@ -41,7 +41,8 @@ def flag_params(function: FunctionNode | ast.Lambda) -> set[str]:
         (params_of(function) & PYTHON_PARAM_NAMES)
 
 
-SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "None", "Optional", "Union", "Literal"}
+SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "bytes", "None", "Optional", "Union", "Literal",
+                      "Path", "PurePath", "PathLike"}  # a file path is never a tensor
 
 
 def scalar_params(function: FunctionNode | ast.Lambda) -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -236,14 +237,26 @@ def _switched_mode(name: str, function: FunctionNode | None) -> bool:
         not n.args and isinstance(n.func.value, ast.Name) and n.func.value.id == name for n in ast.walk(function))
 
 
+# `model_path`, `model_name`, `model_cfg`: what names a model, not the model
+NOT_A_MODEL = {"path", "paths", "name", "names", "dir", "file", "id", "version", "config", "cfg", "args", "kwargs",
+               "type", "url", "size", "list", "dict", "str", "from", "to"}
+
+
+def _a_model(name: str) -> bool:
+    """`model`, `self.ema_model`, `teacher_model`; not `model_path` nor `num_models`."""
+    words = [w for w in re.split(r"_|(?<=[a-z])(?=[A-Z])", name.lower()) if w]
+    return "model" in name.lower() and bool(words) and words[-1] not in NOT_A_MODEL and words[0] != "num"
+
+
 def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str]) -> bool:
     func = call.func
     if isinstance(func, ast.Name) and func.id == "self":
         return True
-    if isinstance(func, ast.Name | ast.Attribute) and "model" in last_name(func).lower():
+    if isinstance(func, ast.Name | ast.Attribute) and _a_model(last_name(func)) and \
+            not (isinstance(func, ast.Name) and func.id in module.defs):  # `download_model(url)` is a function
         return True
     names = {a.id for a in call.args if isinstance(a, ast.Name)}
-    if any("model" in name.lower() for name in names) and names & batch:
+    if any(_a_model(name) for name in names) and names & batch:
         return True
     if isinstance(func, ast.Name) and _switched_mode(func.id, module.enclosing_function(call)):
         return True  # `ema.eval()` ... `ema(images)`: a model by what is done with it

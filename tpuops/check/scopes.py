@@ -166,11 +166,19 @@ class StepFinder(TorchXlaSteps):
             how = hows[id(loop)]
             if how and id(loop) in around:
                 continue
+            if how == RUNS_MODEL and self._calls_a_driver(loop, module):
+                continue  # `for shard in shards: train_shard(model, shard)`: it drives the step loops, is none
             if how == RUNS_MODEL:  # no step end: whether it iterates batches or, say, split names is a guess
                 yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, guessed=loop_batch(loop, module))
             elif how:
                 yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, loop_batch(loop, module))
 
+
+    def _calls_a_driver(self, loop: ast.AST, module: Module) -> bool:
+        """The loop calls a function that runs step loops (its own or a callee's)."""
+        return any(self._drives_steps(callee, callee_module)
+                   for node in ast.walk(loop) if isinstance(node, ast.Call)
+                   for callee_module, callee in self.project.functions(node.func, module))
 
     def _decorated(self, node: FunctionNode, module: Module) -> Iterator[Step]:
         for decorator in node.decorator_list:
