@@ -44,7 +44,8 @@ DEVICE_MOVES = {"to_device", "send_to_device", "move_to_device"}
 # Helpers (the trainer's or a library's, e.g. pytorch_toolbelt's `to_numpy`) named for copying a tensor to the
 # host: what they return is a host value.
 HOST_COPY_HELPERS = {"to_numpy", "to_np", "tonumpy", "as_numpy", "asnumpy", "tensor2numpy", "tensor_to_numpy",
-                     "to_cpu", "tensor2np", "detach_to_numpy"}
+                     "to_cpu", "tensor2np", "detach_to_numpy",
+                     "mesh_reduce"}  # torch_xla's: moves its data to the CPU, then reduces it across the cores
 # `xm = importlib.import_module("torch_xla.core.xla_model")`: a module, not a tensor (nor a model).
 MODULE_LOADERS = {"import_module", "__import__", "reload"}
 # Predicates named `is_*` answer with a Python bool (`torch.jit.is_scripting()`, `dist.is_initialized()`,
