@@ -124,7 +124,7 @@ def test_the_lint_reads_what_the_command_runs_and_says_what_it_left_out(tmp_path
     assert result.returncode == 1
     assert result.stdout.startswith("model.py:2: XLA005 fp16: `.half()`"), result.stdout
     assert "train_gpu.py" not in result.stdout
-    assert "2 file(s) linted (run by train.py; 1 other(s) not run by the command)" in result.stdout
+    assert "(2 file(s) linted: train.py and what it imports; 1 other(s) left out)" in result.stdout
     report = json.loads(run_cli("check", str(spec_for(tmp_path, "python3 train.py", "pytorch")), "--no-run",
                                 "--json").stdout)
     assert report["scripts"] == ["train.py"] and report["files_not_run"] == ["train_gpu.py"]

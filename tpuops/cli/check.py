@@ -85,7 +85,8 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
 
 
 def _scope_text(scope) -> str:  # noqa: ANN001  (CommandScope)
-    """" (run by train.py; 12 other(s) not run by the command)" when the command left files out."""
+    """": train.py and what it imports; 12 other(s) left out" when the command left files out."""
     if scope.files is None or not scope.left_out:
         return ""
-    return f" (run by {', '.join(scope.entries)}; {len(scope.left_out)} other(s) not run by the command)"
+    imports = "what it imports" if len(scope.entries) == 1 else "what they import"
+    return f": {', '.join(scope.entries)} and {imports}; {len(scope.left_out)} other(s) left out"
