@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuops.check.entries import entry_scripts
+from tpuops.check.entries import read_command
 from tpuops.check.lint import lint_tree
 
 HOST_READ_LOOP = """
@@ -63,13 +63,13 @@ def scripts(tmp_path: Path) -> Path:
     ("python 'train.py", ()),  # an unclosed quote: read as far as it goes, never a crash
 ])
 def test_the_scripts_a_command_runs(scripts: Path, command: str, expected: tuple[str, ...]) -> None:
-    assert entry_scripts(command, scripts) == expected
+    assert read_command(command, scripts).scripts == expected
 
 
 def test_a_command_may_leave_the_code_directory_and_come_back(scripts: Path) -> None:
     """`cd .. && python code/train.py`, `cd .. && python -m code.pkg.train`: the code directory's own scripts."""
-    assert entry_scripts("cd .. && python code/train.py", scripts) == ("train.py",)
-    assert entry_scripts("cd .. && python -m code.pkg.train", scripts) == ("pkg/train.py",)
+    assert read_command("cd .. && python code/train.py", scripts).scripts == ("train.py",)
+    assert read_command("cd .. && python -m code.pkg.train", scripts).scripts == ("pkg/train.py",)
 
 
 def test_only_the_code_the_command_runs_is_linted(tmp_path: Path) -> None:
@@ -162,8 +162,6 @@ def test_a_test_file_the_command_runs_is_linted_and_an_unparsable_unused_file_is
 
 
 def test_the_options_a_command_passes_are_read_by_the_names_the_code_uses(tmp_path: Path) -> None:
-    from tpuops.check.entries import read_command
-
     write(tmp_path, {"train.py": "", "run.sh": "python train.py --padding max_length --lr=3e-4\n"})
     read = read_command("python train.py --fp16 --use-tpu=True --steps 10 -c x trainer.precision=bf16 --name run "
                         "&& bash run.sh", tmp_path)

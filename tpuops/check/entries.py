@@ -28,12 +28,8 @@ class CommandRead:
     options: Mapping[str, frozenset[object]]  # what it passes them: `--fp16` -> {True}, `--padding=longest`
 
 
-def entry_scripts(command: str, code_root: Path) -> tuple[str, ...]:
-    """The `.py` files of `code_root` (relative, POSIX) that `command` runs, in order, each once."""
-    return read_command(command, code_root).scripts
-
-
 def read_command(command: str, code_root: Path) -> CommandRead:
+    """The `.py` files of `code_root` (relative, POSIX) that `command` runs, and the options it passes them."""
     reader = _Reader(code_root)
     reader.scan(command, PurePosixPath("."), 0)
     return CommandRead(tuple(reader.scripts), {name: frozenset(v) for name, v in reader.options.items()})

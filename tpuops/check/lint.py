@@ -92,8 +92,8 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool, commands: 
     finder = StepFinder(project, scope.options)
     steps = finder.find()
     linted, ignored = _findings(finder, steps, legacy_node, scope)
-    functions = {name: (defs[0][0].rel, defs[0][1].lineno)
-                 for name, defs in Project(parsed).definitions.items()}  # the run may reach any of them
+    everything = project if len(modules) == len(parsed) else Project(parsed)  # the run may reach any of them
+    functions = {name: (defs[0][0].rel, defs[0][1].lineno) for name, defs in everything.definitions.items()}
     ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
     advice = [n for m in modules if not off_the_tpu(m, scope)
               for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]

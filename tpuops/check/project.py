@@ -175,6 +175,15 @@ class Module:
         parts = self.rel.removesuffix(".py").split("/")
         return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
+    def resolved(self, relative: str) -> str:
+        """A relative import's dotted name: `..models.vit` from pkg/sub/train.py (or pkg/sub/__init__.py, which is
+        the package itself) -> "pkg.models.vit"."""
+        level = len(relative) - len(relative.lstrip("."))
+        parts = self.name.split(".") if self.name else []
+        package = parts if self.rel.endswith("__init__.py") else parts[:-1]
+        base, rest = package[:max(len(package) - level + 1, 0)], relative[level:]
+        return ".".join([*base, rest] if rest else base)
+
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self.parents.get(id(node))
 
@@ -241,14 +250,9 @@ class Project:
     def module_named(self, name: str, importer: Module) -> Module | None:
         """The module an import names, looked up as Python would find it from the importer: next to it (a script's
         own directory is on sys.path), then from each directory above, then anywhere by its last part."""
-        package = importer.name.rsplit(".", 1)[0] if "." in importer.name else ""
         if name.startswith("."):
-            levels = len(name) - len(name.lstrip("."))
-            parts = package.split(".") if package else []
-            base = ".".join(parts[:len(parts) - levels + 1])
-            name = f"{base}.{name.lstrip('.')}".strip(".")
-            return self.by_name.get(name)
-        prefix = package
+            return self.by_name.get(importer.resolved(name))
+        prefix = importer.name.rsplit(".", 1)[0] if "." in importer.name else ""
         while True:
             found = self.by_name.get(f"{prefix}.{name}" if prefix else name)
             if found is not None or not prefix:

@@ -126,7 +126,7 @@ class _Index:
 
     def _from_import(self, node: ast.ImportFrom, module: Module) -> Iterator[Module]:
         if node.level:
-            base = _relative_base(module, node.level, node.module)
+            base = module.resolved("." * node.level + (node.module or ""))
             names = [base] + [f"{base}.{a.name}".strip(".") for a in node.names if a.name != "*"]
             for name in names:
                 yield from self._parents_and_self(name)
@@ -175,9 +175,8 @@ class _Index:
         argument = call.args[0]
         text = _constant_text(argument)
         if text is not None:
-            yield from (self.absolute(text, module, with_parents=True) if not text.startswith(".") else
-                        self._parents_and_self(_relative_base(module, len(text) - len(text.lstrip(".")),
-                                                              text.lstrip(".")) or ""))
+            yield from (self._parents_and_self(module.resolved(text)) if text.startswith(".") else
+                        self.absolute(text, module, with_parents=True))
             return
         prefix = _constant_prefix(argument).strip(".")
         if not prefix and module.rel in self.launchers:
@@ -200,14 +199,6 @@ class _Index:
                     if found is not None:
                         yield from self._parents_and_self(found.name)
                         break
-
-
-def _relative_base(module: Module, level: int, name: str | None) -> str:
-    """The package `from ..name import x` (`level` dots) starts from, as a dotted name."""
-    parts = module.name.split(".") if module.name else []
-    package = parts if module.rel.endswith("__init__.py") else parts[:-1]
-    base = package[:max(len(package) - (level - 1), 0)]
-    return ".".join([*base, *([name] if name else [])])
 
 
 def _constant_text(node: ast.expr) -> str | None:
