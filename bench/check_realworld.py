@@ -11,6 +11,10 @@ its commit into a temporary directory, runs the lint on it and scores:
   judgement names is counted as a false alarm and listed as UNJUDGED (judge it, then run again);
 - recall: the hazards the lint found over all hazards judged.
 
+Both count findings (what fails `check`). Notes (what the lint reports without failing it: code only guessed to
+run every step, to be confirmed by the run) are counted apart: how many, how many on hazards, and the recall of
+findings and notes together. An unjudged note is listed as UNJUDGED (note).
+
 Reported for the whole set and for each part, in the order the parts were judged (`fit` was judged before the
 rule changes of issue 33 and used to make them; each later part was judged before any change it prompted; from
 held_out_6 on, its judges wrote the hazards down without running the lint, and its findings were judged after).
@@ -44,7 +48,7 @@ Site = tuple[str, str, str, int]  # trainer id, rule, file (relative to the repo
 class Tally:
     found: set[Site] = field(default_factory=set)
     hazards: set[Site] = field(default_factory=set)
-    notes: int = 0  # advice that does not fail check (a JAX loop reading its step's result every step)
+    noted: set[Site] = field(default_factory=set)  # notes: what the lint reports without failing check
 
     @property
     def precision(self) -> float:
@@ -56,8 +60,12 @@ class Tally:
 
     def line(self, name: str) -> str:
         right = len(self.found & self.hazards)
+        reported = len((self.found | self.noted) & self.hazards)
+        notes = f"{len(self.noted)} note(s), {len(self.noted & self.hazards)} right"
+        with_notes = f"{reported / len(self.hazards):.2f}" if self.hazards else "1.00"
         return (f"{name:9} precision {self.precision:.2f} ({right} of {len(self.found)} findings right), "
-                f"recall {self.recall:.2f} ({right} of {len(self.hazards)} hazards found), {self.notes} note(s)")
+                f"recall {self.recall:.2f} ({right} of {len(self.hazards)} hazards found); {notes}; "
+                f"recall with notes {with_notes} ({reported})")
 
 
 def git_dir(mirror: Path, repo: str) -> Path:
@@ -80,18 +88,22 @@ def extract(git: Path, commit: str, path: str, into: Path) -> bool:
     return (into / path).exists()
 
 
-def lint(into: Path, path: str, commands: list[str]) -> tuple[list[tuple[str, int, str, str]], int]:
-    """(file relative to the repository, line, rule, message) of every finding; how many notes (advice that
-    does not fail `check`, not scored here). Given the trainer's commands, the lint reads what they run, as
-    `tpuops check` does with a spec's trainer.command (an older lint, --tpuops, reads every file)."""
+Reported = tuple[str, int, str, str, bool]  # file (relative to the repository), line, rule, message, a note
+
+
+def lint(into: Path, path: str, commands: list[str]) -> list[Reported]:
+    """Every finding and every note (what the lint reports without failing `check`), rule XLA000 (a file that
+    does not parse: said, but no claim about XLA to score) left out. Given the trainer's commands, the lint reads
+    what they run, as `tpuops check` does with a spec's trainer.command (an older lint, --tpuops, reads every
+    file)."""
     from tpuops.check.lint import lint_tree
 
     root = into / path
     base = Path(path) if root.is_dir() else Path(path).parent
     result = lint_tree(root, commands=commands) if commands else lint_tree(root)
-    found = [(str(base / (f.file or "")), f.line or 0, f.rule, f.message) for f in result.findings
-             if f.rule != "XLA000"]  # a file that does not parse: said, but no claim about XLA to score
-    return found, len(getattr(result, "advice", ()))
+    reported = [(f, False) for f in result.findings] + [(n, True) for n in getattr(result, "advice", ())]
+    return [(str(base / (f.file or "")), f.line or 0, f.rule, f.message, note) for f, note in reported
+            if f.rule != "XLA000"]
 
 
 def commands_of(trainers: list[dict], assigned: list[Path]) -> dict[str, list[str]]:
@@ -136,31 +148,32 @@ def score(mirror: Path, doc: dict, show: bool, commands: dict[str, list[str]]) -
                       f"{trainer['path']} in {git} (fetch a snapshot that holds it)")
                 continue
             try:
-                findings, notes = lint(Path(temp), trainer["path"], commands.get(trainer["id"], []))
+                findings = lint(Path(temp), trainer["path"], commands.get(trainer["id"], []))
             except RecursionError as err:  # an older lint (--tpuops) may crash where this one does not
                 print(f"CRASHED {trainer['id']}: the lint raised {type(err).__name__}; its hazards count as missed")
-                findings, notes = [], 0
-            tallies[trainer["part"]].notes += notes
-            tallies["all"].notes += notes
+                findings = []
             temp_sources = {f: (Path(temp) / f).read_text(errors="replace") for f, *_ in findings}
             sources = {f: text.splitlines() for f, text in temp_sources.items()}
         judged = {(j["rule"], j["file"], j["line"]): j for j in trainer.get("lines", [])}
         findings = on_judged_lines(findings, judged, sources_of(temp_sources))
-        found = {(trainer["id"], rule, file, line) for file, line, rule, _ in findings}
+        found = {(trainer["id"], rule, file, line) for file, line, rule, _, note in findings if not note}
+        noted = {(trainer["id"], rule, file, line) for file, line, rule, _, note in findings if note} - found
         hazards = {(trainer["id"], r, f, n) for (r, f, n), j in judged.items() if j["hazard"]}
         for part in ("all", trainer["part"]):
             tallies[part].found |= found
+            tallies[part].noted |= noted
             tallies[part].hazards |= hazards
-        for file, line, rule, message in findings:
+        for file, line, rule, message, note in findings:
             judgement = judged.get((rule, file, line))
+            kind = " (note)" if note else ""
             if judgement is None:
-                print(f"UNJUDGED {trainer['id']} {file}:{line}: {rule} {message}")
+                print(f"UNJUDGED{kind} {trainer['id']} {file}:{line}: {rule} {message}")
             elif show:
                 verdict = "right" if judgement["hazard"] else "FALSE"
                 text = sources[file][line - 1].strip() if line <= len(sources[file]) else ""
-                print(f"{verdict:5} {trainer['id']} {file}:{line}: {rule}: {text[:90]}")
+                print(f"{verdict:5}{kind} {trainer['id']} {file}:{line}: {rule}: {text[:90]}")
         for rule, file, line in sorted(k for k, j in judged.items() if j["hazard"]):
-            if (trainer["id"], rule, file, line) not in found:
+            if (trainer["id"], rule, file, line) not in found | noted:
                 print(f"MISSED {trainer['id']} {file}:{line}: {rule} ({judged[(rule, file, line)]['why']})")
     return tallies
 
@@ -188,16 +201,15 @@ def _in_body(node: ast.stmt, line: int) -> bool:
     return isinstance(body, list) and bool(body) and line >= body[0].lineno
 
 
-def on_judged_lines(findings: list[tuple[str, int, str, str]], judged: dict, trees: dict[str, ast.Module | None],
-                    ) -> list[tuple[str, int, str, str]]:
+def on_judged_lines(findings: list[Reported], judged: dict, trees: dict[str, ast.Module | None]) -> list[Reported]:
     """The judges record a multi-line statement at its first line (JUDGING.md); the lint names the line of the
     call it flags, which may be further down. A finding not on a judged line moves to its statement's first
-    line, and the findings of one statement count once."""
-    placed: dict[tuple[str, int, str], tuple[str, int, str, str]] = {}
-    for file, line, rule, message in findings:
+    line, and the findings of one statement count once (a finding before a note: `lint` lists findings first)."""
+    placed: dict[tuple[str, int, str], Reported] = {}
+    for file, line, rule, message, note in findings:
         if (rule, file, line) not in judged:
             line = statement_start(trees.get(file), line)
-        placed.setdefault((file, line, rule), (file, line, rule, message))
+        placed.setdefault((file, line, rule), (file, line, rule, message, note))
     return list(placed.values())
 
 

@@ -10,7 +10,7 @@ import gc
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from tpuops.check.file_rules import FILE_RULES
@@ -24,6 +24,10 @@ from tpuops.check.steps import Step
 from tpuops.remote.manifest import scan_tree
 
 IGNORE_RE = re.compile(r"#\s*tpuops:\s*ignore\[([A-Za-z0-9_,\s-]+)\]")
+# Why a step found by a guess may not be one, and how the run settles it.
+GUESS_WHY = "the source alone does not tell: a loop that runs the model but ends no step is taken for evaluation " \
+    "over batches, and a function that ends a step for one called every step"
+CONFIRM_BY_RUN = "`tpuops check` without --no-run runs the trainer and reports it if the line runs every step"
 # A file importing one of these may run on the TPU, whatever it says of CUDA.
 XLA_FRAMEWORK_ROOTS = frozenset({"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox"})
 
@@ -91,12 +95,12 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool, commands: 
     project = Project(modules)
     finder = StepFinder(project, scope.options)
     steps = finder.find()
-    linted, ignored = _findings(finder, steps, legacy_node, scope)
+    linted, guessed, ignored = _findings(finder, steps, legacy_node, scope)
     everything = project if len(modules) == len(parsed) else Project(parsed)  # the run may reach any of them
     functions = {name: (defs[0][0].rel, defs[0][1].lineno) for name, defs in everything.definitions.items()}
     ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
-    advice = [n for m in modules if not off_the_tpu(m, scope)
-              for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
+    advice = guessed + [n for m in modules if not off_the_tpu(m, scope)
+                        for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
     return LintResult(tuple(findings + linted), len(modules), ignored, functions, tuple(ordered), tuple(advice),
                       scope)
 
@@ -104,31 +108,49 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool, commands: 
 def lint_module(tree: ast.Module, source: str, rel: str, legacy_node: bool = False) -> tuple[list[Finding], int]:
     """One module on its own (what a code directory of one file is)."""
     finder = StepFinder(Project([Module.of(rel, tree, source)]))
-    return _findings(finder, finder.find(), legacy_node, CommandScope())
+    findings, notes, ignored = _findings(finder, finder.find(), legacy_node, CommandScope())
+    return sorted(findings + notes, key=lambda f: (f.line or 0, f.rule)), ignored
 
 
 def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool,
-              scope: CommandScope) -> tuple[list[Finding], int]:
+              scope: CommandScope) -> tuple[list[Finding], list[Finding], int]:
+    """The findings, the notes (findings in code only guessed to run every step: they do not fail the check),
+    and how many were silenced by comment."""
     found: dict[tuple[str, str, int], Finding] = {}
+    guesses: dict[tuple[str, str, int], Step] = {}  # found only in steps that are guesses -> one of them
     ignored: set[tuple[str, str, int]] = set()
     off = {id(module) for module in finder.project.modules if off_the_tpu(module, scope)}  # once per file
-    for rule, module, node, message in _hits(finder, steps, legacy_node):
+    for rule, module, node, message, step in _hits(finder, steps, legacy_node):
         if id(module) in off:
             continue
         line = getattr(node, "lineno", 0)
         key = (module.rel, rule.id, line)
         if rule.id in _ignored_rules(module, line):
             ignored.add(key)
-        elif key not in found:
+            continue
+        if key not in found:
             found[key] = Finding(rule.id, rule.name, message, rule.hint, module.rel, line)
+            if step is not None and not step.sure:
+                guesses[key] = step
+        elif step is None or step.sure:
+            guesses.pop(key, None)
     for file, rule, line in list(found):  # padding inside a step: the step's dynamic shape says it, once
         if rule == "XLA004" and {(file, "XLA002", line)} & (found.keys() | ignored):
             del found[(file, rule, line)]
-    ordered = sorted(found.values(), key=lambda f: (f.file or "", f.line or 0, f.rule))
-    return ordered, len(ignored)
+    ordered = sorted(found.items(), key=lambda item: (item[0][0], item[0][2], item[0][1]))
+    sure = [finding for key, finding in ordered if key not in guesses]
+    notes = [_guessed(finding, guesses[key]) for key, finding in ordered if key in guesses]
+    return sure, notes, len(ignored)
 
 
-def _hits(finder: StepFinder, steps: list[Step], legacy_node: bool) -> Iterator[tuple[Rule, Module, ast.AST, str]]:
+def _guessed(finding: Finding, step: Step) -> Finding:
+    """A finding in code only guessed to run every step, as a note saying how to confirm it."""
+    return replace(finding, message=f"{finding.message} (if {step.name} runs every step on the TPU: {GUESS_WHY})",
+                   hint=f"{finding.hint}; {CONFIRM_BY_RUN}")
+
+
+def _hits(finder: StepFinder, steps: list[Step],
+          legacy_node: bool) -> Iterator[tuple[Rule, Module, ast.AST, str, Step | None]]:
     for step in steps:
         if step.module is None or step.node is None or not isinstance(step.node, FunctionNode | ast.Lambda |
                                                                       ast.For | ast.AsyncFor | ast.While):
@@ -136,7 +158,7 @@ def _hits(finder: StepFinder, steps: list[Step], legacy_node: bool) -> Iterator[
         values, nodes = finder.values(step), finder.region(step)
         for rule_id, check in STEP_RULES.items():
             for node, message in check(step, values, nodes):
-                yield RULES_BY_ID[rule_id], step.module, node, message
+                yield RULES_BY_ID[rule_id], step.module, node, message, step
     settings = finder.settings
     for module in finder.project.modules:
         for rule_id, check in FILE_RULES.items():
@@ -144,7 +166,7 @@ def _hits(finder: StepFinder, steps: list[Step], legacy_node: bool) -> Iterator[
             if rule.node_only and not legacy_node:
                 continue
             for node, message in check(module, settings):
-                yield rule, module, node, message
+                yield rule, module, node, message, None
 
 
 def off_the_tpu(module: Module, scope: CommandScope) -> bool:

@@ -75,7 +75,7 @@ class StepFinder(TorchXlaSteps):
     _returning: TensorReturning | None = None  # and those that return tensors, or boolean tensors (masks)
     _drivers: dict[int, bool] = field(default_factory=dict)  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
-    _forwards_queued: bool = False
+    _forwards_queued: set[bool] = field(default_factory=set)  # the `sure` of the steps that queued forwards
     _on_xla: set[int] | None = None  # modules that run on the XLA device (torch_xla's, and those given its device)
     _calls_by_name: dict[str, list[tuple[Module, ast.Call]]] | None = None  # every call of the project, by name
 
@@ -114,12 +114,12 @@ class StepFinder(TorchXlaSteps):
             known = self.steps.get(id(step.node))
             if known is not None:
                 if step.traced <= known.traced and step.guessed <= known.guessed | known.traced and \
-                        (known.root or not step.root):
+                        (known.root or not step.root) and (known.sure or not step.sure):
                     continue
                 base = step if step.root and not known.root else known  # named as the step it is, not as a callee
                 traced = known.traced | step.traced
                 step = replace(base, traced=traced, guessed=(known.guessed | step.guessed) - traced,
-                               root=known.root or step.root)
+                               root=known.root or step.root, sure=known.sure or step.sure)
             self.steps[id(step.node)] = step
             queue.extend(self._callees(step))
         return [*self.steps.values(), *self.library]
@@ -132,7 +132,7 @@ class StepFinder(TorchXlaSteps):
                 yield from self._decorated(node, module)
                 if self.ends_step(node, module) and not any(compiler(d, module) for d in node.decorator_list) \
                         and not self._drives_steps(node, module):
-                    yield Step(node.name, "lazy", "ends a PyTorch/XLA step", module, node)
+                    yield Step(node.name, "lazy", "ends a PyTorch/XLA step", module, node, sure=False)
         for call in module.calls:
             yield from self._wrapped(call, module)
         for cls_node in module.classes.values():
@@ -169,7 +169,8 @@ class StepFinder(TorchXlaSteps):
             if how == RUNS_MODEL and self._calls_a_driver(loop, module):
                 continue  # `for shard in shards: train_shard(model, shard)`: it drives the step loops, is none
             if how == RUNS_MODEL:  # no step end: whether it iterates batches or, say, split names is a guess
-                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, guessed=loop_batch(loop, module))
+                yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, guessed=loop_batch(loop, module),
+                           sure=False)
             elif how:
                 yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, loop_batch(loop, module))
 
@@ -256,7 +257,7 @@ class StepFinder(TorchXlaSteps):
                     if step.kind == "lazy" and self.ends_step(callee, callee_module):
                         continue  # a step function of its own
                     yield Step(callee.name, step.kind, f"called by {step.name}", callee_module, callee,
-                               frozenset(traced), frozenset(guessed), root=False)
+                               frozenset(traced), frozenset(guessed), root=False, sure=step.sure)
             elif step.kind != "lazy" and isinstance(node, ast.Name | ast.Attribute) and \
                     isinstance(getattr(node, "ctx", None), ast.Load) and not _is_called(node, module):
                 partial = is_partial_of(node, module.parent(node))
@@ -264,7 +265,7 @@ class StepFinder(TorchXlaSteps):
                     traced = params_of(callee) - {"self", "cls"} - flag_params(callee) if partial is None else \
                         partial_traced(partial, callee, isinstance(node, ast.Attribute), values.is_tensor)
                     yield Step(callee.name, step.kind, f"used by {step.name}", callee_module, callee,
-                               frozenset(traced), root=False)
+                               frozenset(traced), root=False, sure=step.sure)
 
 
 def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValues) -> tuple[set[str], set[str]]:

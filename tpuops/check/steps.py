@@ -28,6 +28,9 @@ class Step:
     traced: frozenset[str] = frozenset()  # names that hold tensors from the start
     guessed: frozenset[str] = frozenset()  # parameters a caller passes a value only guessed to be a tensor
     root: bool = True  # False: reached only because a step calls it
+    # False: the source alone cannot tell that it runs on the TPU every step (a loop that runs the model with no
+    # step end: evaluation, or a loop over split names; a function that ends a step, called who knows how often)
+    sure: bool = True
 
     @property
     def line(self) -> int:

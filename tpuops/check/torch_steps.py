@@ -38,7 +38,7 @@ class TorchXlaSteps:
     _ending_loops: dict[int, str]  # loops whose every iteration ends one -> how
     _drivers: dict[int, bool]  # function -> it runs step loops (cached)
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]]  # loops, calls
-    _forwards_queued: bool  # the model's forwards are queued once
+    _forwards_queued: set[bool]  # the `sure` of the steps that queued the model's forwards (see _model_forwards)
     _on_xla: set[int] | None  # modules that run on the XLA device (decided once)
     _calls_by_name: dict[str, list[tuple[Module, ast.Call]]] | None  # every call of the project, by name (once)
 
@@ -187,10 +187,11 @@ class TorchXlaSteps:
     def _model_forwards(self, step: Step) -> Iterator[Step]:
         """The `forward` of every torch.nn.Module of the trainer's own: a PyTorch/XLA step runs the model, whose
         forward is traced into the step's graph (`model(batch)` is never resolved to a class from the source).
-        Queued with the first step that runs the model: every later one would queue the same."""
-        if self._forwards_queued:
+        Queued with the first step that runs the model, and again with the first sure one if that was a guess:
+        every later one would queue the same."""
+        if True in self._forwards_queued or step.sure in self._forwards_queued:
             return
-        self._forwards_queued = True
+        self._forwards_queued.add(step.sure)
         direct = {c.name for m in self.project.modules for c in m.classes.values()
                   if any(last_name(b) == "Module" for b in c.bases)}  # bases for the project's other modules
         for module in self.project.modules:
@@ -202,7 +203,8 @@ class TorchXlaSteps:
                         # `input_ids=None`: a forward's tensors default to None; `return_dict=True` is a setting
                         settings = (flag_params(method) - none_default_params(method)) | scalar_params(method)
                         yield Step(f"{cls_node.name}.forward", "lazy", f"the model's forward, run by {step.name}",
-                                   module, method, frozenset(params_of(method) - {"self"} - settings), root=False)
+                                   module, method, frozenset(params_of(method) - {"self"} - settings), root=False,
+                                   sure=step.sure)
 
 
 def _is_xla(path: str) -> bool:
