@@ -1,0 +1,206 @@
+"""Counts how often each line of the trainer's own code runs, for `tpuops check` (see tpuops/check/lines.py).
+
+Python imports `sitecustomize` at start-up from the first directory on sys.path that has one, so this file runs
+in every Python process the trainer starts whose PYTHONPATH begins with this directory (spawned children and
+`python other.py` subprocesses included). With TPUOPS_CHECK_LINES_OUT (a directory) and TPUOPS_CHECK_LINES_ROOT
+(the code directory) set, it traces the lines of the files under ROOT and writes `<OUT>/<pid>-<token>.json`,
+{"rel/path.py": {"12": 7, ...}}, when the process ends. Then it hands over to the `sitecustomize` Python would
+have imported without it.
+
+It runs inside the user's trainer, so: standard library only, nothing printed, every error of its own swallowed
+(a count lost is better than a trainer changed), and nothing at all without the two variables.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types  # loaded by Python's own start-up already
+from collections.abc import Callable
+
+Tracer = Callable[[types.FrameType, str, object], object]
+
+OUT_VARIABLE = "TPUOPS_CHECK_LINES_OUT"
+ROOT_VARIABLE = "TPUOPS_CHECK_LINES_ROOT"
+# Last of multiprocessing's exit finalizers: lines the others run still count.
+FINALIZE_PRIORITY = -1_000_000
+_HERE = os.path.dirname(os.path.realpath(__file__))
+
+
+def _quietly(function: Callable[..., None]) -> Callable[..., None]:
+    """Swallow every error of the counter's own: a count lost is better than a trainer changed."""
+
+    def swallowing(*args: object) -> None:
+        try:  # noqa: SIM105 (contextlib is not loaded at start-up; this is)
+            function(*args)
+        except Exception:
+            pass
+
+    return swallowing
+
+
+class _Counter:
+    """The counts of one process, per file, and where they go."""
+
+    def __init__(self, root: str, out: str) -> None:
+        self.root = root
+        self.out = out
+        self.files: dict[str, dict[int, int]] = {}
+        self.token = os.urandom(4).hex()
+        self.hooked_multiprocessing = False
+        self.on_call = self._call_tracer()
+
+    def _call_tracer(self) -> Tracer:
+        # Keyed by file name, not code object: a few hundred files against many thousand code objects, and a
+        # cache of code objects would keep every exec'd or generated one alive.
+        tracers: dict[str, Tracer | None] = {}
+        decide = self._decide
+
+        def on_call(frame: types.FrameType, event: str, arg: object) -> Tracer | None:
+            # Called on every Python call of every library: one dict lookup on the way back to it.
+            try:
+                return tracers[frame.f_code.co_filename]
+            except KeyError:
+                tracer = tracers[frame.f_code.co_filename] = decide(frame.f_code.co_filename)
+                return tracer
+
+        return on_call
+
+    def _decide(self, filename: str) -> Tracer | None:
+        try:
+            relative = _relative_under(filename, self.root)
+            return None if relative is None else _line_tracer(self.files.setdefault(relative, {}))
+        except Exception:  # a trace function's exception would surface in the trainer and end the tracing
+            return None
+
+    @_quietly
+    def forget_parent(self) -> None:
+        """In a forked child: the parent writes its own counts, the child starts from zero under a new name."""
+        for lines in self.files.values():
+            lines.clear()
+        self.token = os.urandom(4).hex()
+
+    @_quietly
+    def before_fork(self) -> None:
+        """Hook multiprocessing's fork children once it is loaded (it never is, unless the trainer uses it).
+
+        Its Process children end with os._exit, so atexit never runs there; they run its exit finalizers first,
+        but clear the finalizers inherited from the parent, then run its after-fork hooks: the hook registers
+        the finalizer in the child. The hook is inherited by every later fork child, hence once per process tree.
+        """
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None and not self.hooked_multiprocessing:
+            util.register_after_fork(self, _Counter._finalize_in_child)
+            self.hooked_multiprocessing = True
+
+    @_quietly
+    def _finalize_in_child(self) -> None:
+        sys.modules["multiprocessing.util"].Finalize(None, self.write, exitpriority=FINALIZE_PRIORITY)
+
+    @_quietly
+    def write(self) -> None:
+        """The counts so far, replacing what this process wrote before (a second exit path writes the total)."""
+        snapshot = self._snapshot()
+        if not snapshot:
+            return  # a process that ran none of the code (a tool, the resource tracker) says nothing
+        import json  # not at start-up: the trainer's whole life goes by without it
+
+        os.makedirs(self.out, exist_ok=True)
+        final = os.path.join(self.out, f"{os.getpid()}-{self.token}.json")
+        temporary = f"{final}.tmp"
+        with open(temporary, "w", encoding="utf-8") as stream:
+            json.dump(snapshot, stream, separators=(",", ":"))
+        os.replace(temporary, final)
+
+    def _snapshot(self) -> dict[str, dict[str, int]]:
+        # dict() copies in one step under the GIL: a daemon thread still counting cannot break the iteration.
+        files = dict(self.files)
+        return {relative: {str(line): count for line, count in dict(lines).items()}
+                for relative, lines in files.items() if lines}
+
+
+def _line_tracer(lines: dict[int, int]) -> Tracer:
+    get = lines.get
+
+    def on_event(frame: types.FrameType, event: str, arg: object) -> Tracer:
+        if event == "line":
+            lineno = frame.f_lineno
+            lines[lineno] = get(lineno, 0) + 1
+        return on_event  # itself, or the frame's later lines go untraced
+
+    return on_event
+
+
+def _relative_under(filename: str, root: str) -> str | None:
+    """`filename`'s path below `root` in posix form, or None when it is elsewhere or not a file (<string>...)."""
+    if not filename or filename.startswith("<"):
+        return None
+    path = os.path.realpath(filename)
+    if path != root and path.startswith(root + os.sep):
+        return path[len(root) + 1:].replace(os.sep, "/")
+    return None
+
+
+def _start(root: str, out: str) -> None:
+    counter = _Counter(os.path.realpath(root), os.path.abspath(out))
+    import atexit
+    import threading
+
+    # Registered before anything of the trainer's: atexit runs last-in first-out, so this runs last.
+    atexit.register(counter.write)
+    os.register_at_fork(before=counter.before_fork, after_in_child=counter.forget_parent)
+    threading.settrace(counter.on_call)
+    sys.settrace(counter.on_call)
+
+
+@_quietly
+def _install() -> None:
+    root = os.environ.get(ROOT_VARIABLE)
+    out = os.environ.get(OUT_VARIABLE)
+    if root and out:
+        _start(root, out)
+
+
+def _chain() -> None:
+    """Import the sitecustomize Python would have found without this directory, as Python would have.
+
+    It then stands as `sitecustomize` in sys.modules (import returns what is there when the module's code ends);
+    its errors propagate to `site`, which reports them exactly as it would have, and removes the name.
+    """
+    path = [entry for entry in sys.path if not _is_here(entry)]
+    spec = _find_next(path)
+    if spec is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[__name__] = module
+    spec.loader.exec_module(module)
+
+
+def _is_here(entry: str) -> bool:
+    try:
+        return os.path.realpath(entry or os.curdir) == _HERE
+    except Exception:
+        return False
+
+
+def _find_next(path: list[str]) -> importlib.machinery.ModuleSpec | None:
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        spec = find_spec("sitecustomize", path)
+        if spec is not None and spec.loader is not None and not _is_this_file(spec.origin):
+            return spec
+    return None
+
+
+def _is_this_file(origin: str | None) -> bool:
+    return origin is not None and os.path.dirname(os.path.realpath(origin)) == _HERE
+
+
+_install()
+# Out of sys.path again: the trainer sees the path it would have had (PYTHONPATH still carries it to children).
+sys.path[:] = [entry for entry in sys.path if not _is_here(entry)]
+_chain()
