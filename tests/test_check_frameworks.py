@@ -204,3 +204,57 @@ def test_a_crashing_jax_trainer_shows_its_output_and_its_error(tmp_path: Path) -
     assert "Traceback (most recent call last):" in shown
     failed = next(line for line in result.stdout.splitlines() if "XLA104 trainer-failed" in line)
     assert "TypeError: cannot reshape array of shape (7,)" in result.stdout, failed
+
+
+SETTLED_BY_THE_RUN = '''
+import json
+import os
+
+import torch
+import torch_xla.core.xla_model as xm
+
+config = json.load(open("config.json"))
+device = xm.xla_device()
+model = torch.nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(int(os.environ.get("TPUOPS_MAX_STEPS", "100"))):
+    loss = model(torch.ones(8, 4, device=device)).pow(2).mean()
+    loss.backward()
+    xm.optimizer_step(optimizer, barrier=True)
+    if config["debug"]:
+        print("loss", loss.item())
+for batch in range(4):
+    out = model(torch.ones(8, 4, device=device))
+    print("eval", out.sum().item())
+'''
+
+
+@pytest.mark.heavy
+def test_the_run_sets_aside_what_it_never_ran_and_confirms_what_ran_every_step(tmp_path: Path) -> None:
+    """The source cannot tell that config.json switches the debug read off (a finding: set aside by the run,
+    which never ran it), nor that the loop after training runs the model per batch (a note: confirmed)."""
+    require_module("torch_xla")
+    code = tmp_path / "trainer"
+    code.mkdir()
+    (code / "train.py").write_text(SETTLED_BY_THE_RUN)
+    (code / "config.json").write_text('{"debug": false}')
+    spec = write_spec(tmp_path, f"""
+        name: check-settle
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        code: {{path: {code}}}
+        trainer: {{framework: pytorch, command: python3 train.py}}
+        """)
+    lint = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
+    assert [(f["rule"], f["line"]) for f in lint["findings"]] == [("XLA003", 17)]
+    assert [(n["rule"], n["line"]) for n in lint["advice"]] == [("XLA003", 20)]
+    result = run_cli("check", str(spec), "--steps", "5", "--timeout", "3m", "--json", timeout=240)
+    report = json.loads(result.stdout)
+    run = report["run"]
+    assert (run["exit_code"], run["lines_counted"], run["lint_set_aside"], run["lint_confirmed"]) == (0, True, 1, 1)
+    assert [(f["rule"], f["line"]) for f in report["findings"] if f["rule"] == "XLA003"] == [("XLA003", 20)]
+    confirmed = report["findings"][0]["message"]
+    assert confirmed.endswith("(the preflight ran it 4 time(s) in 4 iterations of its loop: every step)")
+    [aside] = [n for n in report["advice"] if n["line"] == 17]
+    assert aside["message"].endswith("(the preflight ran 5 step(s) and never this line)")
+    assert result.returncode == 1

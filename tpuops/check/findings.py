@@ -47,6 +47,9 @@ class RunRecord:
     steps_ran: int | None = None  # by the framework's counter (PyTorch/XLA) or the trainer's scalars; None: unknown
     steps_source: str = ""  # where steps_ran comes from
     counters: Mapping[str, int] | None = None  # the framework's own counters at the end (PyTorch/XLA, TensorFlow)
+    lines_counted: bool = False  # the run counted the lines it ran, and saw a step the lint found run
+    set_aside: int = 0  # lint findings it showed never or rarely ran (now notes)
+    confirmed: int = 0  # lint notes it showed ran every step (now findings)
 
     @property
     def ignored_max_steps(self) -> bool:
@@ -54,10 +57,14 @@ class RunRecord:
 
     @property
     def notes(self) -> list[str]:
+        notes = []
         if self.ignored_max_steps:
-            return [f"the trainer ran {self.steps_ran} steps ({self.steps_source}): it ignored "
-                    f"TPUOPS_MAX_STEPS={self.steps}"]
-        return []
+            notes.append(f"the trainer ran {self.steps_ran} steps ({self.steps_source}): it ignored "
+                         f"TPUOPS_MAX_STEPS={self.steps}")
+        if self.set_aside or self.confirmed:
+            notes.append(f"the lines the run ran set aside {self.set_aside} lint finding(s) as notes (never or "
+                         f"rarely run) and confirmed {self.confirmed} note(s) (run every iteration)")
+        return notes
 
     @property
     def steps_text(self) -> str:
@@ -79,7 +86,9 @@ class RunRecord:
                 "ignored_max_steps": self.ignored_max_steps,
                 "exit_code": self.exit_code, "timed_out": self.timed_out, "duration": round(self.duration, 2),
                 "compilations": self.compilations, "steps_per_second": self.steps_per_second,
-                "counters": None if self.counters is None else dict(self.counters)}
+                "counters": None if self.counters is None else dict(self.counters),
+                "lines_counted": self.lines_counted, "lint_set_aside": self.set_aside,
+                "lint_confirmed": self.confirmed}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import gc
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from tpuops.check.file_rules import FILE_RULES
@@ -20,14 +20,11 @@ from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.reach import CommandScope
 from tpuops.check.scopes import StepFinder
+from tpuops.check.settle import Anchor, Key, as_guess, counted_line, is_loop
 from tpuops.check.steps import Step
 from tpuops.remote.manifest import scan_tree
 
 IGNORE_RE = re.compile(r"#\s*tpuops:\s*ignore\[([A-Za-z0-9_,\s-]+)\]")
-# Why a step found by a guess may not be one, and how the run settles it.
-GUESS_WHY = "the source alone does not tell: a loop that runs the model but ends no step is taken for evaluation " \
-    "over batches, and a function that ends a step for one called every step"
-CONFIRM_BY_RUN = "`tpuops check` without --no-run runs the trainer and reports it if the line runs every step"
 # A file importing one of these may run on the TPU, whatever it says of CUDA.
 XLA_FRAMEWORK_ROOTS = frozenset({"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox"})
 
@@ -41,6 +38,7 @@ class LintResult:
     steps: tuple[Step, ...] = ()  # the compiled steps recognised (XLA001-003 apply only inside them)
     advice: tuple[Finding, ...] = ()  # notes: likely costs the source alone cannot confirm (they do not fail)
     scope: CommandScope = CommandScope()  # which files the trainer's command runs
+    anchors: Mapping[Key, Anchor] = field(default_factory=dict)  # where each finding and note sits (for the run)
 
     @property
     def steps_found(self) -> list[dict[str, object]]:
@@ -95,30 +93,46 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool, commands: 
     project = Project(modules)
     finder = StepFinder(project, scope.options)
     steps = finder.find()
-    linted, guessed, ignored = _findings(finder, steps, legacy_node, scope)
+    found = _findings(finder, steps, legacy_node, scope)
     everything = project if len(modules) == len(parsed) else Project(parsed)  # the run may reach any of them
     functions = {name: (defs[0][0].rel, defs[0][1].lineno) for name, defs in everything.definitions.items()}
     ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
-    advice = guessed + [n for m in modules if not off_the_tpu(m, scope)
+    advice = found.notes() + [n for m in modules if not off_the_tpu(m, scope)
                         for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
-    return LintResult(tuple(findings + linted), len(modules), ignored, functions, tuple(ordered), tuple(advice),
-                      scope)
+    return LintResult(tuple(findings + found.sure()), len(modules), found.ignored, functions, tuple(ordered),
+                      tuple(advice), scope, found.anchors)
 
 
 def lint_module(tree: ast.Module, source: str, rel: str, legacy_node: bool = False) -> tuple[list[Finding], int]:
     """One module on its own (what a code directory of one file is)."""
     finder = StepFinder(Project([Module.of(rel, tree, source)]))
-    findings, notes, ignored = _findings(finder, finder.find(), legacy_node, CommandScope())
-    return sorted(findings + notes, key=lambda f: (f.line or 0, f.rule)), ignored
+    found = _findings(finder, finder.find(), legacy_node, CommandScope())
+    return sorted(found.sure() + found.notes(), key=lambda f: (f.line or 0, f.rule)), found.ignored
 
 
-def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool,
-              scope: CommandScope) -> tuple[list[Finding], list[Finding], int]:
-    """The findings, the notes (findings in code only guessed to run every step: they do not fail the check),
-    and how many were silenced by comment."""
-    found: dict[tuple[str, str, int], Finding] = {}
-    guesses: dict[tuple[str, str, int], Step] = {}  # found only in steps that are guesses -> one of them
-    ignored: set[tuple[str, str, int]] = set()
+@dataclass
+class _Found:
+    """What the step and file rules found: findings by (file, rule, line), with where each sits."""
+
+    findings: dict[Key, Finding]
+    anchors: dict[Key, Anchor]
+    guesses: dict[Key, str]  # found only in steps that are guesses -> the name of one of them
+    ignored: int
+
+    def sure(self) -> list[Finding]:
+        return [f for key, f in self._ordered() if key not in self.guesses]
+
+    def notes(self) -> list[Finding]:
+        """Findings in code only guessed to run every step: they do not fail the check."""
+        return [as_guess(f, self.guesses[key]) for key, f in self._ordered() if key in self.guesses]
+
+    def _ordered(self) -> list[tuple[Key, Finding]]:
+        return sorted(self.findings.items(), key=lambda item: (item[0][0], item[0][2], item[0][1]))
+
+
+def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: CommandScope) -> _Found:
+    found = _Found({}, {}, {}, 0)
+    ignored: set[Key] = set()
     off = {id(module) for module in finder.project.modules if off_the_tpu(module, scope)}  # once per file
     for rule, module, node, message, step in _hits(finder, steps, legacy_node):
         if id(module) in off:
@@ -127,26 +141,29 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool,
         key = (module.rel, rule.id, line)
         if rule.id in _ignored_rules(module, line):
             ignored.add(key)
-            continue
-        if key not in found:
-            found[key] = Finding(rule.id, rule.name, message, rule.hint, module.rel, line)
+        elif key not in found.findings:
+            found.findings[key] = Finding(rule.id, rule.name, message, rule.hint, module.rel, line)
+            found.anchors[key] = _anchor(module, node, step)
             if step is not None and not step.sure:
-                guesses[key] = step
-        elif step is None or step.sure:
-            guesses.pop(key, None)
-    for file, rule, line in list(found):  # padding inside a step: the step's dynamic shape says it, once
-        if rule == "XLA004" and {(file, "XLA002", line)} & (found.keys() | ignored):
-            del found[(file, rule, line)]
-    ordered = sorted(found.items(), key=lambda item: (item[0][0], item[0][2], item[0][1]))
-    sure = [finding for key, finding in ordered if key not in guesses]
-    notes = [_guessed(finding, guesses[key]) for key, finding in ordered if key in guesses]
-    return sure, notes, len(ignored)
+                found.guesses[key] = step.name
+        elif (step is None or step.sure) and key in found.guesses:
+            del found.guesses[key]
+            found.anchors[key] = _anchor(module, node, step)
+    for file, rule, line in list(found.findings):  # padding inside a step: the step's dynamic shape says it, once
+        if rule == "XLA004" and {(file, "XLA002", line)} & (found.findings.keys() | ignored):
+            del found.findings[(file, rule, line)]
+    found.ignored = len(ignored)
+    return found
 
 
-def _guessed(finding: Finding, step: Step) -> Finding:
-    """A finding in code only guessed to run every step, as a note saying how to confirm it."""
-    return replace(finding, message=f"{finding.message} (if {step.name} runs every step on the TPU: {GUESS_WHY})",
-                   hint=f"{finding.hint}; {CONFIRM_BY_RUN}")
+def _anchor(module: Module, node: ast.AST, step: Step | None) -> Anchor:
+    statement = node
+    while not isinstance(statement, ast.stmt) and module.parent(statement) is not None:
+        statement = module.parent(statement)  # type: ignore[assignment]
+    first = getattr(statement, "lineno", 0)
+    if step is None or step.module is None or step.node is None:
+        return Anchor(first)
+    return Anchor(first, step.module.rel, counted_line(step.node), step.kind == "lazy", is_loop(step.node))
 
 
 def _hits(finder: StepFinder, steps: list[Step],

@@ -58,6 +58,11 @@ class Workspace:
         return self.root / "logs"
 
     @property
+    def lines(self) -> Path:
+        """Where the trainer's processes write how many times each line of the code directory ran."""
+        return self.root / "lines"
+
+    @property
     def torch_metrics(self) -> Path:
         """Where PyTorch/XLA writes its metrics report at every step end (XLA_METRICS_FILE)."""
         return self.root / "xla-metrics.txt"
@@ -70,7 +75,7 @@ class Workspace:
 def prepare_workspace(spec: Spec, spec_dir: Path, root: Path) -> Workspace:
     workspace = Workspace(root)
     source = (spec_dir / spec.code.path).resolve()
-    for directory in (workspace.code, workspace.home, workspace.bucket, workspace.logdir):
+    for directory in (workspace.code, workspace.home, workspace.bucket, workspace.logdir, workspace.lines):
         directory.mkdir(parents=True, exist_ok=True)
     if source.is_file():
         shutil.copy2(source, workspace.code / source.name)

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tpuops.check.compiles import CompileLog, compile_findings, trainer_compilations
 from tpuops.check.counters import TorchCounters, read_torch_counters, transfer_findings
 from tpuops.check.findings import CheckReport, Finding, RunRecord
+from tpuops.check.lines import LineCounts, line_counting_env
 from tpuops.check.lint import lint_tree
 from tpuops.check.run import Outcome, prepare_workspace, run_trainer, trainer_environment
+from tpuops.check.settle import ran_a_step, settle
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops.specs import load_checked
 from tpuops.remote.base import LineHandler
@@ -42,16 +44,25 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
     spec_dir = Path(spec_path).resolve().parent
     code_root = (spec_dir / spec.code.path).resolve()
     lint = lint_tree(code_root, spec.code.exclude, legacy_node=spec.tpu.mode == "node", commands=_commands(spec))
-    findings = list(lint.findings)
+    findings, advice = list(lint.findings), list(lint.advice)
     record = None
     if options.run and (options.run_after_lint_findings or not findings):
         if spec.trainer is None:
             raise UsageError(f"{spec_path} has no trainer to run", "add trainer: {framework, command}, or pass "
                              "--no-run to only lint")
-        run_findings, record = _run(spec, spec_dir, options, lint.functions, on_output)
+        run_findings, record, counts = _run(spec, spec_dir, options, lint.functions, on_output)
+        if _finished(record) and ran_a_step(lint.steps, counts.ran):
+            settled = settle(findings, advice, lint.anchors, counts.ran, record.steps_ran or options.steps)
+            findings, advice = list(settled.findings), list(settled.notes)
+            record = replace(record, lines_counted=True, set_aside=settled.set_aside, confirmed=settled.confirmed)
         findings += run_findings
     return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored,
-                       tuple(lint.steps_found), lint.advice, lint.scope)
+                       tuple(lint.steps_found), tuple(advice), lint.scope)
+
+
+def _finished(record: RunRecord) -> bool:
+    """Only a run that ended well says which lines a run of the trainer runs (a crash stops before most)."""
+    return record.exit_code == 0 and not record.timed_out
 
 
 def _commands(spec: Spec) -> list[str]:
@@ -62,7 +73,7 @@ def _commands(spec: Spec) -> list[str]:
 
 
 def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[str, tuple[str, int]],
-         on_output: Callable[[str], None] | None) -> tuple[list[Finding], RunRecord]:
+         on_output: Callable[[str], None] | None) -> tuple[list[Finding], RunRecord, LineCounts]:
     assert spec.trainer is not None
     framework = spec.trainer.framework
     with tempfile.TemporaryDirectory(prefix="tpuops-check-") as temp:
@@ -77,7 +88,9 @@ def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[s
 
         command = workspace.localize(_preflight_command(spec))
         env = trainer_environment(spec, workspace, options.steps)
+        env.update(line_counting_env(workspace.code, workspace.lines, env.get("PYTHONPATH")))
         outcome = run_trainer(command, workspace.code, env, options.timeout, on_line)
+        counts = LineCounts.read(workspace.lines)
         counters = read_torch_counters(workspace.torch_metrics) if framework == "pytorch" else None
         steps_ran, source = _steps_ran(counters, workspace.logdir, options.steps)
     findings = compile_findings(log, functions, steps_ran or options.steps) + _outcome_findings(outcome, options)
@@ -86,7 +99,7 @@ def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[s
     record = RunRecord(_preflight_command(spec), framework, options.steps, outcome.exit_code, outcome.duration,
                        trainer_compilations(log, functions), outcome.timed_out, steps_ran, source,
                        counters.as_dict() if counters is not None else log.counters)
-    return findings, record
+    return findings, record, counts
 
 
 def _preflight_command(spec: Spec) -> str:

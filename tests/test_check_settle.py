@@ -1,0 +1,89 @@
+"""The run decides what the lint could only guess: findings whose lines the preflight never (or rarely) ran are set
+aside as notes, notes whose lines ran on every iteration of their loop become findings. The counts here are
+given as a table; tests/test_check_frameworks.py has the same with a real PyTorch/XLA trainer on CPU.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tpuops.check.findings import Finding
+from tpuops.check.lint import lint_tree
+from tpuops.check.settle import Anchor, as_guess, counted_line, ran_a_step, settle
+
+ITEM = Finding("XLA003", "host-sync", "`.item()` of `loss`", "log it every N steps", "train.py", 12)
+LOOP = Anchor(statement_line=12, step_file="train.py", step_line=8, lazy=True, loop=True)
+
+
+def counts(table: dict[int, int]):  # noqa: ANN201
+    return lambda file, line: table.get(line, 0) if file == "train.py" else 0
+
+
+def test_a_finding_the_run_never_reached_is_set_aside_as_a_note() -> None:
+    settled = settle([ITEM], [], {("train.py", "XLA003", 12): LOOP}, counts({8: 21}), steps_ran=20)
+    assert settled.findings == () and settled.set_aside == 1
+    assert settled.notes[0].message.endswith("(the preflight ran 20 step(s) and never this line)")
+    assert "give check.command that configuration" in settled.notes[0].hint
+
+
+def test_a_line_run_once_in_a_step_loop_is_not_every_step_but_one_run_every_iteration_is() -> None:
+    anchors = {("train.py", "XLA003", 12): LOOP}
+    once = settle([ITEM], [], anchors, counts({8: 21, 12: 1}), steps_ran=20)
+    assert once.findings == () and "1 time(s) in 20 iterations of its loop: not every step" in once.notes[0].message
+    every = settle([ITEM], [], anchors, counts({8: 21, 12: 20}), steps_ran=20)
+    assert every.findings == (ITEM,) and every.set_aside == 0
+
+
+def test_a_traced_step_runs_its_python_once_so_only_never_counts() -> None:
+    traced = Anchor(statement_line=12, step_file="train.py", step_line=5, lazy=False, loop=False)
+    settled = settle([ITEM], [], {("train.py", "XLA003", 12): traced}, counts({5: 1, 12: 1}), steps_ran=20)
+    assert settled.findings == (ITEM,)
+
+
+def test_a_note_run_on_every_iteration_of_its_loop_becomes_a_finding_without_the_guess() -> None:
+    note = as_guess(ITEM, "loop at line 8")
+    assert note.message == "`.item()` of `loss` (a guess: loop at line 8 may not run every step)"
+    anchors = {("train.py", "XLA003", 12): LOOP}
+    confirmed = settle([], [note], anchors, counts({8: 5, 12: 4}), steps_ran=20)
+    assert confirmed.confirmed == 1 and confirmed.notes == ()
+    assert confirmed.findings[0].message == "`.item()` of `loss` (the preflight ran it 4 time(s) in 4 iterations " \
+                                            "of its loop: every step)"
+    assert confirmed.findings[0].hint == ITEM.hint
+    two = settle([], [note], anchors, counts({8: 3, 12: 2}), steps_ran=20)  # a loop over two split names
+    assert two.findings == () and two.notes == (note,)
+
+
+def test_findings_without_an_anchor_stay_as_they_are() -> None:
+    run_level = Finding("XLA103", "host-read", "a read every step", "hint")
+    settled = settle([run_level], [], {}, counts({}), steps_ran=20)
+    assert settled.findings == (run_level,)
+
+
+def test_the_anchor_of_a_step_loop_and_of_a_function_step(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import torch_xla.core.xla_model as xm\n"            # 1
+        "\n"                                                  # 2
+        "def evaluate(model, loader):\n"                      # 3
+        "    '''Evaluation.'''\n"                             # 4
+        "    for batch in loader:\n"                          # 5
+        "        out = model(batch)\n"                        # 6
+        "        print(out.item())\n"                         # 7
+        "\n"                                                  # 8
+        "def train(model, loader, opt):\n"                    # 9
+        "    for step, batch in enumerate(loader):\n"         # 10
+        "        loss = model(batch)\n"                       # 11
+        "        loss.backward()\n"                           # 12
+        "        xm.optimizer_step(opt)\n"                    # 13
+        "        print(\n"                                    # 14
+        "            loss.item())\n"                          # 15
+        "    evaluate(model, loader)\n")                      # 16
+    result = lint_tree(tmp_path / "train.py")
+    assert [(f.line, f.rule) for f in result.findings] == [(15, "XLA003")]
+    assert [(n.line, n.rule) for n in result.advice] == [(7, "XLA003")]
+    assert result.anchors[("train.py", "XLA003", 15)] == Anchor(14, "train.py", 10, lazy=True, loop=True)
+    assert result.anchors[("train.py", "XLA003", 7)] == Anchor(7, "train.py", 5, lazy=True, loop=True)
+    function = ast.parse((tmp_path / "train.py").read_text()).body[1]
+    assert counted_line(function) == 5  # its first statement after the docstring: counted once per call
+    assert ran_a_step(result.steps, lambda file, line: line == 10)
+    assert not ran_a_step(result.steps, lambda file, line: line in (1, 3, 9))  # imports and defs: no step ran

@@ -1,0 +1,151 @@
+"""Let the preflight run decide what the source alone could not: how often each flagged line really ran.
+
+The lint reports a hazard in code it takes for a step. Whether that code runs on every step is often a guess (a
+loop that runs the model but ends no step, a branch behind a setting read from a config file); the run counts
+the lines it executed (tpuops/check/lines.py). After a run that finished and ran the trainer's steps:
+- a finding whose line never ran is set aside as a note: this configuration never runs it;
+- a finding in a PyTorch/XLA step loop whose line ran on fewer than half of the loop's iterations is a note: it
+  is not an every-step cost (a traced JAX or TensorFlow step runs its Python once, at tracing: only "never" counts);
+- a note whose line ran on (nearly) every iteration of a loop of at least MIN_ITERATIONS is a finding.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from tpuops.check.findings import Finding
+from tpuops.check.steps import Step
+
+MIN_ITERATIONS = 3  # fewer and a loop over two split names looks like a per-batch loop
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Where a lint finding sits, for the run's line counts: its statement's first line, and the line whose count
+    is the number of times its step ran (a loop's header, a function's first statement)."""
+
+    statement_line: int
+    step_file: str | None = None  # None: a file rule, outside any step
+    step_line: int = 0
+    lazy: bool = False  # a PyTorch/XLA step: its Python runs every step (a traced step's runs once, at tracing)
+    loop: bool = False  # step_line is a loop header (counted once per iteration, and once more at its end)
+
+
+Key = tuple[str, str, int]  # file, rule, line of a finding
+
+
+def finding_key(finding: Finding) -> Key:
+    return finding.file or "", finding.rule, finding.line or 0
+
+
+@dataclass(frozen=True)
+class Settled:
+    findings: tuple[Finding, ...]
+    notes: tuple[Finding, ...]
+    set_aside: int = 0  # findings the run showed never or rarely ran
+    confirmed: int = 0  # notes the run showed ran every step
+
+
+def ran_a_step(steps: Sequence[Step], ran: Callable[[str, int], int]) -> bool:
+    """The counts saw one of the steps the lint found run: without that (the steps ran in a process the counter
+    did not reach, or never), a line not counted says nothing."""
+    return any(ran(step.module.rel, counted_line(step.node)) for step in steps
+               if step.root and step.module is not None and step.node is not None
+               and not isinstance(step.node, ast.Call))  # a library's step (Keras fit): nothing of ours runs it
+
+
+def is_loop(node: ast.AST) -> bool:
+    return isinstance(node, ast.For | ast.AsyncFor | ast.While)
+
+
+def counted_line(step_node: ast.AST) -> int:
+    """The line counted once per run of a step: a loop's header (once per iteration, once more at its end), a
+    function's first statement after its docstring (a lambda: its own line)."""
+    if is_loop(step_node):
+        return step_node.lineno  # type: ignore[attr-defined]
+    body = getattr(step_node, "body", None)
+    if not isinstance(body, list) or not body:
+        return getattr(step_node, "lineno", 0)
+    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        return body[1].lineno
+    return body[0].lineno
+
+
+def settle(findings: Sequence[Finding], notes: Sequence[Finding], anchors: Mapping[Key, Anchor],
+           ran: Callable[[str, int], int], steps_ran: int) -> Settled:
+    """`ran(file, line)`: how many times the run executed that line of the code directory."""
+    kept: list[Finding] = []
+    left: list[Finding] = []
+    set_aside = confirmed = 0
+    for finding in findings:
+        anchor = anchors.get(finding_key(finding))
+        verdict = None if anchor is None else _rarely(finding, anchor, ran, steps_ran)
+        if verdict is None:
+            kept.append(finding)
+        else:
+            left.append(replace(finding, message=f"{finding.message} ({verdict})", hint=f"{finding.hint}; {RARE_HINT}"))
+            set_aside += 1
+    for note in notes:
+        anchor = anchors.get(finding_key(note))
+        verdict = None if anchor is None else _every_step(note, anchor, ran)
+        if verdict is None:
+            left.append(note)
+        else:
+            kept.append(replace(note, message=f"{_before_guess(note.message)} ({verdict})",
+                                hint=note.hint.removesuffix(f"; {CONFIRM_BY_RUN}")))
+            confirmed += 1
+    return Settled(tuple(sorted(kept, key=_order)), tuple(left), set_aside, confirmed)
+
+
+RARE_HINT = "the check passes it as the preflight ran it; if the TPU run's configuration runs it every step, " \
+    "give check.command that configuration"
+
+
+def _order(finding: Finding) -> tuple[str, int, str]:
+    return finding.file or "", finding.line or 0, finding.rule
+
+
+def _count(finding: Finding, anchor: Anchor, ran: Callable[[str, int], int]) -> int:
+    """A statement spread over lines may be counted at its first line or at the flagged one."""
+    file = finding.file or ""
+    return max(ran(file, finding.line or 0), ran(file, anchor.statement_line))
+
+
+def _rarely(finding: Finding, anchor: Anchor, ran: Callable[[str, int], int], steps_ran: int) -> str | None:
+    count = _count(finding, anchor, ran)
+    if count == 0:
+        return f"the preflight ran {steps_ran} step(s) and never this line"
+    if anchor.lazy and anchor.loop and anchor.step_file is not None:
+        iterations = max(ran(anchor.step_file, anchor.step_line) - 1, 1)
+        if count * 2 < iterations:
+            return f"the preflight ran it {count} time(s) in {iterations} iterations of its loop: not every step"
+    return None
+
+
+def _every_step(note: Finding, anchor: Anchor, ran: Callable[[str, int], int]) -> str | None:
+    if not (anchor.lazy and anchor.loop and anchor.step_file is not None):
+        return None
+    iterations = ran(anchor.step_file, anchor.step_line) - 1
+    count = _count(note, anchor, ran)
+    if iterations >= MIN_ITERATIONS and count * 2 >= iterations:
+        return f"the preflight ran it {count} time(s) in {iterations} iterations of its loop: every step"
+    return None
+
+
+CONFIRM_BY_RUN = "`tpuops check` without --no-run runs the trainer and makes it a finding if the line runs every " \
+    "iteration"
+GUESS_MARK = " (a guess: "
+
+
+def as_guess(finding: Finding, step_name: str) -> Finding:
+    """A finding in code only guessed to run every step (a loop that runs the model but ends no step, a function
+    that ends one), as a note saying how to confirm it."""
+    return replace(finding, message=f"{finding.message}{GUESS_MARK}{step_name} may not run every step)",
+                   hint=f"{finding.hint}; {CONFIRM_BY_RUN}")
+
+
+def _before_guess(message: str) -> str:
+    """A confirmed note's message without the sentence `as_guess` added."""
+    return message.partition(GUESS_MARK)[0]
