@@ -101,8 +101,12 @@ def test_a_module_loaded_by_a_name_the_source_does_not_hold_means_every_file(tmp
     write(tmp_path, {"train.py": "import importlib\nimportlib.import_module(args.model)\n",
                      "other.py": HOST_READ_LOOP})
     result = lint_tree(tmp_path, commands=["python train.py"])
-    assert [f.file for f in result.findings] == ["other.py"]
+    assert result.findings == ()  # other.py runs only if it is the module named at run time: a note
+    assert [(n.file, n.line) for n in result.advice] == [("other.py", 10)]
+    assert result.advice[0].message.endswith("(a guess: no script of the command imports other.py by a name the "
+                                             "source holds)")
     assert result.scope.files is None and "computed name (importlib.import_module)" in result.scope.why_every_file
+    assert result.scope.sure == {"train.py"}
 
 
 def test_a_launcher_script_imports_the_script_its_command_names_next(tmp_path: Path) -> None:
@@ -121,7 +125,7 @@ def test_objects_built_from_class_paths_in_config_files_mean_every_file(tmp_path
     write(tmp_path, {"train.py": "from hyperpyyaml import load_hyperpyyaml\nconf = load_hyperpyyaml(open(path))\n",
                      "pkg/model.py": HOST_READ_LOOP})
     result = lint_tree(tmp_path, commands=["python train.py --config conf/model.yaml"])
-    assert [f.file for f in result.findings] == ["pkg/model.py"]
+    assert [f.file for f in result.advice] == ["pkg/model.py"] and result.findings == ()
     assert result.scope.why_every_file == ("it builds objects from class paths in config files (load_hyperpyyaml), "
                                            "so any module may run")
 

@@ -6,6 +6,7 @@ given as a table; tests/test_check_frameworks.py has the same with a real PyTorc
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 from tpuops.check.findings import Finding
@@ -42,9 +43,9 @@ def test_a_traced_step_runs_its_python_once_so_only_never_counts() -> None:
 
 
 def test_a_note_run_on_every_iteration_of_its_loop_becomes_a_finding_without_the_guess() -> None:
-    note = as_guess(ITEM, "loop at line 8")
+    note = as_guess(ITEM, "loop at line 8 may not run every step")
     assert note.message == "`.item()` of `loss` (a guess: loop at line 8 may not run every step)"
-    anchors = {("train.py", "XLA003", 12): LOOP}
+    anchors = {("train.py", "XLA003", 12): replace(LOOP, guess="step")}
     confirmed = settle([], [note], anchors, counts({8: 5, 12: 4}), steps_ran=20)
     assert confirmed.confirmed == 1 and confirmed.notes == ()
     assert confirmed.findings[0].message == "`.item()` of `loss` (the preflight ran it 4 time(s) in 4 iterations " \
@@ -52,6 +53,22 @@ def test_a_note_run_on_every_iteration_of_its_loop_becomes_a_finding_without_the
     assert confirmed.findings[0].hint == ITEM.hint
     two = settle([], [note], anchors, counts({8: 3, 12: 2}), steps_ran=20)  # a loop over two split names
     assert two.findings == () and two.notes == (note,)
+
+
+def test_a_note_in_a_file_maybe_imported_is_a_finding_once_its_line_ran() -> None:
+    note = as_guess(ITEM, "no script of the command imports train.py by a name the source holds")
+    traced = Anchor(statement_line=12, step_file="train.py", step_line=5, guess="reach")
+    assert settle([], [note], {("train.py", "XLA003", 12): traced}, counts({5: 1}), steps_ran=20).confirmed == 0
+    ran = settle([], [note], {("train.py", "XLA003", 12): traced}, counts({5: 1, 12: 1}), steps_ran=20)
+    assert ran.findings[0].message == "`.item()` of `loss` (the preflight ran it 1 time(s))"
+
+
+def test_a_jax_line_traced_without_an_error_stays_a_note_saying_its_value_is_static() -> None:
+    note = as_guess(ITEM, "given a traced value, JAX raises here while tracing the step")
+    traced = Anchor(statement_line=12, step_file="train.py", step_line=5, guess="trace")
+    settled = settle([], [note], {("train.py", "XLA003", 12): traced}, counts({5: 1, 12: 1}), steps_ran=20)
+    assert settled.findings == () and settled.confirmed == 0
+    assert settled.notes[0].message.endswith("(the preflight traced it without an error: a static value)")
 
 
 def test_findings_without_an_anchor_stay_as_they_are() -> None:
@@ -82,7 +99,7 @@ def test_the_anchor_of_a_step_loop_and_of_a_function_step(tmp_path: Path) -> Non
     assert [(f.line, f.rule) for f in result.findings] == [(15, "XLA003")]
     assert [(n.line, n.rule) for n in result.advice] == [(7, "XLA003")]
     assert result.anchors[("train.py", "XLA003", 15)] == Anchor(14, "train.py", 10, lazy=True, loop=True)
-    assert result.anchors[("train.py", "XLA003", 7)] == Anchor(7, "train.py", 5, lazy=True, loop=True)
+    assert result.anchors[("train.py", "XLA003", 7)] == Anchor(7, "train.py", 5, lazy=True, loop=True, guess="step")
     function = ast.parse((tmp_path / "train.py").read_text()).body[1]
     assert counted_line(function) == 5  # its first statement after the docstring: counted once per call
     assert ran_a_step(result.steps, lambda file, line: line == 10)

@@ -20,11 +20,12 @@ from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.reach import CommandScope
 from tpuops.check.scopes import StepFinder
-from tpuops.check.settle import Anchor, Key, as_guess, counted_line, is_loop
+from tpuops.check.settle import Anchor, Guess, Key, as_guess, counted_line, is_loop
 from tpuops.check.steps import Step
 from tpuops.remote.manifest import scan_tree
 
 IGNORE_RE = re.compile(r"#\s*tpuops:\s*ignore\[([A-Za-z0-9_,\s-]+)\]")
+JAX_CALLBACKS = {"print", "callback", "io_callback", "pure_callback", "id_tap", "call"}  # jax.debug.*, host_callback
 # A file importing one of these may run on the TPU, whatever it says of CUDA.
 XLA_FRAMEWORK_ROOTS = frozenset({"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox"})
 
@@ -116,14 +117,14 @@ class _Found:
 
     findings: dict[Key, Finding]
     anchors: dict[Key, Anchor]
-    guesses: dict[Key, str]  # found only in steps that are guesses -> the name of one of them
+    guesses: dict[Key, str]  # found only where the source cannot be sure -> why it is a guess
     ignored: int
 
     def sure(self) -> list[Finding]:
         return [f for key, f in self._ordered() if key not in self.guesses]
 
     def notes(self) -> list[Finding]:
-        """Findings in code only guessed to run every step: they do not fail the check."""
+        """Findings the source alone cannot make sure of (see `_guess`): they do not fail the check."""
         return [as_guess(f, self.guesses[key]) for key, f in self._ordered() if key in self.guesses]
 
     def _ordered(self) -> list[tuple[Key, Finding]]:
@@ -142,13 +143,14 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
         if rule.id in _ignored_rules(module, line):
             ignored.add(key)
         elif key not in found.findings:
+            guess = _guess(rule.id, node, module, step, scope)
             found.findings[key] = Finding(rule.id, rule.name, message, rule.hint, module.rel, line)
-            found.anchors[key] = _anchor(module, node, step)
-            if step is not None and not step.sure:
-                found.guesses[key] = step.name
-        elif (step is None or step.sure) and key in found.guesses:
+            found.anchors[key] = _anchor(module, node, step, guess)
+            if guess:
+                found.guesses[key] = guess.why
+        elif key in found.guesses and not _guess(rule.id, node, module, step, scope):
             del found.guesses[key]
-            found.anchors[key] = _anchor(module, node, step)
+            found.anchors[key] = _anchor(module, node, step, None)
     for file, rule, line in list(found.findings):  # padding inside a step: the step's dynamic shape says it, once
         if rule == "XLA004" and {(file, "XLA002", line)} & (found.findings.keys() | ignored):
             del found.findings[(file, rule, line)]
@@ -156,14 +158,35 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
     return found
 
 
-def _anchor(module: Module, node: ast.AST, step: Step | None) -> Anchor:
+def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: CommandScope) -> Guess | None:
+    """Why the source alone cannot make sure of a finding (it is then a note the run may settle), or None."""
+    if not scope.surely_runs(module.rel):
+        return Guess("reach", f"no script of the command imports {module.rel} by a name the source holds")
+    if step is not None and not step.sure:
+        return Guess("step", f"{step.name} may not run every step")
+    if step is not None and step.kind == "jax" and _fails_tracing(rule, node):
+        return Guess("trace", "given a traced value, JAX raises here while tracing the step, so the first run "
+                              "shows it; given a static one, it costs nothing")
+    return None
+
+
+def _fails_tracing(rule: str, node: ast.AST) -> bool:
+    """A Python branch, a data-dependent shape or a host conversion of a traced JAX value: not a cost every
+    step but an error at tracing (a host callback, `jax.debug.print`, is the cost every step)."""
+    if rule in {"XLA001", "XLA002"}:
+        return True
+    return rule == "XLA003" and not (isinstance(node, ast.Call) and last_name(node.func) in JAX_CALLBACKS)
+
+
+def _anchor(module: Module, node: ast.AST, step: Step | None, guess: Guess | None) -> Anchor:
     statement = node
     while not isinstance(statement, ast.stmt) and module.parent(statement) is not None:
         statement = module.parent(statement)  # type: ignore[assignment]
     first = getattr(statement, "lineno", 0)
+    kind = guess.kind if guess else ""
     if step is None or step.module is None or step.node is None:
-        return Anchor(first)
-    return Anchor(first, step.module.rel, counted_line(step.node), step.kind == "lazy", is_loop(step.node))
+        return Anchor(first, guess=kind)
+    return Anchor(first, step.module.rel, counted_line(step.node), step.kind == "lazy", is_loop(step.node), kind)
 
 
 def _hits(finder: StepFinder, steps: list[Step],

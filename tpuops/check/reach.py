@@ -5,7 +5,8 @@ the trainer's: the lint leaves it out.
 
 When in doubt a module is reached: an import found nowhere at the expected place reaches every module of that
 name; `importlib.import_module("models." + name)` reaches the package; a name built from nothing known, or a
-module loaded from a path, reaches everything (the caller then lints every file). A string naming a module or a
+module loaded from a path, reaches everything (the caller then lints every file, and tells the files surely
+reached from the others). A string naming a module or a
 script of ours (a registry's "models.resnet.ResNet", `subprocess.run(["python", "eval.py"])`) reaches it.
 """
 
@@ -39,9 +40,14 @@ class CommandScope:
     left_out: tuple[str, ...] = ()  # the code directory's other files, which no command runs
     options: Mapping[str, frozenset[object]] = field(default_factory=dict)  # what the commands pass their scripts
     why_every_file: str = ""  # commands were given, yet every file is read: why
+    sure: frozenset[str] | None = None  # then, the files their imports surely reach (None: all of them)
 
     def runs(self, rel: str) -> bool:
         return self.files is None or rel in self.files
+
+    def surely_runs(self, rel: str) -> bool:
+        """Not only maybe, through a module loaded by a name the source does not hold."""
+        return self.runs(rel) and (self.sure is None or rel in self.sure)
 
     @classmethod
     def of(cls, commands: Sequence[str], base: Path, modules: Sequence[Module]) -> CommandScope:
@@ -55,12 +61,15 @@ class CommandScope:
             return cls(options=options, why_every_file="the command runs no Python file of the code directory "
                                                        "that the lint can find (an installed program?)")
         files: set[str] = set()
-        try:
-            for command, read in reads:
-                if read.scripts:
-                    files |= reached(modules, read.scripts, command.split(), base.name) or set()
-        except UnknownReach as why:
-            return cls(entries, options=options, why_every_file=f"{why}, so any module may run")
+        unknown = ""
+        for command, read in reads:
+            if read.scripts:
+                reach = reached(modules, read.scripts, command.split(), base.name)
+                files |= reach.files
+                unknown = unknown or reach.unknown
+        if unknown:
+            return cls(entries, options=options, why_every_file=f"{unknown}, so any module may run",
+                       sure=frozenset(files))
         if not files:
             return cls(entries, options=options, why_every_file="the command's scripts are not linted (code.exclude)")
         return cls(entries, frozenset(files), tuple(sorted(m.rel for m in modules if m.rel not in files)), options)
@@ -75,20 +84,20 @@ def _merged(options: Sequence[Mapping[str, frozenset[object]]]) -> dict[str, fro
     return merged
 
 
-class UnknownReach(Exception):
-    """What the scripts run cannot be told from the source; the message says why."""
+@dataclass(frozen=True)
+class Reach:
+    files: set[str]  # what running the entries surely imports, the entries included (empty: no entry is linted)
+    unknown: str = ""  # why more may run: the code loads modules by names the source does not hold
 
 
 def reached(modules: Sequence[Module], entries: Sequence[str], command_words: Iterable[str] = (),
-            own_name: str = "") -> set[str] | None:
-    """The files (relative paths) that running `entries` imports, the entries included; None when no entry is
-    among the modules. Raises UnknownReach when the code loads modules the source cannot tell. `own_name`: the
-    code directory's name, which imports may start with when it is a package (`import cosyvoice.llm` from
-    inside cosyvoice/)."""
+            own_name: str = "") -> Reach:
+    """The files (relative paths) that running `entries` imports. `own_name`: the code directory's name, which
+    imports may start with when it is a package (`import cosyvoice.llm` from inside cosyvoice/)."""
     index = _Index(modules, entries, own_name)
     todo = [m for m in modules if m.rel in set(entries)]
     if not todo:  # the scripts are excluded from the lint, or not Python: nothing to start from
-        return None
+        return Reach(set())
     seen = {m.rel for m in todo}
     todo += [m for m in index.named_in_strings(command_words) if m.rel not in seen]
     seen |= {m.rel for m in todo}
@@ -98,7 +107,7 @@ def reached(modules: Sequence[Module], entries: Sequence[str], command_words: It
             if found.rel not in seen:
                 seen.add(found.rel)
                 todo.append(found)
-    return seen
+    return Reach(seen, index.unknown)
 
 
 class _Index:
@@ -109,6 +118,7 @@ class _Index:
         self.by_name = {m.name: m for m in modules}
         entry_dirs = {".".join(entry.split("/")[:-1]) for entry in entries}
         self.roots = tuple(dict.fromkeys((*sorted(entry_dirs), *SOURCE_ROOTS)))
+        self.unknown = ""  # the first load of a module the source cannot name, said as a reason
 
     def imported_by(self, module: Module) -> Iterator[Module]:
         strings: list[str] = []
@@ -162,13 +172,14 @@ class _Index:
     def _dynamic(self, call: ast.Call, module: Module) -> Iterator[Module]:
         name = dotted(call.func)
         if name.rsplit(".", 1)[-1] in CONFIG_BUILDERS:
-            raise UnknownReach("it builds objects from class paths in config files "
-                              f"({name.rsplit('.', 1)[-1]})")
+            self._unknown(f"it builds objects from class paths in config files ({name.rsplit('.', 1)[-1]})")
+            return
         if name.rsplit(".", 1)[-1] in PATH_LOADERS:
             path = _constant_text(call.args[1] if len(call.args) > 1 else call.args[0]) if call.args else None
             if path is None or not path.endswith(".py"):
-                raise UnknownReach(f"it loads a module from a path the source does not hold ({name})")
-            yield from self.named_in_strings([path])
+                self._unknown(f"it loads a module from a path the source does not hold ({name})")
+            else:
+                yield from self.named_in_strings([path])
             return
         if name not in DYNAMIC_IMPORTS or not call.args:
             return
@@ -182,8 +193,12 @@ class _Index:
         if not prefix and module.rel in self.launchers:
             return  # `python xla_spawn.py --num_cores 8 train.py`: what it imports is the command's next script
         if not prefix:
-            raise UnknownReach(f"it imports a module by a computed name ({name})")
+            self._unknown(f"it imports a module by a computed name ({name})")
+            return
         yield from (m for m in self.modules if m.name.startswith(f"{prefix}.") or f".{prefix}." in f".{m.name}")
+
+    def _unknown(self, why: str) -> None:
+        self.unknown = self.unknown or why
 
     def named_in_strings(self, strings: Iterable[str]) -> Iterator[Module]:
         """Modules a string names: "models.resnet.ResNet" (a registry, a config's class path), or a script of

@@ -6,7 +6,9 @@ the lines it executed (tpuops/check/lines.py). After a run that finished and ran
 - a finding whose line never ran is set aside as a note: this configuration never runs it;
 - a finding in a PyTorch/XLA step loop whose line ran on fewer than half of the loop's iterations is a note: it
   is not an every-step cost (a traced JAX or TensorFlow step runs its Python once, at tracing: only "never" counts);
-- a note whose line ran on (nearly) every iteration of a loop of at least MIN_ITERATIONS is a finding.
+- a note is a finding when the run settles its guess: its line ran on (nearly) every iteration of a loop of at
+  least MIN_ITERATIONS (a step only guessed), or ran at all (a file only maybe imported); a JAX line traced
+  without an error stays a note, now saying its value is static.
 """
 
 from __future__ import annotations
@@ -31,6 +33,17 @@ class Anchor:
     step_line: int = 0
     lazy: bool = False  # a PyTorch/XLA step: its Python runs every step (a traced step's runs once, at tracing)
     loop: bool = False  # step_line is a loop header (counted once per iteration, and once more at its end)
+    guess: str = ""  # a note's Guess.kind ("" for a finding)
+
+
+@dataclass(frozen=True)
+class Guess:
+    """Why a finding is only a note: "reach" (its file runs only if a module loaded by a computed name is it),
+    "step" (its code is only guessed to run every step), "trace" (in a JAX step: an error at tracing if the
+    value is traced, nothing if it is static)."""
+
+    kind: str
+    why: str
 
 
 Key = tuple[str, str, int]  # file, rule, line of a finding
@@ -89,9 +102,11 @@ def settle(findings: Sequence[Finding], notes: Sequence[Finding], anchors: Mappi
             set_aside += 1
     for note in notes:
         anchor = anchors.get(finding_key(note))
-        verdict = None if anchor is None else _every_step(note, anchor, ran)
+        verdict = None if anchor is None else _confirmed(note, anchor, ran)
         if verdict is None:
             left.append(note)
+        elif anchor is not None and anchor.guess == "trace":
+            left.append(replace(note, message=f"{note.message} ({verdict})"))
         else:
             kept.append(replace(note, message=f"{_before_guess(note.message)} ({verdict})",
                                 hint=note.hint.removesuffix(f"; {CONFIRM_BY_RUN}")))
@@ -124,26 +139,30 @@ def _rarely(finding: Finding, anchor: Anchor, ran: Callable[[str, int], int], st
     return None
 
 
-def _every_step(note: Finding, anchor: Anchor, ran: Callable[[str, int], int]) -> str | None:
-    if not (anchor.lazy and anchor.loop and anchor.step_file is not None):
-        return None
-    iterations = ran(anchor.step_file, anchor.step_line) - 1
+def _confirmed(note: Finding, anchor: Anchor, ran: Callable[[str, int], int]) -> str | None:
+    """What the run showed of a note's guess, if it settled it: its file ran (reach), its line ran on every
+    iteration of its loop (step), or JAX traced it without an error (trace: a static value, the note stays)."""
     count = _count(note, anchor, ran)
-    if iterations >= MIN_ITERATIONS and count * 2 >= iterations:
-        return f"the preflight ran it {count} time(s) in {iterations} iterations of its loop: every step"
-    return None
+    if count == 0:
+        return None
+    if anchor.guess == "trace":
+        return "the preflight traced it without an error: a static value"
+    if anchor.lazy and anchor.loop and anchor.step_file is not None:
+        iterations = ran(anchor.step_file, anchor.step_line) - 1
+        enough = iterations >= (MIN_ITERATIONS if anchor.guess == "step" else 1)
+        if enough and count * 2 >= iterations:
+            return f"the preflight ran it {count} time(s) in {iterations} iterations of its loop: every step"
+        return None
+    return None if anchor.guess == "step" else f"the preflight ran it {count} time(s)"
 
 
-CONFIRM_BY_RUN = "`tpuops check` without --no-run runs the trainer and makes it a finding if the line runs every " \
-    "iteration"
+CONFIRM_BY_RUN = "`tpuops check` without --no-run runs the trainer and decides it"
 GUESS_MARK = " (a guess: "
 
 
-def as_guess(finding: Finding, step_name: str) -> Finding:
-    """A finding in code only guessed to run every step (a loop that runs the model but ends no step, a function
-    that ends one), as a note saying how to confirm it."""
-    return replace(finding, message=f"{finding.message}{GUESS_MARK}{step_name} may not run every step)",
-                   hint=f"{finding.hint}; {CONFIRM_BY_RUN}")
+def as_guess(finding: Finding, why: str) -> Finding:
+    """A finding the source alone cannot make sure of, as a note saying why and how to settle it."""
+    return replace(finding, message=f"{finding.message}{GUESS_MARK}{why})", hint=f"{finding.hint}; {CONFIRM_BY_RUN}")
 
 
 def _before_guess(message: str) -> str:
