@@ -258,3 +258,42 @@ def test_the_run_sets_aside_what_it_never_ran_and_confirms_what_ran_every_step(t
     [aside] = [n for n in report["advice"] if n["line"] == 17]
     assert aside["message"].endswith("(the preflight ran 5 step(s) and never this line)")
     assert result.returncode == 1
+
+
+JAX_BRANCH_ON_A_TRACER = '''
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def step(x, scale):
+    if scale > 1:  # scale: traced here, so JAX raises while tracing
+        return x * scale
+    return x
+
+
+print(step(jnp.ones(4), 2.0))
+'''
+
+
+@pytest.mark.heavy
+def test_a_jax_branch_the_lint_could_only_guess_is_a_finding_once_the_run_fails_there(tmp_path: Path) -> None:
+    require_module("jax")
+    code = tmp_path / "trainer"
+    code.mkdir()
+    (code / "train.py").write_text(JAX_BRANCH_ON_A_TRACER)
+    spec = write_spec(tmp_path, f"""
+        name: check-jax-branch
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        code: {{path: {code}}}
+        trainer: {{framework: jax, command: python3 train.py}}
+        """)
+    lint = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
+    assert lint["findings"] == [] and [(n["rule"], n["line"]) for n in lint["advice"]] == [("XLA001", 8)]
+    result = run_cli("check", str(spec), "--steps", "2", "--timeout", "2m", "--json", timeout=180)
+    report = json.loads(result.stdout)
+    assert [(f["rule"], f["line"]) for f in report["findings"]] == [("XLA001", 8), ("XLA104", None)]
+    assert report["findings"][0]["message"].endswith("(the preflight failed here)")
+    assert report["run"]["lint_confirmed"] == 1 and report["advice"] == []
+    assert result.returncode == 1

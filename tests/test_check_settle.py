@@ -11,7 +11,8 @@ from pathlib import Path
 
 from tpuops.check.findings import Finding
 from tpuops.check.lint import lint_tree
-from tpuops.check.settle import Anchor, as_guess, counted_line, ran_a_step, settle
+from tpuops.check.run import LastTraceback
+from tpuops.check.settle import Anchor, as_guess, counted_line, ran_a_step, settle, settle_crash
 
 ITEM = Finding("XLA003", "host-sync", "`.item()` of `loss`", "log it every N steps", "train.py", 12)
 LOOP = Anchor(statement_line=12, step_file="train.py", step_line=8, lazy=True, loop=True)
@@ -104,3 +105,24 @@ def test_the_anchor_of_a_step_loop_and_of_a_function_step(tmp_path: Path) -> Non
     assert counted_line(function) == 5  # its first statement after the docstring: counted once per call
     assert ran_a_step(result.steps, lambda file, line: line == 10)
     assert not ran_a_step(result.steps, lambda file, line: line in (1, 3, 9))  # imports and defs: no step ran
+
+
+def test_the_last_traceback_names_where_the_trainer_failed_in_the_code_directory(tmp_path: Path) -> None:
+    traceback = LastTraceback(tmp_path / "code")
+    for line in ["Traceback (most recent call last):", f'  File "{tmp_path}/code/old.py", line 3, in <module>',
+                 "ValueError: handled", "Traceback (most recent call last):",
+                 f'  File "{tmp_path}/code/train.py", line 13, in <module>', "    print(step(x))",
+                 '  File "/usr/lib/python3/site-packages/jax/api.py", line 99, in cache_miss',
+                 f'  File "{tmp_path}/code/pkg/steps.py", line 7, in step', "TracerBoolConversionError: ..."]:
+        traceback.feed(line)
+    assert traceback.frames == [("train.py", 13), ("pkg/steps.py", 7)]
+
+
+def test_a_note_on_the_line_the_run_failed_in_is_a_finding() -> None:
+    note = as_guess(ITEM, "given a traced value, JAX raises here while tracing the step")
+    anchors = {("train.py", "XLA003", 12): Anchor(statement_line=11, step_file="train.py", step_line=5,
+                                                  guess="trace")}
+    failed = settle_crash([], [note], anchors, [("train.py", 20), ("train.py", 11)])
+    assert failed.confirmed == 1 and failed.findings[0].message == "`.item()` of `loss` (the preflight failed here)"
+    elsewhere = settle_crash([], [note], anchors, [("train.py", 20)])
+    assert elsewhere.findings == () and elsewhere.notes == (note,)

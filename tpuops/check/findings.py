@@ -62,8 +62,8 @@ class RunRecord:
             notes.append(f"the trainer ran {self.steps_ran} steps ({self.steps_source}): it ignored "
                          f"TPUOPS_MAX_STEPS={self.steps}")
         if self.set_aside or self.confirmed:
-            notes.append(f"the lines the run ran set aside {self.set_aside} lint finding(s) as notes (never or "
-                         f"rarely run) and confirmed {self.confirmed} note(s) (run every iteration)")
+            notes.append(f"the run settled lint findings: {self.set_aside} set aside as notes (never or rarely run), "
+                         f"{self.confirmed} note(s) made findings (run every iteration, or failed there)")
         return notes
 
     @property

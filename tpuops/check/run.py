@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tpuops.remote.manifest import scan_tree
@@ -121,6 +121,28 @@ def trainer_environment(spec: Spec, workspace: Workspace, steps: int,
         env["XLA_METRICS_FILE"] = str(workspace.torch_metrics)
     env.pop("TPUOPS_COORDINATOR", None)
     return env
+
+
+FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)')
+
+
+@dataclass
+class LastTraceback:
+    """The frames of the code directory in the last Python traceback the trainer printed: where it failed."""
+
+    code: Path
+    frames: list[tuple[str, int]] = field(default_factory=list)  # (path relative to the code directory, line)
+
+    def feed(self, line: str) -> None:
+        if line.startswith("Traceback (most recent call last):"):
+            self.frames = []
+            return
+        match = FRAME.match(line)
+        if match is None:
+            return
+        path = Path(match["path"])
+        if path.is_relative_to(self.code):
+            self.frames.append((path.relative_to(self.code).as_posix(), int(match["line"])))
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,23 @@ def settle(findings: Sequence[Finding], notes: Sequence[Finding], anchors: Mappi
     return Settled(tuple(sorted(kept, key=_order)), tuple(left), set_aside, confirmed)
 
 
+def settle_crash(findings: Sequence[Finding], notes: Sequence[Finding], anchors: Mapping[Key, Anchor],
+                 frames: Sequence[tuple[str, int]]) -> Settled:
+    """A run that failed in a line a note names (a JAX branch on a traced value raises while tracing) confirms
+    the note: it is a finding, the failure its evidence."""
+    failed_at = set(frames)
+    kept, left = list(findings), []
+    for note in notes:
+        anchor = anchors.get(finding_key(note))
+        lines = {(note.file or "", note.line or 0)} | ({(note.file or "", anchor.statement_line)} if anchor else set())
+        if anchor is not None and lines & failed_at:
+            kept.append(replace(note, message=f"{_before_guess(note.message)} (the preflight failed here)",
+                                hint=note.hint.removesuffix(f"; {CONFIRM_BY_RUN}")))
+        else:
+            left.append(note)
+    return Settled(tuple(sorted(kept, key=_order)), tuple(left), confirmed=len(kept) - len(findings))
+
+
 RARE_HINT = "the check passes it as the preflight ran it; if the TPU run's configuration runs it every step, " \
     "give check.command that configuration"
 

@@ -14,8 +14,8 @@ from tpuops.check.counters import TorchCounters, read_torch_counters, transfer_f
 from tpuops.check.findings import CheckReport, Finding, RunRecord
 from tpuops.check.lines import LineCounts, line_counting_env
 from tpuops.check.lint import lint_tree
-from tpuops.check.run import Outcome, prepare_workspace, run_trainer, trainer_environment
-from tpuops.check.settle import ran_a_step, settle
+from tpuops.check.run import LastTraceback, Outcome, prepare_workspace, run_trainer, trainer_environment
+from tpuops.check.settle import ran_a_step, settle, settle_crash
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops.specs import load_checked
 from tpuops.remote.base import LineHandler
@@ -50,11 +50,16 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
         if spec.trainer is None:
             raise UsageError(f"{spec_path} has no trainer to run", "add trainer: {framework, command}, or pass "
                              "--no-run to only lint")
-        run_findings, record, counts = _run(spec, spec_dir, options, lint.functions, on_output)
+        run_findings, record, counts, failed_at = _run(spec, spec_dir, options, lint.functions, on_output)
+        settled = None
         if _finished(record) and ran_a_step(lint.steps, counts.ran):
             settled = settle(findings, advice, lint.anchors, counts.ran, record.steps_ran or options.steps)
+        elif failed_at:
+            settled = settle_crash(findings, advice, lint.anchors, failed_at)
+        if settled is not None:
             findings, advice = list(settled.findings), list(settled.notes)
-            record = replace(record, lines_counted=True, set_aside=settled.set_aside, confirmed=settled.confirmed)
+            record = replace(record, lines_counted=_finished(record), set_aside=settled.set_aside,
+                             confirmed=settled.confirmed)
         findings += run_findings
     return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored,
                        tuple(lint.steps_found), tuple(advice), lint.scope)
@@ -73,14 +78,18 @@ def _commands(spec: Spec) -> list[str]:
 
 
 def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[str, tuple[str, int]],
-         on_output: Callable[[str], None] | None) -> tuple[list[Finding], RunRecord, LineCounts]:
+         on_output: Callable[[str], None] | None) -> tuple[list[Finding], RunRecord, LineCounts, list[tuple[str, int]]]:
+    """The run's findings and record, how many times each line of the code ran, and where it failed (the code
+    directory's frames of its last traceback)."""
     assert spec.trainer is not None
     framework = spec.trainer.framework
     with tempfile.TemporaryDirectory(prefix="tpuops-check-") as temp:
         workspace = prepare_workspace(spec, spec_dir, Path(temp))
         log = CompileLog(framework, workspace.code)
+        traceback = LastTraceback(workspace.code)
 
         def on_line(line: str) -> bool:
+            traceback.feed(line)
             report = log.feed(line)
             if on_output is not None and not report:
                 on_output(line)
@@ -99,7 +108,7 @@ def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[s
     record = RunRecord(_preflight_command(spec), framework, options.steps, outcome.exit_code, outcome.duration,
                        trainer_compilations(log, functions), outcome.timed_out, steps_ran, source,
                        counters.as_dict() if counters is not None else log.counters)
-    return findings, record, counts
+    return findings, record, counts, traceback.frames if outcome.exit_code not in (0, None) else []
 
 
 def _preflight_command(spec: Spec) -> str:
