@@ -1,0 +1,130 @@
+"""The line counter's overhead (tpuops/check/line_counter): each script run with and without it, alternately.
+
+The counter traces with sys.settrace: every line of the code directory costs a call of its line tracer, every
+Python call anywhere else (the frameworks, the standard library) one call of its global trace function that
+answers "not ours" from a dict. The scripts below isolate each cost:
+
+- start-up: an empty trainer (what loading the counter and writing its dump add to every process);
+- loop in the code: a Python-heavy loop in the code directory (the worst case: every line traced);
+- calls outside the code: a loop in the code that spends its time in pure-Python library calls (email parsing,
+  json with Python objects, http.client's header parsing): the per-call cost outside the code directory;
+- import numpy (when installed): a big library's import, thousands of Python calls outside the code;
+- numpy work: array arithmetic in C from a short loop in the code (what a framework's step looks like from here);
+- with --frameworks, `import torch` and `import jax` (those installed): the frameworks' own start-up.
+
+Each round runs every script once with the counter and once without, the order alternating from round to round;
+medians of the wall times, and their ratio. On a loaded machine single runs vary: use more --rounds.
+Usage: python bench/check_lines.py [--rounds 5] [--frameworks]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tpuops.check.lines import LineCounts, line_counting_env  # noqa: E402
+
+SCRIPTS: dict[str, str] = {
+    "start-up": "pass\n",
+    "loop in the code": """\
+        def collatz(n):
+            steps = 0
+            while n != 1:
+                n = n // 2 if n % 2 == 0 else 3 * n + 1
+                steps += 1
+            return steps
+
+        print(max(collatz(n) for n in range(1, 60_000)))
+    """,
+    "calls outside the code": """\
+        import email.parser, http.client, io, json
+
+        MESSAGE = "From: a@b\\nTo: c@d\\nSubject: s\\n\\nbody\\n"
+        HEADERS = b"Content-Type: text/plain\\r\\nX-A: 1\\r\\nX-B: 2\\r\\n\\r\\n"
+        parser = email.parser.Parser()
+        for _ in range(3000):
+            parser.parsestr(MESSAGE)
+            http.client.parse_headers(io.BytesIO(HEADERS))
+            json.dumps({"a": [1, 2.5, None], "b": {"c": "d"}}, indent=1)
+    """,
+}
+NUMPY_SCRIPTS: dict[str, str] = {
+    "import numpy": "import numpy\n",
+    "numpy work": """\
+        import numpy as np
+
+        a = np.random.default_rng(0).standard_normal((300, 300))
+        for _ in range(40):
+            a = np.tanh(a @ a.T / 300.0)
+        print(float(a.sum()))
+    """,
+}
+
+FRAMEWORK_SCRIPTS: dict[str, str] = {"import torch": "import torch\n", "import jax": "import jax\n"}
+
+
+def timed(code: Path, script: str, env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, script], cwd=code, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=600, check=False)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{script} failed: {done.stderr.strip()}")
+    return elapsed
+
+
+def bench(scripts: dict[str, str], rounds: int, work: Path) -> None:
+    code = work / "code"
+    code.mkdir()
+    names = {label: f"script_{index}.py" for index, label in enumerate(scripts)}
+    for label, source in scripts.items():
+        (code / names[label]).write_text(textwrap.dedent(source))
+    plain = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    print(f"{'script':<24} {'without':>9} {'with':>9} {'ratio':>7}  lines counted")
+    for label, script in names.items():
+        out = work / f"lines-{script}"
+        counting = {**plain, **line_counting_env(code, out, None)}
+        timed(code, script, plain)  # untimed: the page cache warm for both
+        without, counted = [], []
+        for round_ in range(rounds):
+            pair = [(without, plain), (counted, counting)]
+            for times, env in pair if round_ % 2 == 0 else reversed(pair):
+                times.append(timed(code, script, env))
+        lines = LineCounts.read(out)
+        total = sum(lines.counts.values()) // max(lines.processes, 1)
+        a, b = statistics.median(without), statistics.median(counted)
+        print(f"{label:<24} {a:>8.3f}s {b:>8.3f}s {b / a:>6.2f}x  {total:,} per run")
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--frameworks", action="store_true", help="also time importing torch and jax")
+    args = parser.parse_args()
+    scripts = dict(SCRIPTS)
+    if installed("numpy"):
+        scripts.update(NUMPY_SCRIPTS)
+    if args.frameworks:
+        scripts.update({label: source for label, source in FRAMEWORK_SCRIPTS.items() if installed(label.split()[1])})
+    print(f"Python {sys.version.split()[0]}, {args.rounds} rounds, medians of wall time")
+    with tempfile.TemporaryDirectory(prefix="tpuops-bench-lines-") as work:
+        bench(scripts, args.rounds, Path(work))
+
+
+if __name__ == "__main__":
+    main()
