@@ -10,11 +10,13 @@ answers "not ours" from a dict. The scripts below isolate each cost:
   json with Python objects, http.client's header parsing): the per-call cost outside the code directory;
 - import numpy (when installed): a big library's import, thousands of Python calls outside the code;
 - numpy work: array arithmetic in C from a short loop in the code (what a framework's step looks like from here);
-- with --frameworks, `import torch` and `import jax` (those installed): the frameworks' own start-up.
+- with --frameworks, `import torch` and `import jax` (those installed): the frameworks' own start-up;
+- with --trainers, the templates' trainers (JAX, PyTorch/XLA, TensorFlow: those installed) for --steps steps on
+  the CPU, as bench/check.py runs them alone: what counting costs a real preflight run.
 
 Each round runs every script once with the counter and once without, the order alternating from round to round;
 medians of the wall times, and their ratio. On a loaded machine single runs vary: use more --rounds.
-Usage: python bench/check_lines.py [--rounds 5] [--frameworks]
+Usage: python bench/check_lines.py [--rounds 5] [--frameworks] [--trainers [--steps 20]]
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import check as check_bench  # noqa: E402  (bench/check.py: the templates' tiny-model flags)
 
 from tpuops.check.lines import LineCounts, line_counting_env  # noqa: E402
 
@@ -74,37 +78,53 @@ NUMPY_SCRIPTS: dict[str, str] = {
 FRAMEWORK_SCRIPTS: dict[str, str] = {"import torch": "import torch\n", "import jax": "import jax\n"}
 
 
-def timed(code: Path, script: str, env: dict[str, str]) -> float:
+def timed(argv: list[str], code: Path, env: dict[str, str]) -> float:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, script], cwd=code, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, timeout=600, check=False)
+    done = subprocess.run(argv, cwd=code, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          timeout=900, check=False)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"{script} failed: {done.stderr.strip()}")
+        raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.strip()[-2000:]}")
     return elapsed
 
 
-def bench(scripts: dict[str, str], rounds: int, work: Path) -> None:
+def compare(label: str, argv: list[str], code: Path, plain: dict[str, str], out: Path, rounds: int) -> None:
+    """One line: the medians without and with the counter (alternating which goes first), their ratio."""
+    counting = {**plain, **line_counting_env(code, out, plain.get("PYTHONPATH"))}
+    timed(argv, code, plain)  # untimed: the page cache warm for both
+    without: list[float] = []
+    counted: list[float] = []
+    for round_ in range(rounds):
+        pair = [(without, plain), (counted, counting)]
+        for times, env in pair if round_ % 2 == 0 else reversed(pair):
+            times.append(timed(argv, code, env))
+    lines = LineCounts.read(out)
+    total = sum(lines.counts.values()) // max(rounds, 1)
+    a, b = statistics.median(without), statistics.median(counted)
+    print(f"{label:<24} {a:>8.3f}s {b:>8.3f}s {b / a:>6.2f}x  {total:,} per run in {lines.processes // rounds} "
+          f"process(es)")
+
+
+def bench_scripts(scripts: dict[str, str], rounds: int, work: Path) -> None:
     code = work / "code"
     code.mkdir()
-    names = {label: f"script_{index}.py" for index, label in enumerate(scripts)}
-    for label, source in scripts.items():
-        (code / names[label]).write_text(textwrap.dedent(source))
     plain = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    print(f"{'script':<24} {'without':>9} {'with':>9} {'ratio':>7}  lines counted")
-    for label, script in names.items():
-        out = work / f"lines-{script}"
-        counting = {**plain, **line_counting_env(code, out, None)}
-        timed(code, script, plain)  # untimed: the page cache warm for both
-        without, counted = [], []
-        for round_ in range(rounds):
-            pair = [(without, plain), (counted, counting)]
-            for times, env in pair if round_ % 2 == 0 else reversed(pair):
-                times.append(timed(code, script, env))
-        lines = LineCounts.read(out)
-        total = sum(lines.counts.values()) // max(lines.processes, 1)
-        a, b = statistics.median(without), statistics.median(counted)
-        print(f"{label:<24} {a:>8.3f}s {b:>8.3f}s {b / a:>6.2f}x  {total:,} per run")
+    for index, (label, source) in enumerate(scripts.items()):
+        script = code / f"script_{index}.py"
+        script.write_text(textwrap.dedent(source))
+        compare(label, [sys.executable, script.name], code, plain, work / f"lines-{index}", rounds)
+
+
+def bench_trainers(rounds: int, steps: int, work: Path) -> None:
+    for framework, (template, module, flags, switches) in check_bench.FRAMEWORKS.items():
+        if not installed(module):
+            print(f"{framework:<24} skipped ({module} not installed)")
+            continue
+        code = ROOT / "templates" / template
+        argv = ["bash", "-c", f"python3 train.py --data {check_bench.CORPUS} {flags} --steps 100000"]
+        plain = {**{key: value for key, value in os.environ.items() if key != "PYTHONPATH"}, **switches,
+                 "CUDA_VISIBLE_DEVICES": "", "TPUOPS_MAX_STEPS": str(steps), "TPUOPS_LOGDIR": str(work / "logs")}
+        compare(f"{framework} trainer", argv, code, plain, work / f"lines-{framework}", rounds)
 
 
 def installed(module: str) -> bool:
@@ -115,6 +135,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--frameworks", action="store_true", help="also time importing torch and jax")
+    parser.add_argument("--trainers", action="store_true", help="also time the templates' trainers")
+    parser.add_argument("--steps", type=int, default=20, help="the trainers' steps")
     args = parser.parse_args()
     scripts = dict(SCRIPTS)
     if installed("numpy"):
@@ -122,8 +144,12 @@ def main() -> None:
     if args.frameworks:
         scripts.update({label: source for label, source in FRAMEWORK_SCRIPTS.items() if installed(label.split()[1])})
     print(f"Python {sys.version.split()[0]}, {args.rounds} rounds, medians of wall time")
+    print(f"{'script':<24} {'without':>9} {'with':>9} {'ratio':>7}  lines counted")
     with tempfile.TemporaryDirectory(prefix="tpuops-bench-lines-") as work:
-        bench(scripts, args.rounds, Path(work))
+        bench_scripts(scripts, args.rounds, Path(work))
+        if args.trainers:
+            bench_trainers(args.rounds, args.steps, Path(work))
+    print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
