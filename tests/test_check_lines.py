@@ -276,8 +276,9 @@ def test_without_the_variables_nothing_is_traced_nor_written(tmp_path: Path, uns
     assert not out.exists()
 
 
-def test_the_counter_imports_only_the_standard_library() -> None:
-    tree = ast.parse((COUNTER_DIR / "sitecustomize.py").read_text())
+def test_the_counter_imports_only_the_standard_library_and_parses_as_python_3_7() -> None:
+    """Every Python the trainer starts loads it, also an older one than tpuops needs (a system python3)."""
+    tree = ast.parse((COUNTER_DIR / "sitecustomize.py").read_text(), feature_version=(3, 7))
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert imported and {name.split(".")[0] for name in imported} <= set(sys.stdlib_module_names) | {"__future__"}

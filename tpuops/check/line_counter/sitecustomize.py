@@ -8,7 +8,8 @@ in every Python process the trainer starts whose PYTHONPATH begins with this dir
 have imported without it.
 
 It runs inside the user's trainer, so: standard library only, nothing printed, every error of its own swallowed
-(a count lost is better than a trainer changed), and nothing at all without the two variables.
+(a count lost is better than a trainer changed), and nothing at all without the two variables. Every Python the
+trainer starts reads it, an older one too: no syntax past 3.7, nothing evaluated at import that needs 3.9.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import os
 import sys
 import types  # loaded by Python's own start-up already
 from collections.abc import Callable
-
-Tracer = Callable[[types.FrameType, str, object], object]
 
 OUT_VARIABLE = "TPUOPS_CHECK_LINES_OUT"
 ROOT_VARIABLE = "TPUOPS_CHECK_LINES_ROOT"
@@ -52,13 +51,13 @@ class _Counter:
         self.hooked_multiprocessing = False
         self.on_call = self._call_tracer()
 
-    def _call_tracer(self) -> Tracer:
+    def _call_tracer(self) -> Callable[..., object]:
         # Keyed by file name, not code object: a few hundred files against many thousand code objects, and a
         # cache of code objects would keep every exec'd or generated one alive.
-        tracers: dict[str, Tracer | None] = {}
+        tracers: dict[str, Callable[..., object] | None] = {}
         decide = self._decide
 
-        def on_call(frame: types.FrameType, event: str, arg: object) -> Tracer | None:
+        def on_call(frame: types.FrameType, event: str, arg: object) -> Callable[..., object] | None:
             # Called on every Python call of every library: one dict lookup on the way back to it.
             try:
                 return tracers[frame.f_code.co_filename]
@@ -68,7 +67,7 @@ class _Counter:
 
         return on_call
 
-    def _decide(self, filename: str) -> Tracer | None:
+    def _decide(self, filename: str) -> Callable[..., object] | None:
         try:
             relative = _relative_under(filename, self.root)
             return None if relative is None else _line_tracer(self.files.setdefault(relative, {}))
@@ -121,10 +120,10 @@ class _Counter:
                 for relative, lines in files.items() if lines}
 
 
-def _line_tracer(lines: dict[int, int]) -> Tracer:
+def _line_tracer(lines: dict[int, int]) -> Callable[..., object]:
     get = lines.get
 
-    def on_event(frame: types.FrameType, event: str, arg: object) -> Tracer:
+    def on_event(frame: types.FrameType, event: str, arg: object) -> Callable[..., object]:
         if event == "line":
             lineno = frame.f_lineno
             lines[lineno] = get(lineno, 0) + 1
@@ -138,9 +137,8 @@ def _relative_under(filename: str, root: str) -> str | None:
     if not filename or filename.startswith("<"):
         return None
     path = os.path.realpath(filename)
-    if path != root and path.startswith(root + os.sep):
-        return path[len(root) + 1:].replace(os.sep, "/")
-    return None
+    prefix = root.rstrip(os.sep) + os.sep
+    return path[len(prefix):].replace(os.sep, "/") if path.startswith(prefix) else None
 
 
 def _start(root: str, out: str) -> None:
