@@ -5,11 +5,14 @@ the same trainers without the counter, whose exit code and output must not diffe
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,6 +208,51 @@ def test_a_trainer_that_raises_still_dumps_and_fails_as_it_would(tmp_path: Path)
     assert alone.returncode == 1 and "RuntimeError: the trainer failed" in alone.stderr
     assert (run.code, run.stdout, run.stderr) == (alone.returncode, alone.stdout, alone.stderr)
     assert run.counts.ran("train.py", line_of(RAISES, "# a step")) == 3
+
+
+INTERRUPTED = """\
+    import multiprocessing
+    import pathlib
+    import time
+
+    def spin(ready):
+        ready.set()
+        while True:
+            time.sleep(0.01)  # in the child
+
+    if __name__ == "__main__":
+        context = multiprocessing.get_context("spawn")
+        ready = context.Event()
+        context.Process(target=spin, args=(ready,)).start()
+        ready.wait(30)
+        pathlib.Path("ready").write_text("")
+        while True:
+            time.sleep(0.01)  # in the parent
+"""
+
+
+def test_a_trainer_interrupted_in_its_process_group_still_dumps_with_its_children(tmp_path: Path) -> None:
+    """What a preflight's timeout could send first: SIGINT ends every process through Python (SIGTERM would not)."""
+    code, out = tmp_path / "code", tmp_path / "lines"
+    write(code, {"train.py": INTERRUPTED})
+    env = {**base_env(), **line_counting_env(code, out, None)}
+    proc = subprocess.Popen([sys.executable, "train.py"], cwd=code, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (code / "ready").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (code / "ready").exists()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=TIMEOUT) != 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=TIMEOUT)
+    counts = LineCounts.read(out)
+    assert counts.ran("train.py", line_of(INTERRUPTED, "# in the parent")) > 0
+    assert counts.ran("train.py", line_of(INTERRUPTED, "# in the child")) > 0
+    assert counts.processes == 2
 
 
 REPORTS = """\
