@@ -15,7 +15,8 @@ answers "not ours" from a dict. The scripts below isolate each cost:
   the CPU, as bench/check.py runs them alone: what counting costs a real preflight run.
 
 Each round runs every script once with the counter and once without, the order alternating from round to round;
-medians of the wall times, and their ratio. On a loaded machine single runs vary: use more --rounds.
+medians of the wall and CPU times (the process and its children), and their ratios. On a loaded machine single
+runs vary by a lot: read the CPU columns, and use more --rounds.
 Usage: python bench/check_lines.py [--rounds 5] [--frameworks] [--trainers [--steps 20]]
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -78,31 +80,38 @@ NUMPY_SCRIPTS: dict[str, str] = {
 FRAMEWORK_SCRIPTS: dict[str, str] = {"import torch": "import torch\n", "import jax": "import jax\n"}
 
 
-def timed(argv: list[str], code: Path, env: dict[str, str]) -> float:
+def timed(argv: list[str], code: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU of the process and its children) in seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=code, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           timeout=900, check=False)
-    elapsed = time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.strip()[-2000:]}")
-    return elapsed
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def compare(label: str, argv: list[str], code: Path, plain: dict[str, str], out: Path, rounds: int) -> None:
-    """One line: the medians without and with the counter (alternating which goes first), their ratio."""
+    """One line: the medians without and with the counter (alternating which goes first), their ratios."""
     counting = {**plain, **line_counting_env(code, out, plain.get("PYTHONPATH"))}
     timed(argv, code, plain)  # untimed: the page cache warm for both
-    without: list[float] = []
-    counted: list[float] = []
+    without: list[tuple[float, float]] = []
+    counted: list[tuple[float, float]] = []
     for round_ in range(rounds):
         pair = [(without, plain), (counted, counting)]
         for times, env in pair if round_ % 2 == 0 else reversed(pair):
             times.append(timed(argv, code, env))
     lines = LineCounts.read(out)
     total = sum(lines.counts.values()) // max(rounds, 1)
-    a, b = statistics.median(without), statistics.median(counted)
-    print(f"{label:<24} {a:>8.3f}s {b:>8.3f}s {b / a:>6.2f}x  {total:,} per run in {lines.processes // rounds} "
-          f"process(es)")
+    (wall_a, cpu_a), (wall_b, cpu_b) = medians(without), medians(counted)
+    print(f"{label:<22} {wall_a:>7.2f}s {wall_b:>7.2f}s {wall_b / wall_a:>5.2f}x   {cpu_a:>7.2f}s {cpu_b:>7.2f}s "
+          f"{cpu_b / cpu_a:>5.2f}x   {total:,} in {lines.processes // rounds}")
+
+
+def medians(times: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(wall for wall, _ in times), statistics.median(cpu for _, cpu in times)
 
 
 def bench_scripts(scripts: dict[str, str], rounds: int, work: Path) -> None:
@@ -118,7 +127,7 @@ def bench_scripts(scripts: dict[str, str], rounds: int, work: Path) -> None:
 def bench_trainers(rounds: int, steps: int, work: Path) -> None:
     for framework, (template, module, flags, switches) in check_bench.FRAMEWORKS.items():
         if not installed(module):
-            print(f"{framework:<24} skipped ({module} not installed)")
+            print(f"{framework:<22} skipped ({module} not installed)")
             continue
         code = ROOT / "templates" / template
         argv = ["bash", "-c", f"python3 train.py --data {check_bench.CORPUS} {flags} --steps 100000"]
@@ -143,8 +152,9 @@ def main() -> None:
         scripts.update(NUMPY_SCRIPTS)
     if args.frameworks:
         scripts.update({label: source for label, source in FRAMEWORK_SCRIPTS.items() if installed(label.split()[1])})
-    print(f"Python {sys.version.split()[0]}, {args.rounds} rounds, medians of wall time")
-    print(f"{'script':<24} {'without':>9} {'with':>9} {'ratio':>7}  lines counted")
+    print(f"Python {sys.version.split()[0]}, {args.rounds} rounds, medians")
+    print(f"{'':<22} {'wall: without, with, ratio':>26}   {'CPU: without, with, ratio':>25}   lines counted in "
+          "process(es), per run")
     with tempfile.TemporaryDirectory(prefix="tpuops-bench-lines-") as work:
         bench_scripts(scripts, args.rounds, Path(work))
         if args.trainers:

@@ -9,7 +9,8 @@ have imported without it.
 
 It runs inside the user's trainer, so: standard library only, nothing printed, every error of its own swallowed
 (a count lost is better than a trainer changed), and nothing at all without the two variables. Every Python the
-trainer starts reads it, an older one too: no syntax past 3.7, nothing evaluated at import that needs 3.9.
+trainer starts reads it, a system python3 too: it runs on 3.7 and later (no syntax past 3.7, nothing evaluated at
+import that needs 3.9); 3.6 and 2.7 stop at its first line and say so, as for any sitecustomize they cannot read.
 """
 
 from __future__ import annotations
