@@ -47,7 +47,7 @@ class _Counter:
     def __init__(self, root: str, out: str) -> None:
         self.root = root
         self.out = out
-        self.files: dict[str, dict[int, int]] = {}
+        self.files: dict[str, list[int]] = {}  # executions per line number
         self.token = os.urandom(4).hex()
         self.hooked_multiprocessing = False
         self.on_call = self._call_tracer()
@@ -71,7 +71,7 @@ class _Counter:
     def _decide(self, filename: str) -> Callable[..., object] | None:
         try:
             relative = _relative_under(filename, self.root)
-            return None if relative is None else _line_tracer(self.files.setdefault(relative, {}))
+            return None if relative is None else _line_tracer(self.files.setdefault(relative, []))
         except Exception:  # a trace function's exception would surface in the trainer and end the tracing
             return None
 
@@ -115,22 +115,29 @@ class _Counter:
         os.replace(temporary, final)
 
     def _snapshot(self) -> dict[str, dict[str, int]]:
-        # dict() copies in one step under the GIL: a daemon thread still counting cannot break the iteration.
-        files = dict(self.files)
-        return {relative: {str(line): count for line, count in dict(lines).items()}
-                for relative, lines in files.items() if lines}
+        # dict() and list() copy in one step under the GIL: a daemon thread still counting cannot break them.
+        files = {relative: list(lines) for relative, lines in dict(self.files).items()}
+        counted = {relative: {str(line): count for line, count in enumerate(lines) if count}
+                   for relative, lines in files.items()}
+        return {relative: lines for relative, lines in counted.items() if lines}
 
 
-def _line_tracer(lines: dict[int, int]) -> Callable[..., object]:
-    get = lines.get
-
+def _line_tracer(lines: list[int]) -> Callable[..., object]:
+    # A list indexed by line number, not a dict: a quarter less time per traced line (bench/check_lines.py).
     def on_event(frame: types.FrameType, event: str, arg: object) -> Callable[..., object]:
         if event == "line":
-            lineno = frame.f_lineno
-            lines[lineno] = get(lineno, 0) + 1
+            try:
+                lines[frame.f_lineno] += 1
+            except IndexError:
+                _grow(lines, frame.f_lineno)
+                lines[frame.f_lineno] += 1
         return on_event  # itself, or the frame's later lines go untraced
 
     return on_event
+
+
+def _grow(lines: list[int], lineno: int) -> None:
+    lines.extend([0] * (max(lineno + 1, 2 * len(lines)) - len(lines)))
 
 
 def _relative_under(filename: str, root: str) -> str | None:
