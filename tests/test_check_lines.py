@@ -104,6 +104,17 @@ def test_the_standard_library_and_site_packages_are_not_counted(tmp_path: Path) 
     assert {file for file, _ in run.counts.counts} == {"train.py"}
 
 
+def test_a_virtual_environment_inside_the_code_directory_is_not_counted(tmp_path: Path) -> None:
+    run = counted(tmp_path, {
+        "train.py": "import sys\nsys.path.insert(0, '.venv/lib/python3/site-packages')\nimport vendored\n"
+                    "vendored.work()\n",
+        ".venv/lib/python3/site-packages/vendored.py": "def work():\n    return 1\n",
+    })
+    assert run.code == 0, run.stderr
+    assert {file for file, _ in run.counts.counts} == {"train.py"}
+    assert run.counts.ran("train.py", 4) == 1
+
+
 THREADED = """\
     import threading
 

@@ -26,6 +26,7 @@ OUT_VARIABLE = "TPUOPS_CHECK_LINES_OUT"
 ROOT_VARIABLE = "TPUOPS_CHECK_LINES_ROOT"
 # Last of multiprocessing's exit finalizers: lines the others run still count.
 FINALIZE_PRIORITY = -1_000_000
+INSTALLED_DIRS = frozenset(("site-packages", "dist-packages"))
 _HERE = os.path.dirname(os.path.realpath(__file__))
 
 
@@ -146,7 +147,12 @@ def _relative_under(filename: str, root: str) -> str | None:
         return None
     path = os.path.realpath(filename)
     prefix = root.rstrip(os.sep) + os.sep
-    return path[len(prefix):].replace(os.sep, "/") if path.startswith(prefix) else None
+    if not path.startswith(prefix):
+        return None
+    relative = path[len(prefix):].replace(os.sep, "/")
+    # A virtual environment inside the code directory holds libraries, not the trainer's code: tracing every line
+    # of them would slow the run tenfold for counts nobody reads.
+    return None if INSTALLED_DIRS.intersection(relative.split("/")) else relative
 
 
 def _start(root: str, out: str) -> None:
