@@ -153,13 +153,13 @@ CHILDREN = """\
 """
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_multiprocessing_children_are_counted_and_summed(tmp_path: Path, method: str) -> None:
     source = CHILDREN.replace("{method}", method)
     run = counted(tmp_path, {"train.py": source})
     assert (run.code, run.stdout) == (0, "[0, 0]\n"), run.stderr
     assert run.counts.ran("train.py", line_of(source, "# in a child")) == 5
-    assert run.counts.processes == 3  # the trainer and its two children (the resource tracker ran none of it)
+    assert run.counts.processes == 3  # the trainer and its two children (the resource tracker, forkserver: none)
     # Each child's counts start at its own beginning: the parent's lines are not counted again in a fork child.
     assert run.counts.ran("train.py", line_of(source, "context = ")) == 1
 
