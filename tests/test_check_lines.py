@@ -5,11 +5,14 @@ the same trainers without the counter, whose exit code and output must not diffe
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +104,17 @@ def test_the_standard_library_and_site_packages_are_not_counted(tmp_path: Path) 
     assert {file for file, _ in run.counts.counts} == {"train.py"}
 
 
+def test_a_virtual_environment_inside_the_code_directory_is_not_counted(tmp_path: Path) -> None:
+    run = counted(tmp_path, {
+        "train.py": "import sys\nsys.path.insert(0, '.venv/lib/python3/site-packages')\nimport vendored\n"
+                    "vendored.work()\n",
+        ".venv/lib/python3/site-packages/vendored.py": "def work():\n    return 1\n",
+    })
+    assert run.code == 0, run.stderr
+    assert {file for file, _ in run.counts.counts} == {"train.py"}
+    assert run.counts.ran("train.py", 4) == 1
+
+
 THREADED = """\
     import threading
 
@@ -139,13 +153,13 @@ CHILDREN = """\
 """
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_multiprocessing_children_are_counted_and_summed(tmp_path: Path, method: str) -> None:
     source = CHILDREN.replace("{method}", method)
     run = counted(tmp_path, {"train.py": source})
     assert (run.code, run.stdout) == (0, "[0, 0]\n"), run.stderr
     assert run.counts.ran("train.py", line_of(source, "# in a child")) == 5
-    assert run.counts.processes == 3  # the trainer and its two children (the resource tracker ran none of it)
+    assert run.counts.processes == 3  # the trainer and its two children (the resource tracker, forkserver: none)
     # Each child's counts start at its own beginning: the parent's lines are not counted again in a fork child.
     assert run.counts.ran("train.py", line_of(source, "context = ")) == 1
 
@@ -205,6 +219,51 @@ def test_a_trainer_that_raises_still_dumps_and_fails_as_it_would(tmp_path: Path)
     assert alone.returncode == 1 and "RuntimeError: the trainer failed" in alone.stderr
     assert (run.code, run.stdout, run.stderr) == (alone.returncode, alone.stdout, alone.stderr)
     assert run.counts.ran("train.py", line_of(RAISES, "# a step")) == 3
+
+
+INTERRUPTED = """\
+    import multiprocessing
+    import pathlib
+    import time
+
+    def spin(ready):
+        ready.set()
+        while True:
+            time.sleep(0.01)  # in the child
+
+    if __name__ == "__main__":
+        context = multiprocessing.get_context("spawn")
+        ready = context.Event()
+        context.Process(target=spin, args=(ready,)).start()
+        ready.wait(30)
+        pathlib.Path("ready").write_text("")
+        while True:
+            time.sleep(0.01)  # in the parent
+"""
+
+
+def test_a_trainer_interrupted_in_its_process_group_still_dumps_with_its_children(tmp_path: Path) -> None:
+    """What a preflight's timeout could send first: SIGINT ends every process through Python (SIGTERM would not)."""
+    code, out = tmp_path / "code", tmp_path / "lines"
+    write(code, {"train.py": INTERRUPTED})
+    env = {**base_env(), **line_counting_env(code, out, None)}
+    proc = subprocess.Popen([sys.executable, "train.py"], cwd=code, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (code / "ready").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (code / "ready").exists()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=TIMEOUT) != 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=TIMEOUT)
+    counts = LineCounts.read(out)
+    assert counts.ran("train.py", line_of(INTERRUPTED, "# in the parent")) > 0
+    assert counts.ran("train.py", line_of(INTERRUPTED, "# in the child")) > 0
+    assert counts.processes == 2
 
 
 REPORTS = """\
@@ -276,8 +335,9 @@ def test_without_the_variables_nothing_is_traced_nor_written(tmp_path: Path, uns
     assert not out.exists()
 
 
-def test_the_counter_imports_only_the_standard_library() -> None:
-    tree = ast.parse((COUNTER_DIR / "sitecustomize.py").read_text())
+def test_the_counter_imports_only_the_standard_library_and_parses_as_python_3_7() -> None:
+    """Every Python the trainer starts loads it, also an older one than tpuops needs (a system python3)."""
+    tree = ast.parse((COUNTER_DIR / "sitecustomize.py").read_text(), feature_version=(3, 7))
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert imported and {name.split(".")[0] for name in imported} <= set(sys.stdlib_module_names) | {"__future__"}

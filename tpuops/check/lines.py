@@ -9,6 +9,7 @@ code; `LineCounts.read` sums them.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +23,11 @@ Dump = dict[tuple[str, int], int]
 
 
 def line_counting_env(code_root: Path, out_dir: Path, pythonpath: str | None) -> dict[str, str]:
-    """The variables to add to the trainer's environment: PYTHONPATH with the counter first, the two settings."""
+    """The variables to add to the trainer's environment: PYTHONPATH with the counter first, the two settings
+    (absolute: the trainer's processes may start Python from another working directory)."""
     entries = [str(COUNTER_DIR)] + ([pythonpath] if pythonpath else [])
-    return {"PYTHONPATH": ":".join(entries), ROOT_VARIABLE: str(code_root), OUT_VARIABLE: str(out_dir)}
+    return {"PYTHONPATH": os.pathsep.join(entries), ROOT_VARIABLE: str(code_root.resolve()),
+            OUT_VARIABLE: str(out_dir.resolve())}
 
 
 @dataclass(frozen=True)
