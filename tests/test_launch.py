@@ -282,14 +282,17 @@ def end_cli(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, s
     return process.returncode, out, err
 
 
-def wait_for_line(process: subprocess.Popen[str], *texts: str, timeout: float = 20.0) -> list[str]:
-    """Read the process's stdout until each of `texts` was in a line (a thread: every wait has its timeout)."""
+def wait_for_line(process: subprocess.Popen[str], *texts: str, timeout: float = 20.0,
+                  stream: str = "stdout") -> list[str]:
+    """Read the process's stdout (or stderr) until each of `texts` was in a line (a thread: every wait has its
+    timeout)."""
     seen: list[str] = []
     found = threading.Event()
 
     def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
+        lines = getattr(process, stream)
+        assert lines is not None
+        for line in lines:
             seen.append(line)
             if all(any(text in line for line in seen) for text in texts):
                 found.set()
@@ -353,17 +356,28 @@ def test_a_launcher_that_died_holding_the_lock_blocks_nobody(sshd3: SshdCluster,
 
 def test_replace_waits_for_the_launch_in_progress_then_replaces_its_run(sshd3: SshdCluster, tpuops_home: Path,
                                                                         tmp_path: Path) -> None:
-    name = make_cluster(sshd3, tpuops_home, tmp_path, setup="echo setting up; sleep 3")
+    release = f"tpuops-release-{uuid.uuid4().hex[:8]}"
+    # The first launch's setup holds its lock until the test lets it go (a fixed sleep raced a loaded machine).
+    name = make_cluster(sshd3, tpuops_home, tmp_path,
+                        setup=f"echo setting up; for i in $(seq 600); do test -f ~/{release} && break; sleep 0.1; done")
     old, new = f"tpuops-old-{uuid.uuid4().hex[:8]}", f"tpuops-new-{uuid.uuid4().hex[:8]}"
     first = start_cli("launch", name, "--setup", "--", f"sleep 300 # {old}")
+    second = None
     try:
-        wait_for_line(first, "[w0] setting up")
-        second = run_cli("launch", name, "--replace", "--", f"sleep 300 # {new}", timeout=90)
-        assert second.returncode == 0, second.stderr
-        assert "waiting for run" in second.stdout + second.stderr
+        wait_for_line(first, "[w0] setting up", timeout=60)
+        second = start_cli("launch", name, "--replace", "--", f"sleep 300 # {new}")
+        wait_for_line(second, "waiting for run", timeout=60, stream="stderr")
+        for worker in sshd3.workers:
+            (worker.home / release).touch()
+        code, _, err = end_cli(second, timeout=90)
+        assert code == 0, err
         assert end_cli(first)[0] == 0
         assert _processes_with(old) == [] and _processes_with(new)
     finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
         stop(Context.from_env(), name)
 
 
