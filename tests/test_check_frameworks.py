@@ -51,6 +51,21 @@ def check_template(tmp_path: Path, framework: str, code: Path | None = None) -> 
     return result.returncode, json.loads(result.stdout)
 
 
+def one_file_trainer(tmp_path: Path, framework: str, source: str, files: dict[str, str] | None = None) -> Path:
+    """A spec whose trainer is `train.py` holding `source`, beside `files` (name -> text) in its code directory."""
+    code = tmp_path / "trainer"
+    code.mkdir()
+    for name, text in {"train.py": source, **(files or {})}.items():
+        (code / name).write_text(text)
+    return write_spec(tmp_path, f"""
+        name: check-{framework}-trainer
+        provider: local
+        tpu: {{type: v2-8, workers: 1}}
+        code: {{path: {code}}}
+        trainer: {{framework: {framework}, command: python3 train.py}}
+        """)
+
+
 @pytest.mark.heavy
 @pytest.mark.parametrize("framework", list(TEMPLATES))
 def test_template_passes_check(tmp_path: Path, framework: str) -> None:
@@ -187,16 +202,7 @@ def test_a_crashing_jax_trainer_shows_its_output_and_its_error(tmp_path: Path) -
     """JAX_EXPLAIN_CACHE_MISSES explains the second call's new shape; the trainer's lines and traceback after
     that explanation are the trainer's, shown as it runs and in the failure."""
     require_module("jax")
-    code = tmp_path / "trainer"
-    code.mkdir()
-    (code / "train.py").write_text(JAX_CRASHING)
-    spec = write_spec(tmp_path, f"""
-        name: check-crash
-        provider: local
-        tpu: {{type: v2-8, workers: 1}}
-        code: {{path: {code}}}
-        trainer: {{framework: jax, command: python3 train.py}}
-        """)
+    spec = one_file_trainer(tmp_path, "jax", JAX_CRASHING)
     result = run_cli("check", str(spec), "--steps", "2", "--timeout", "2m", timeout=180)
     assert result.returncode == 1, result.stderr
     shown = [line[2:] for line in result.stderr.splitlines() if line.startswith("| ")]
@@ -234,17 +240,7 @@ def test_the_run_sets_aside_what_it_never_ran_and_confirms_what_ran_every_step(t
     """The source cannot tell that config.json switches the debug read off (a finding: set aside by the run,
     which never ran it), nor that the loop after training runs the model per batch (a note: confirmed)."""
     require_module("torch_xla")
-    code = tmp_path / "trainer"
-    code.mkdir()
-    (code / "train.py").write_text(SETTLED_BY_THE_RUN)
-    (code / "config.json").write_text('{"debug": false}')
-    spec = write_spec(tmp_path, f"""
-        name: check-settle
-        provider: local
-        tpu: {{type: v2-8, workers: 1}}
-        code: {{path: {code}}}
-        trainer: {{framework: pytorch, command: python3 train.py}}
-        """)
+    spec = one_file_trainer(tmp_path, "pytorch", SETTLED_BY_THE_RUN, {"config.json": '{"debug": false}'})
     lint = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
     assert [(f["rule"], f["line"]) for f in lint["findings"]] == [("XLA003", 17)]
     assert [(n["rule"], n["line"]) for n in lint["advice"]] == [("XLA003", 20)]
@@ -279,16 +275,7 @@ print(step(jnp.ones(4), 2.0))
 @pytest.mark.heavy
 def test_a_jax_branch_the_lint_could_only_guess_is_a_finding_once_the_run_fails_there(tmp_path: Path) -> None:
     require_module("jax")
-    code = tmp_path / "trainer"
-    code.mkdir()
-    (code / "train.py").write_text(JAX_BRANCH_ON_A_TRACER)
-    spec = write_spec(tmp_path, f"""
-        name: check-jax-branch
-        provider: local
-        tpu: {{type: v2-8, workers: 1}}
-        code: {{path: {code}}}
-        trainer: {{framework: jax, command: python3 train.py}}
-        """)
+    spec = one_file_trainer(tmp_path, "jax", JAX_BRANCH_ON_A_TRACER)
     lint = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
     assert lint["findings"] == [] and [(n["rule"], n["line"]) for n in lint["advice"]] == [("XLA001", 8)]
     result = run_cli("check", str(spec), "--steps", "2", "--timeout", "2m", "--json", timeout=180)
