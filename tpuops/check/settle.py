@@ -58,7 +58,7 @@ class Settled:
     findings: tuple[Finding, ...]
     notes: tuple[Finding, ...]
     set_aside: int = 0  # findings the run showed never or rarely ran
-    confirmed: int = 0  # notes the run showed ran every step
+    confirmed: int = 0  # notes the run made findings (their lines ran every step, or failed)
 
 
 def ran_a_step(steps: Sequence[Step], ran: Callable[[str, int], int]) -> bool:

@@ -13,9 +13,9 @@ from tpuops.check.compiles import CompileLog, compile_findings, trainer_compilat
 from tpuops.check.counters import TorchCounters, read_torch_counters, transfer_findings
 from tpuops.check.findings import CheckReport, Finding, RunRecord
 from tpuops.check.lines import LineCounts, line_counting_env
-from tpuops.check.lint import lint_tree
+from tpuops.check.lint import LintResult, lint_tree
 from tpuops.check.run import LastTraceback, Outcome, prepare_workspace, run_trainer, trainer_environment
-from tpuops.check.settle import ran_a_step, settle, settle_crash
+from tpuops.check.settle import Settled, ran_a_step, settle, settle_crash
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops.specs import load_checked
 from tpuops.remote.base import LineHandler
@@ -51,11 +51,7 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
             raise UsageError(f"{spec_path} has no trainer to run", "add trainer: {framework, command}, or pass "
                              "--no-run to only lint")
         run_findings, record, counts, failed_at = _run(spec, spec_dir, options, lint.functions, on_output)
-        settled = None
-        if _finished(record) and ran_a_step(lint.steps, counts.ran):
-            settled = settle(findings, advice, lint.anchors, counts.ran, record.steps_ran or options.steps)
-        elif failed_at:
-            settled = settle_crash(findings, advice, lint.anchors, failed_at)
+        settled = _settled_by_run(lint, record, counts, failed_at)
         if settled is not None:
             findings, advice = list(settled.findings), list(settled.notes)
             record = replace(record, lines_counted=_finished(record), set_aside=settled.set_aside,
@@ -63,6 +59,17 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
         findings += run_findings
     return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored,
                        tuple(lint.steps_found), tuple(advice), lint.scope)
+
+
+def _settled_by_run(lint: LintResult, record: RunRecord, counts: LineCounts,
+                    failed_at: list[tuple[str, int]]) -> Settled | None:
+    """The lint's findings and notes as the run settles them: by the lines it ran (a run that finished and ran a
+    step the lint found), or by where it failed; None when it says nothing of them."""
+    if _finished(record) and ran_a_step(lint.steps, counts.ran):
+        return settle(lint.findings, lint.advice, lint.anchors, counts.ran, record.steps_ran or record.steps)
+    if failed_at:
+        return settle_crash(lint.findings, lint.advice, lint.anchors, failed_at)
+    return None
 
 
 def _finished(record: RunRecord) -> bool:
