@@ -97,6 +97,17 @@ def test_a_module_of_a_subpackage_is_counted_under_its_relative_path(tmp_path: P
     assert run.counts.ran("train.py", 3) == 3
 
 
+def test_only_the_files_asked_for_are_counted(tmp_path: Path) -> None:
+    code, out = tmp_path / "code", tmp_path / "lines"
+    write(code, {"train.py": "from models.blocks.mlp import step\nfor i in range(3):\n    step(i)\n",
+                 "models/__init__.py": "", "models/blocks/__init__.py": "", "models/blocks/mlp.py": SUBPACKAGE})
+    done = python(code, {**base_env(), **line_counting_env(code, out, None, ["models/blocks/mlp.py"])})
+    assert done.returncode == 0, done.stderr
+    counts = LineCounts.read(out)
+    assert {file for file, _ in counts.counts} == {"models/blocks/mlp.py"}
+    assert counts.ran("models/blocks/mlp.py", line_of(SUBPACKAGE, "# the step")) == 3
+
+
 def test_the_standard_library_and_site_packages_are_not_counted(tmp_path: Path) -> None:
     run = counted(tmp_path, {"train.py": "import json, email.parser, yaml\n"
                                          "print(json.dumps(yaml.safe_load('a: [1, 2]')))\n"})

@@ -46,7 +46,8 @@ def test_the_trainer_runs_in_a_copy_with_the_preflight_environment_and_the_data(
     code = code_dir(tmp_path, """
         import json, os, sys
         env = {k: os.environ.get(k) for k in ("TPUOPS_PREFLIGHT", "TPUOPS_MAX_STEPS", "TPUOPS_NUM_WORKERS",
-                                              "JAX_PLATFORMS", "JAX_LOG_COMPILES", "CUDA_VISIBLE_DEVICES")}
+                                              "JAX_PLATFORMS", "JAX_LOG_COMPILES", "CUDA_VISIBLE_DEVICES",
+                                              "TPUOPS_CHECK_LINES_ROOT")}
         texts = [open(path).read() for path in sys.argv[1:]]
         open("written-by-trainer.txt", "w").write("x")
         print(json.dumps({"env": env, "texts": texts, "notes": os.path.exists("notes"),
@@ -57,7 +58,8 @@ def test_the_trainer_runs_in_a_copy_with_the_preflight_environment_and_the_data(
     assert result.returncode == 0, result.stdout + result.stderr
     seen = json.loads(next(line[2:] for line in result.stderr.splitlines() if line.startswith("| {")))
     assert seen["env"] == {"TPUOPS_PREFLIGHT": "1", "TPUOPS_MAX_STEPS": "7", "TPUOPS_NUM_WORKERS": "1",
-                           "JAX_PLATFORMS": "cpu", "JAX_LOG_COMPILES": "1", "CUDA_VISIBLE_DEVICES": ""}
+                           "JAX_PLATFORMS": "cpu", "JAX_LOG_COMPILES": "1", "CUDA_VISIBLE_DEVICES": "",
+                           "TPUOPS_CHECK_LINES_ROOT": None}  # no lint finding or note to settle: no line counts
     assert seen["texts"] == ["hello tpu\n", "hello tpu\n"]
     assert seen["notes"] is False and seen["logdir"] is True  # the copy holds what push sends, nothing else
     assert not (code / "written-by-trainer.txt").exists()

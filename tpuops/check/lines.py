@@ -18,16 +18,22 @@ COUNTER_DIR = Path(__file__).resolve().parent / "line_counter"
 # The variables the counter reads (named again in line_counter/sitecustomize.py, which imports nothing of ours).
 OUT_VARIABLE = "TPUOPS_CHECK_LINES_OUT"
 ROOT_VARIABLE = "TPUOPS_CHECK_LINES_ROOT"
+FILES_VARIABLE = "TPUOPS_CHECK_LINES_FILES"
 
 Dump = dict[tuple[str, int], int]
 
 
-def line_counting_env(code_root: Path, out_dir: Path, pythonpath: str | None) -> dict[str, str]:
+def line_counting_env(code_root: Path, out_dir: Path, pythonpath: str | None,
+                      files: Iterable[str] | None = None) -> dict[str, str]:
     """The variables to add to the trainer's environment: PYTHONPATH with the counter first, the two settings
-    (absolute: the trainer's processes may start Python from another working directory)."""
+    (absolute: the trainer's processes may start Python from another working directory), and the files to count
+    (relative to the code root; None: all of them). Each traced line costs: count only what will be read."""
     entries = [str(COUNTER_DIR)] + ([pythonpath] if pythonpath else [])
-    return {"PYTHONPATH": os.pathsep.join(entries), ROOT_VARIABLE: str(code_root.resolve()),
-            OUT_VARIABLE: str(out_dir.resolve())}
+    env = {"PYTHONPATH": os.pathsep.join(entries), ROOT_VARIABLE: str(code_root.resolve()),
+           OUT_VARIABLE: str(out_dir.resolve())}
+    if files is not None:
+        env[FILES_VARIABLE] = os.pathsep.join(sorted(files))
+    return env
 
 
 @dataclass(frozen=True)

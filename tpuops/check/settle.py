@@ -69,6 +69,15 @@ def ran_a_step(steps: Sequence[Step], ran: Callable[[str, int], int]) -> bool:
                and not isinstance(step.node, ast.Call))  # a library's step (Keras fit): nothing of ours runs it
 
 
+def files_to_count(anchors: Mapping[Key, Anchor], steps: Sequence[Step]) -> set[str]:
+    """The files whose line counts settling reads: those of the findings and notes, of their steps, and of the
+    steps `ran_a_step` looks for. Empty: nothing to settle, no need to count."""
+    if not anchors:
+        return set()
+    files = {file for file, _, _ in anchors} | {a.step_file for a in anchors.values() if a.step_file}
+    return files | {step.module.rel for step in steps if step.root and step.module is not None}
+
+
 def is_loop(node: ast.AST) -> bool:
     return isinstance(node, ast.For | ast.AsyncFor | ast.While)
 

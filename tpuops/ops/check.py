@@ -5,7 +5,7 @@ and read the frameworks' compilation reports. Nothing in the cloud is touched; n
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from tpuops.check.findings import CheckReport, Finding, RunRecord
 from tpuops.check.lines import LineCounts, line_counting_env
 from tpuops.check.lint import LintResult, lint_tree
 from tpuops.check.run import LastTraceback, Outcome, prepare_workspace, run_trainer, trainer_environment
-from tpuops.check.settle import Settled, ran_a_step, settle, settle_crash
+from tpuops.check.settle import Settled, files_to_count, ran_a_step, settle, settle_crash
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops.specs import load_checked
 from tpuops.remote.base import LineHandler
@@ -50,7 +50,7 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
         if spec.trainer is None:
             raise UsageError(f"{spec_path} has no trainer to run", "add trainer: {framework, command}, or pass "
                              "--no-run to only lint")
-        run_findings, record, counts, failed_at = _run(spec, spec_dir, options, lint.functions, on_output)
+        run_findings, record, counts, failed_at = _run(spec, spec_dir, options, lint, on_output)
         settled = _settled_by_run(lint, record, counts, failed_at)
         if settled is not None:
             findings, advice = list(settled.findings), list(settled.notes)
@@ -84,7 +84,7 @@ def _commands(spec: Spec) -> list[str]:
     return [spec.trainer.command] + ([spec.check.command] if spec.check.command else [])
 
 
-def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[str, tuple[str, int]],
+def _run(spec: Spec, spec_dir: Path, options: CheckOptions, lint: LintResult,
          on_output: Callable[[str], None] | None) -> tuple[list[Finding], RunRecord, LineCounts, list[tuple[str, int]]]:
     """The run's findings and record, how many times each line of the code ran, and where it failed (the code
     directory's frames of its last traceback)."""
@@ -104,16 +104,18 @@ def _run(spec: Spec, spec_dir: Path, options: CheckOptions, functions: Mapping[s
 
         command = workspace.localize(_preflight_command(spec))
         env = trainer_environment(spec, workspace, options.steps)
-        env.update(line_counting_env(workspace.code, workspace.lines, env.get("PYTHONPATH")))
+        counted = files_to_count(lint.anchors, lint.steps)
+        if counted:  # tracing lines costs the run time: only when there is a lint finding or note to settle
+            env.update(line_counting_env(workspace.code, workspace.lines, env.get("PYTHONPATH"), counted))
         outcome = run_trainer(command, workspace.code, env, options.timeout, on_line)
         counts = LineCounts.read(workspace.lines)
         counters = read_torch_counters(workspace.torch_metrics) if framework == "pytorch" else None
         steps_ran, source = _steps_ran(counters, workspace.logdir, options.steps)
-    findings = compile_findings(log, functions, steps_ran or options.steps) + _outcome_findings(outcome, options)
+    findings = compile_findings(log, lint.functions, steps_ran or options.steps) + _outcome_findings(outcome, options)
     if counters is not None and not any(f.rule == "XLA103" for f in findings):
         findings += transfer_findings(counters)
     record = RunRecord(_preflight_command(spec), framework, options.steps, outcome.exit_code, outcome.duration,
-                       trainer_compilations(log, functions), outcome.timed_out, steps_ran, source,
+                       trainer_compilations(log, lint.functions), outcome.timed_out, steps_ran, source,
                        counters.as_dict() if counters is not None else log.counters)
     return findings, record, counts, traceback.frames if outcome.exit_code not in (0, None) else []
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 OUT_VARIABLE = "TPUOPS_CHECK_LINES_OUT"
 ROOT_VARIABLE = "TPUOPS_CHECK_LINES_ROOT"
+FILES_VARIABLE = "TPUOPS_CHECK_LINES_FILES"  # optional: only these files (relative, os.pathsep-separated)
 # Last of multiprocessing's exit finalizers: lines the others run still count.
 FINALIZE_PRIORITY = -1_000_000
 INSTALLED_DIRS = frozenset(("site-packages", "dist-packages"))
@@ -45,9 +46,10 @@ def _quietly(function: Callable[..., None]) -> Callable[..., None]:
 class _Counter:
     """The counts of one process, per file, and where they go."""
 
-    def __init__(self, root: str, out: str) -> None:
+    def __init__(self, root: str, out: str, only: frozenset | None) -> None:
         self.root = root
         self.out = out
+        self.only = only  # the files whose lines are wanted (None: every file under root)
         self.files: dict[str, list[int]] = {}  # executions per line number
         self.token = os.urandom(4).hex()
         self.hooked_multiprocessing = False
@@ -72,7 +74,9 @@ class _Counter:
     def _decide(self, filename: str) -> Callable[..., object] | None:
         try:
             relative = _relative_under(filename, self.root)
-            return None if relative is None else _line_tracer(self.files.setdefault(relative, []))
+            if relative is None or (self.only is not None and relative not in self.only):
+                return None
+            return _line_tracer(self.files.setdefault(relative, []))
         except Exception:  # a trace function's exception would surface in the trainer and end the tracing
             return None
 
@@ -155,8 +159,9 @@ def _relative_under(filename: str, root: str) -> str | None:
     return None if INSTALLED_DIRS.intersection(relative.split("/")) else relative
 
 
-def _start(root: str, out: str) -> None:
-    counter = _Counter(os.path.realpath(root), os.path.abspath(out))
+def _start(root: str, out: str, only: str | None) -> None:
+    wanted = None if only is None else frozenset(name for name in only.split(os.pathsep) if name)
+    counter = _Counter(os.path.realpath(root), os.path.abspath(out), wanted)
     import atexit
     import threading
 
@@ -172,7 +177,7 @@ def _install() -> None:
     root = os.environ.get(ROOT_VARIABLE)
     out = os.environ.get(OUT_VARIABLE)
     if root and out:
-        _start(root, out)
+        _start(root, out, os.environ.get(FILES_VARIABLE))
 
 
 def _chain() -> None:
