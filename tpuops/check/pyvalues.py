@@ -24,6 +24,7 @@ from tpuops.check.project import (
     params_of,
     positional_params,
 )
+from tpuops.check.wrappers import is_false
 
 PYTHON_RESULT_CALLS = {"len", "isinstance", "issubclass", "hasattr", "callable", "set", "frozenset", "str", "repr",
                        "sorted", "tuple", "list", "dict", "range", "type", "id"}
@@ -96,6 +97,32 @@ class DecidedByName:
             self._known[name] = False  # a recursive function answers no while it is decided
             self._known[name] = all(self._test(m, d) for m, d in self._defs[name])
         return self._known[name]
+
+
+def static_fields(project: Project) -> frozenset[str]:
+    """Fields the project declares static in its JAX structures (`x: int = struct.field(pytree_node=False)`,
+    `eqx.field(static=True)`): JAX passes them as Python values, never traced, whatever holds them."""
+    names: set[str] = set()
+    for module in project.modules:
+        for cls_node in module.classes.values():
+            for statement in cls_node.body:
+                if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and \
+                        _static_field(statement.value):
+                    names.add(statement.target.id)
+    return frozenset(names)
+
+
+def _static_field(value: ast.AST | None) -> bool:
+    if not isinstance(value, ast.Call) or last_name(value.func) not in {"field", "static_field"}:
+        return False
+    if last_name(value.func) == "static_field":  # flax.struct.static_field(), equinox's older name
+        return True
+    return any((k.arg == "pytree_node" and is_false(k.value)) or (k.arg == "static" and _true(k.value))
+               for k in value.keywords)
+
+
+def _true(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
 
 
 def python_valued_functions(project: Project) -> DecidedByName:

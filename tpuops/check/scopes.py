@@ -39,6 +39,7 @@ from tpuops.check.pyvalues import (
     partial_traced,
     python_valued_functions,
     scalar_params,
+    static_fields,
 )
 from tpuops.check.regions import loop_batch, region_nodes
 from tpuops.check.returns import TensorReturning
@@ -92,8 +93,13 @@ class StepFinder(TorchXlaSteps):
                 self._returning = TensorReturning(self.project, self._python_calls)
             self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
                                              step.traced, self._python_calls, guessed=step.guessed,
-                                             tensor_calls=self._returning.tensors, bool_calls=self._returning.masks)
+                                             tensor_calls=self._returning.tensors, bool_calls=self._returning.masks,
+                                             static=self.static_fields)
         return self._values[key]
+
+    @cached_property
+    def static_fields(self) -> frozenset[str]:
+        return static_fields(self.project)
 
     @cached_property
     def settings(self) -> Settings:

@@ -67,8 +67,9 @@ class TensorValues:
                  traced: Iterable[str] = (), python_calls: Container[str] = frozenset(),
                  guesses: bool = True, guessed: Iterable[str] = (),
                  tensor_calls: Container[str] = frozenset(), containers: bool = True,
-                 bool_calls: Container[str] = frozenset()) -> None:
+                 bool_calls: Container[str] = frozenset(), static: Container[str] = frozenset()) -> None:
         self.aliases = aliases
+        self.static = static  # attributes declared static in the project's JAX structures: Python values
         self.tensor_calls = tensor_calls  # the project's functions that return tensors (returns.py)
         self.bool_calls = bool_calls  # and those that return boolean tensors (masks)
         self.guesses = guesses  # an unknown function given a tensor returns one
@@ -107,8 +108,8 @@ class TensorValues:
                 del self.keyed[name]
             if len(self.names) + len(self.bool_names) + sum(map(len, self.keyed.values())) == before:
                 break
-        self.evident = TensorValues(bindings, aliases, traced, python_calls, guesses=False,
-                                    tensor_calls=tensor_calls, bool_calls=bool_calls) if guesses else self
+        self.evident = TensorValues(bindings, aliases, traced, python_calls, guesses=False, tensor_calls=tensor_calls,
+                                    bool_calls=bool_calls, static=static) if guesses else self
 
     # ------------------------------------------------------------------------------------------ calls
 
@@ -179,7 +180,7 @@ class TensorValues:
         if isinstance(expr, ast.Name):
             return expr.id in self.names and expr.id not in self.objects
         if isinstance(expr, ast.Attribute):
-            return expr.attr not in PYTHON_ATTRIBUTES and self.is_tensor(expr.value)
+            return expr.attr not in PYTHON_ATTRIBUTES and expr.attr not in self.static and self.is_tensor(expr.value)
         if isinstance(expr, ast.Subscript):
             if isinstance(expr.value, ast.Name) and expr.value.id in self.keyed and \
                     isinstance(expr.slice, ast.Constant):
