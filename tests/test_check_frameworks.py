@@ -250,9 +250,9 @@ def test_the_run_sets_aside_what_it_never_ran_and_confirms_what_ran_every_step(t
     assert (run["exit_code"], run["lines_counted"], run["lint_set_aside"], run["lint_confirmed"]) == (0, True, 1, 1)
     assert [(f["rule"], f["line"]) for f in report["findings"] if f["rule"] == "XLA003"] == [("XLA003", 20)]
     confirmed = report["findings"][0]["message"]
-    assert confirmed.endswith("(the preflight ran it 4 time(s) in 4 iterations of its loop: every step)")
+    assert confirmed.endswith("(the preflight ran it on 4 of 4 iterations of its loop)")
     [aside] = [n for n in report["advice"] if n["line"] == 17]
-    assert aside["message"].endswith("(the preflight ran 5 step(s) and never this line)")
+    assert aside["message"].endswith("(the preflight ran 5 step(s) and its step, never this line)")
     assert result.returncode == 1
 
 

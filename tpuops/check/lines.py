@@ -47,6 +47,10 @@ class LineCounts:
     def ran(self, file: str, line: int) -> int:
         return self.counts.get((file, line), 0)
 
+    def ran_file(self, file: str) -> bool:
+        """Some line of `file` ran (it was imported, at least)."""
+        return any(counted == file for counted, _ in self.counts)
+
     @classmethod
     def read(cls, out_dir: Path) -> LineCounts:
         dumps = [_read_dump(path) for path in sorted(out_dir.glob("*.json"))] if out_dir.is_dir() else []

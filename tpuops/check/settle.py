@@ -3,12 +3,14 @@
 The lint reports a hazard in code it takes for a step. Whether that code runs on every step is often a guess (a
 loop that runs the model but ends no step, a branch behind a setting read from a config file); the run counts
 the lines it executed (tpuops/check/lines.py). After a run that finished and ran the trainer's steps:
-- a finding whose line never ran is set aside as a note: this configuration never runs it;
+- a finding whose step ran (a file rule's: whose file ran) but whose line never did is set aside as a note: this
+  configuration never runs it (a step the run never reached, another script of the code directory, says
+  nothing: its findings stay as they are);
 - a finding in a PyTorch/XLA step loop whose line ran on fewer than half of the loop's iterations is a note: it
   is not an every-step cost (a traced JAX or TensorFlow step runs its Python once, at tracing: only "never" counts);
-- a note is a finding when the run settles its guess: its line ran on (nearly) every iteration of a loop of at
-  least MIN_ITERATIONS (a step only guessed), or ran at all (a file only maybe imported); a JAX line traced
-  without an error stays a note, now saying its value is static.
+- a note is a finding when the run settles its guess: its line ran on at least half of the iterations (the
+  calls) of a step run at least MIN_ITERATIONS times (a step only guessed), or ran at all (a file only maybe
+  imported); a JAX line traced without an error stays a note, now saying its value is static.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tpuops.check.findings import Finding
+from tpuops.check.lines import LineCounts
 from tpuops.check.steps import Step
 
 MIN_ITERATIONS = 3  # fewer and a loop over two split names looks like a per-batch loop
@@ -30,9 +33,9 @@ class Anchor:
 
     statement_line: int
     step_file: str | None = None  # None: a file rule, outside any step
-    step_line: int = 0
+    step_line: int = 0  # counted once per iteration of a loop, once per call of a function (`counted_line`)
     lazy: bool = False  # a PyTorch/XLA step: its Python runs every step (a traced step's runs once, at tracing)
-    loop: bool = False  # step_line is a loop header (counted once per iteration, and once more at its end)
+    loop: bool = False  # the step is a loop (else a function)
     guess: str = ""  # a note's Guess.kind ("" for a finding)
 
 
@@ -47,6 +50,7 @@ class Guess:
 
 
 Key = tuple[str, str, int]  # file, rule, line of a finding
+Ran = Callable[[str, int], int]  # how many times the run executed a line (file relative to the code, number)
 
 
 def finding_key(finding: Finding) -> Key:
@@ -61,7 +65,7 @@ class Settled:
     confirmed: int = 0  # notes the run made findings (their lines ran every step, or failed)
 
 
-def ran_a_step(steps: Sequence[Step], ran: Callable[[str, int], int]) -> bool:
+def ran_a_step(steps: Sequence[Step], ran: Ran) -> bool:
     """The counts saw one of the steps the lint found run: without that (the steps ran in a process the counter
     did not reach, or never), a line not counted says nothing."""
     return any(ran(step.module.rel, counted_line(step.node)) for step in steps
@@ -83,10 +87,8 @@ def is_loop(node: ast.AST) -> bool:
 
 
 def counted_line(step_node: ast.AST) -> int:
-    """The line counted once per run of a step: a loop's header (once per iteration, once more at its end), a
-    function's first statement after its docstring (a lambda: its own line)."""
-    if is_loop(step_node):
-        return step_node.lineno  # type: ignore[attr-defined]
+    """The line counted once per run of a step: a loop's first statement (once per iteration: its header also
+    counts each time the loop ends), a function's first statement after its docstring (a lambda: its own line)."""
     body = getattr(step_node, "body", None)
     if not isinstance(body, list) or not body:
         return getattr(step_node, "lineno", 0)
@@ -96,14 +98,18 @@ def counted_line(step_node: ast.AST) -> int:
 
 
 def settle(findings: Sequence[Finding], notes: Sequence[Finding], anchors: Mapping[Key, Anchor],
-           ran: Callable[[str, int], int], steps_ran: int) -> Settled:
-    """`ran(file, line)`: how many times the run executed that line of the code directory."""
+           counts: LineCounts, steps_ran: int | None) -> Settled:
+    """`counts`: how many times the run executed each line of the code directory; `steps_ran`: how many steps it
+    ran, when a counter said."""
+    ran = counts.ran
     kept: list[Finding] = []
     left: list[Finding] = []
     set_aside = confirmed = 0
     for finding in findings:
         anchor = anchors.get(finding_key(finding))
-        verdict = None if anchor is None else _rarely(finding, anchor, ran, steps_ran)
+        reached = anchor is not None and (ran(anchor.step_file, anchor.step_line) > 0 if anchor.step_file else
+                                          counts.ran_file(finding.file or ""))
+        verdict = _rarely(finding, anchor, ran, steps_ran) if reached and anchor is not None else None
         if verdict is None:
             kept.append(finding)
         else:
@@ -148,36 +154,39 @@ def _order(finding: Finding) -> tuple[str, int, str]:
     return finding.file or "", finding.line or 0, finding.rule
 
 
-def _count(finding: Finding, anchor: Anchor, ran: Callable[[str, int], int]) -> int:
+def _count(finding: Finding, anchor: Anchor, ran: Ran) -> int:
     """A statement spread over lines may be counted at its first line or at the flagged one."""
     file = finding.file or ""
     return max(ran(file, finding.line or 0), ran(file, anchor.statement_line))
 
 
-def _rarely(finding: Finding, anchor: Anchor, ran: Callable[[str, int], int], steps_ran: int) -> str | None:
+def _rarely(finding: Finding, anchor: Anchor, ran: Ran, steps_ran: int | None) -> str | None:
     count = _count(finding, anchor, ran)
     if count == 0:
-        return f"the preflight ran {steps_ran} step(s) and never this line"
+        where = "its step" if anchor.step_file else "its file"
+        steps = f"{steps_ran} step(s)" if steps_ran else "the trainer"
+        return f"the preflight ran {steps} and {where}, never this line"
     if anchor.lazy and anchor.loop and anchor.step_file is not None:
-        iterations = max(ran(anchor.step_file, anchor.step_line) - 1, 1)
+        iterations = ran(anchor.step_file, anchor.step_line)
         if count * 2 < iterations:
-            return f"the preflight ran it {count} time(s) in {iterations} iterations of its loop: not every step"
+            return f"the preflight ran it on {count} of {iterations} iterations of its loop: not every step"
     return None
 
 
-def _confirmed(note: Finding, anchor: Anchor, ran: Callable[[str, int], int]) -> str | None:
-    """What the run showed of a note's guess, if it settled it: its file ran (reach), its line ran on every
-    iteration of its loop (step), or JAX traced it without an error (trace: a static value, the note stays)."""
+def _confirmed(note: Finding, anchor: Anchor, ran: Ran) -> str | None:
+    """What the run showed of a note's guess, if it settled it: its file ran (reach), its line ran on most runs
+    of its step (step), or JAX traced it without an error (trace: a static value, the note stays)."""
     count = _count(note, anchor, ran)
     if count == 0:
         return None
     if anchor.guess == "trace":
         return "the preflight traced it without an error: a static value"
-    if anchor.lazy and anchor.loop and anchor.step_file is not None:
-        iterations = ran(anchor.step_file, anchor.step_line) - 1
-        enough = iterations >= (MIN_ITERATIONS if anchor.guess == "step" else 1)
-        if enough and count * 2 >= iterations:
-            return f"the preflight ran it {count} time(s) in {iterations} iterations of its loop: every step"
+    if anchor.lazy and anchor.step_file is not None:
+        runs = ran(anchor.step_file, anchor.step_line)
+        enough = runs >= (MIN_ITERATIONS if anchor.guess == "step" else 1)
+        if enough and count * 2 >= runs:
+            of = "iterations of its loop" if anchor.loop else "calls of its function"
+            return f"the preflight ran it on {count} of {runs} {of}"
         return None
     return None if anchor.guess == "step" else f"the preflight ran it {count} time(s)"
 

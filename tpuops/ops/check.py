@@ -66,7 +66,7 @@ def _settled_by_run(lint: LintResult, record: RunRecord, counts: LineCounts,
     """The lint's findings and notes as the run settles them: by the lines it ran (a run that finished and ran a
     step the lint found), or by where it failed; None when it says nothing of them."""
     if _finished(record) and ran_a_step(lint.steps, counts.ran):
-        return settle(lint.findings, lint.advice, lint.anchors, counts.ran, record.steps_ran or record.steps)
+        return settle(lint.findings, lint.advice, lint.anchors, counts, record.steps_ran)
     if failed_at:
         return settle_crash(lint.findings, lint.advice, lint.anchors, failed_at)
     return None
