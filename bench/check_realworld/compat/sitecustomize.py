@@ -3,7 +3,8 @@ runs.yaml's `env`; tpuops' line counter hands over to it as to any sitecustomize
 
 Many judged trainers were written for torch_xla 1.x: `xm.xrt_world_size()`, `xm.get_ordinal()`, and
 `xmp.spawn(fn, nprocs=8)` (one process per TPU core; 2.x takes 1 or None, all devices). Rather than edit their
-lines, this puts the old names back once the trainer imports those modules, as a port to 2.x would. Nothing is
+lines, this puts the old names back once the trainer imports those modules, as a port to 2.x would (and
+`torch_xla.experimental.pjrt`, now `torch_xla.runtime` and `torch_xla._internal.pjrt`). Nothing is
 imported here: a process that never imports torch_xla is not touched.
 """
 
@@ -35,10 +36,30 @@ PATCHES = {"torch_xla.core.xla_model": _patch_xla_model,
            "torch_xla.distributed.xla_multiprocessing": _patch_multiprocessing}
 
 
+class _Alias(importlib.abc.Loader):
+    """A module torch_xla 2.x no longer has, made of the ones that took over its names."""
+
+    def __init__(self, sources: tuple[str, ...]) -> None:
+        self.sources = sources
+
+    def create_module(self, spec):  # noqa: ANN001, ANN201
+        return None
+
+    def exec_module(self, module) -> None:  # noqa: ANN001
+        for source in self.sources:
+            loaded = importlib.import_module(source)
+            module.__dict__.update({k: v for k, v in vars(loaded).items() if not k.startswith("__")})
+
+
+ALIASES = {"torch_xla.experimental.pjrt": ("torch_xla._internal.pjrt", "torch_xla.runtime")}
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: lets the other finders load a patched module, then patches it."""
+    """Finds nothing itself but the aliases: lets the other finders load a patched module, then patches it."""
 
     def find_spec(self, name, path=None, target=None):  # noqa: ANN001, ANN201
+        if name in ALIASES:
+            return importlib.util.spec_from_loader(name, _Alias(ALIASES[name]))
         if name not in PATCHES:
             return None
         sys.meta_path.remove(self)
@@ -59,6 +80,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-import importlib.util  # noqa: E402 (after the class: only find_spec needs it)
+import importlib  # noqa: E402 (after the classes: only their methods need them)
+import importlib.util  # noqa: E402
 
 sys.meta_path.insert(0, _AfterImport())
