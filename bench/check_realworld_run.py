@@ -14,6 +14,7 @@ few steps on this machine's CPU, listed with their preflight settings in bench/c
                folder of a one-file trainer)
     setup:     a shell command run in the code directory before the check, to make small data files
     steps:     TPUOPS_MAX_STEPS (--steps); timeout: seconds (--timeout)
+    plain:     false: no run without tpuops for this one under --plain (a slow trainer)
 
 For each, the trainer is extracted at its commit (every file the snapshot holds, up to a size), a local spec is
 written (trainer.command: the judged commands, check.command: the preflight), and `python -m tpuops check SPEC
@@ -27,6 +28,8 @@ that failed to run (XLA104, XLA105) is reported with its last line and counted a
 what the counting costs.
 
 Usage: python bench/check_realworld_run.py /work/.mirror --python /work/runvenv/bin/python [--only ID]... [--plain]
+           [--save FILE]
+       python bench/check_realworld_run.py /work/.mirror --totals FILE... (the totals of several --save files)
 
 Measured (bench/check_realworld/RUNS.md has the numbers, the commits and what each disagreement means).
 """
@@ -40,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 import yaml
@@ -106,6 +109,7 @@ class Tallies:
     ran: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     not_settled: list[str] = field(default_factory=list)
+    timings: list[str] = field(default_factory=list)  # the trainer's run counted against the same run plain
 
 
 def extract_all(git: Path, commit: str, folder: str, into: Path) -> list[str]:
@@ -233,7 +237,7 @@ def measure(trainer: dict, run: dict, args: argparse.Namespace, commands: list[s
         before, _ = check(args.python, spec, env, ["--no-run"], 600)
         after, took = check(args.python, spec, env, ["--steps", str(steps), "--timeout", f"{timeout:g}s", "-q"],
                             timeout + 600)
-        plain = plain_run(args.python, spec, steps, timeout) if args.plain else None
+        plain = plain_run(args.python, spec, steps, timeout) if args.plain and run.get("plain", True) else None
         texts = {str(PurePosixPath(folder) / p.relative_to(code)): p.read_text(errors="replace")
                  for p in code.rglob("*.py")}
     base = PurePosixPath(folder)
@@ -251,11 +255,15 @@ def measure(trainer: dict, run: dict, args: argparse.Namespace, commands: list[s
                 f"({record.get('steps_ran_source')}), lines counted: {record.get('lines_counted')}, "
                 f"whole check {took:.1f} s" + (f", the same run without tpuops {plain:.1f} s" if plain else ""))
     print(f"   run: {ran_text}")
+    if plain and record.get("exit_code") == 0:
+        tallies.timings.append(f"{tid}: counted {record['duration']:.1f} s, plain {plain:.1f} s "
+                               f"({record['duration'] / plain:.2f}x)")
     for finding in own:
         where = f"{finding['file']}:{finding['line']} " if finding["file"] else ""
         print(f"   run finding: {where}{finding['rule']} {finding['message'][:160]}")
     if failed:
         tallies.failed.append(f"{tid}: {failed[0]['message'][:200]}")
+        print("   " + line_of(scored_before, hazards, "before"))
         print("   FAILED TO RUN: counted apart (nothing settled)")
         return
     if not record.get("lines_counted"):
@@ -302,6 +310,39 @@ def line_of(scored: Scored, hazards: set[Site], name: str) -> str:
     return total.line(name)
 
 
+def report(tallies: Tallies) -> None:
+    print(f"\n{len(tallies.ran)} trainer(s) ran and were settled: {', '.join(tallies.ran) or '-'}")
+    if tallies.not_settled:
+        print(f"{len(tallies.not_settled)} ran but nothing was settled: {', '.join(tallies.not_settled)}")
+    for failed in tallies.failed:
+        print(f"failed to run (counted apart): {failed}")
+    print(tallies.before.line("before"))
+    print(tallies.after.line("after"))
+    print(f"set aside: {tallies.set_aside['right']} right (judged no hazard), {tallies.set_aside['wrong']} wrong "
+          f"(judged a hazard), {tallies.set_aside['unjudged']} unjudged")
+    print(f"confirmed: {tallies.confirmed['right']} right (judged a hazard), {tallies.confirmed['wrong']} wrong "
+          f"(judged no hazard), {tallies.confirmed['unjudged']} unjudged")
+    for timing in tallies.timings:
+        print(f"time of the trainer's run with the line counter against without tpuops: {timing}")
+
+
+def merged(paths: list[Path]) -> Tallies:
+    """The tallies of several saved measurements (--save) added up."""
+    total = Tallies()
+    for path in paths:
+        saved = json.loads(path.read_text())
+        for name in ("before", "after"):
+            mine, theirs = getattr(total, name), Total(**saved[name])
+            for key in ("found", "right", "hazards", "noted", "noted_right"):
+                setattr(mine, key, getattr(mine, key) + getattr(theirs, key))
+        for name in ("set_aside", "confirmed"):
+            for key, count in saved[name].items():
+                getattr(total, name)[key] += count
+        for name in ("ran", "failed", "not_settled", "timings"):
+            getattr(total, name).extend(saved[name])
+    return total
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mirror", type=Path, help="where the snapshots are: MIRROR/OWNER+NAME/repo")
@@ -310,7 +351,12 @@ def main() -> int:
     parser.add_argument("--runs", type=Path, default=RUNS, help="the trainers to run and how")
     parser.add_argument("--only", action="append", help="only this trainer id (repeatable)")
     parser.add_argument("--plain", action="store_true", help="also time each preflight without tpuops")
+    parser.add_argument("--save", type=Path, help="also write the totals to this JSON file")
+    parser.add_argument("--totals", type=Path, nargs="+", help="only print the totals of saved measurements")
     args = parser.parse_args()
+    if args.totals:
+        report(merged(args.totals))
+        return 0
     doc = load(judgement_files())
     by_id = {t["id"]: t for t in doc["trainers"]}
     commands = commands_of(doc["trainers"], sorted((JUDGEMENTS / "commands").glob("*.yaml")))
@@ -328,17 +374,9 @@ def main() -> int:
         except (subprocess.SubprocessError, RuntimeError, OSError) as err:
             tallies.failed.append(f"{run['id']}: {err}")
             print(f"== {run['id']}: could not be measured: {err}")
-    print(f"\n{len(tallies.ran)} trainer(s) ran and were settled: {', '.join(tallies.ran) or '-'}")
-    if tallies.not_settled:
-        print(f"{len(tallies.not_settled)} ran but nothing was settled: {', '.join(tallies.not_settled)}")
-    for failed in tallies.failed:
-        print(f"failed to run (counted apart): {failed}")
-    print(tallies.before.line("before"))
-    print(tallies.after.line("after"))
-    print(f"set aside: {tallies.set_aside['right']} right (judged no hazard), {tallies.set_aside['wrong']} wrong "
-          f"(judged a hazard), {tallies.set_aside['unjudged']} unjudged")
-    print(f"confirmed: {tallies.confirmed['right']} right (judged a hazard), {tallies.confirmed['wrong']} wrong "
-          f"(judged no hazard), {tallies.confirmed['unjudged']} unjudged")
+    if args.save:
+        args.save.write_text(json.dumps(asdict(tallies), indent=1))
+    report(tallies)
     return 0
 
 
