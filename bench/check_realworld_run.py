@@ -2,9 +2,10 @@
 
 bench/check_realworld.py scores the lint alone (`--no-run`). Since the line counter (tpuops/check/lines.py), the
 preflight run also settles the lint's guesses (tpuops/check/settle.py): a finding whose line never ran, or ran on
-under half of its PyTorch/XLA step loop's iterations, is set aside as a note; a note whose line ran on every
-iteration of its loop becomes a finding. This script measures that on the judged trainers that can really run a
-few steps on this machine's CPU, listed with their preflight settings in bench/check_realworld/runs.yaml:
+under half of its PyTorch/XLA step loop's iterations, is set aside as a note; a note whose line ran on (at least
+half of) the iterations of its loop becomes a finding. This script measures that on the judged trainers that can
+really run a few steps on this machine's CPU, listed with their preflight settings in
+bench/check_realworld/runs.yaml:
 
     id:        the trainer, as in the judgements (its repository, commit and path come from there)
     framework: pytorch | jax | tensorflow (the spec's trainer.framework)
@@ -62,7 +63,7 @@ from check_realworld import (  # noqa: E402 (bench scripts are not a package)
 )
 
 RUNS = JUDGEMENTS / "runs.yaml"
-COMPAT = JUDGEMENTS / "compat"  # `{compat}` in a run's env: old torch_xla names for 2.9 (its sitecustomize.py)
+COMPAT = JUDGEMENTS / "compat"  # `{compat}` in a run's env or setup: torch_xla 1.x names, fake data
 MAX_FILE_BYTES = 20 * 1024 * 1024  # a checkpoint or data file the trainer does not need for a few steps
 LINT_RULES = ("XLA001", "XLA002", "XLA003", "XLA004", "XLA005")
 Site = tuple[str, str, int]  # rule, file (relative to the repository), line
@@ -124,7 +125,7 @@ def extract_all(git: Path, commit: str, folder: str, into: Path) -> list[str]:
         if kind != "blob":
             continue
         (files if size.isdigit() and int(size) <= MAX_FILE_BYTES else left_out).append(name)
-    for start in range(0, len(files), 500):  # git archive fails whole on one missing object: ask in batches
+    for start in range(0, len(files), 500):  # a repository of thousands of files: a command line each 500
         archive = subprocess.run(["git", "-C", str(git), "archive", commit, "--", *files[start:start + 500]],
                                  capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
