@@ -116,12 +116,11 @@ def commands_of(trainers: list[dict], assigned: list[Path]) -> dict[str, list[st
 
 
 def judgement_files() -> list[Path]:
-    """judgements.yaml first, then held_out_4_*.yaml, held_out_5_*.yaml, ... in the order they were judged (runs.yaml
-    is bench/check_realworld_run.py's, not judgements)."""
+    """judgements.yaml first, then held_out_4_*.yaml, held_out_5_*.yaml, ... in the order they were judged."""
     def order(path: Path) -> tuple[bool, int, str]:
         number = re.match(r"held_out_(\d+)", path.name)
         return path.name != "judgements.yaml", int(number.group(1)) if number else 0, path.name
-    return sorted((path for path in JUDGEMENTS.glob("*.yaml") if path.name != "runs.yaml"), key=order)
+    return sorted(JUDGEMENTS.glob("*.yaml"), key=order)
 
 
 def load(files: list[Path]) -> dict:

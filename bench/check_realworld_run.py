@@ -5,7 +5,7 @@ preflight run also settles the lint's guesses (tpuops/check/settle.py): a findin
 under half of its PyTorch/XLA step loop's iterations, is set aside as a note; a note whose line ran on (at least
 half of) the iterations of its loop becomes a finding. This script measures that on the judged trainers that can
 really run a few steps on this machine's CPU, listed with their preflight settings in
-bench/check_realworld/runs.yaml:
+bench/check_realworld_run/runs.yaml:
 
     id:        the trainer, as in the judgements (its repository, commit and path come from there)
     framework: pytorch | jax | tensorflow (the spec's trainer.framework)
@@ -32,7 +32,7 @@ Usage: python bench/check_realworld_run.py /work/.mirror --python /work/runvenv/
            [--save FILE]
        python bench/check_realworld_run.py /work/.mirror --totals FILE... (the totals of several --save files)
 
-Measured (bench/check_realworld/RUNS.md has the numbers, the commits and what each disagreement means).
+Measured (bench/check_realworld_run/RUNS.md has the numbers, the commits and what each disagreement means).
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ from check_realworld import (  # noqa: E402 (bench scripts are not a package)
     sources_of,
 )
 
-RUNS = JUDGEMENTS / "runs.yaml"
-COMPAT = JUDGEMENTS / "compat"  # `{compat}` in a run's env or setup: torch_xla 1.x names, fake data
+RUNS = Path(__file__).resolve().parent / "check_realworld_run" / "runs.yaml"
+COMPAT = RUNS.parent / "compat"  # `{compat}` in a run's env or setup: torch_xla 1.x names, fake data
 MAX_FILE_BYTES = 20 * 1024 * 1024  # a checkpoint or data file the trainer does not need for a few steps
 LINT_RULES = ("XLA001", "XLA002", "XLA003", "XLA004", "XLA005")
 Site = tuple[str, str, int]  # rule, file (relative to the repository), line
