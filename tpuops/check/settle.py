@@ -123,8 +123,7 @@ def settle(findings: Sequence[Finding], notes: Sequence[Finding], anchors: Mappi
         elif anchor is not None and anchor.guess == "trace":
             left.append(replace(note, message=f"{note.message} ({verdict})"))
         else:
-            kept.append(replace(note, message=f"{_before_guess(note.message)} ({verdict})",
-                                hint=note.hint.removesuffix(f"; {CONFIRM_BY_RUN}")))
+            kept.append(_as_finding(note, verdict))
             confirmed += 1
     return Settled(tuple(sorted(kept, key=_order)), tuple(left), set_aside, confirmed)
 
@@ -139,8 +138,7 @@ def settle_crash(findings: Sequence[Finding], notes: Sequence[Finding], anchors:
         anchor = anchors.get(finding_key(note))
         lines = {(note.file or "", note.line or 0)} | ({(note.file or "", anchor.statement_line)} if anchor else set())
         if anchor is not None and lines & failed_at:
-            kept.append(replace(note, message=f"{_before_guess(note.message)} (the preflight failed here)",
-                                hint=note.hint.removesuffix(f"; {CONFIRM_BY_RUN}")))
+            kept.append(_as_finding(note, "the preflight failed here"))
         else:
             left.append(note)
     return Settled(tuple(sorted(kept, key=_order)), tuple(left), confirmed=len(kept) - len(findings))
@@ -200,6 +198,7 @@ def as_guess(finding: Finding, why: str) -> Finding:
     return replace(finding, message=f"{finding.message}{GUESS_MARK}{why})", hint=f"{finding.hint}; {CONFIRM_BY_RUN}")
 
 
-def _before_guess(message: str) -> str:
-    """A confirmed note's message without the sentence `as_guess` added."""
-    return message.partition(GUESS_MARK)[0]
+def _as_finding(note: Finding, evidence: str) -> Finding:
+    """A note the run confirmed: its message without the guess `as_guess` added, with the run's evidence."""
+    return replace(note, message=f"{note.message.partition(GUESS_MARK)[0]} ({evidence})",
+                   hint=note.hint.removesuffix(f"; {CONFIRM_BY_RUN}"))
