@@ -74,7 +74,8 @@ def test_a_command_may_leave_the_code_directory_and_come_back(scripts: Path) -> 
 
 def test_only_the_code_the_command_runs_is_linted(tmp_path: Path) -> None:
     """The entry's imports are followed (absolute, relative, inside a function, a package's __init__, a module
-    named in a string, a computed name under a known package); the GPU twin and an unused experiment are not."""
+    named in a string, a computed name under a known package: maybe, so what is found there is a note, and not
+    its tests); the GPU twin and an unused experiment are not."""
     write(tmp_path, {
         "train_tpu.py": "from lib import loop\nloop.run()\n",
         "train_gpu.py": HOST_READ_LOOP,
@@ -85,15 +86,19 @@ def test_only_the_code_the_command_runs_is_linted(tmp_path: Path) -> None:
         "lib/steps.py": HOST_READ_LOOP,
         "lib/metrics.py": HOST_READ_LOOP,
         "heads/linear.py": HOST_READ_LOOP,
+        "heads/linear_test.py": HOST_READ_LOOP,
         "registry.py": HOST_READ_LOOP,
     })
     everything = {f.file for f in lint_tree(tmp_path).findings}
     assert everything == {"train_gpu.py", "experiments/old.py", "lib/__init__.py", "lib/steps.py",
                           "lib/metrics.py", "heads/linear.py", "registry.py"}
     result = lint_tree(tmp_path, commands=["python train_tpu.py"])
-    assert {f.file for f in result.findings} == everything - {"train_gpu.py", "experiments/old.py"}
+    assert {f.file for f in result.findings} == everything - {"train_gpu.py", "experiments/old.py", "heads/linear.py"}
+    assert [n.file for n in result.advice] == ["heads/linear.py"]
+    assert "(a guess: no script of the command imports heads/linear.py by a name" in result.advice[0].message
     assert result.scope.entries == ("train_tpu.py",)
-    assert result.scope.left_out == ("experiments/old.py", "train_gpu.py")
+    assert result.scope.left_out == ("experiments/old.py", "heads/linear_test.py", "train_gpu.py")
+    assert result.scope.runs("heads/linear.py") and not result.scope.surely_runs("heads/linear.py")
     assert result.files == 7
 
 

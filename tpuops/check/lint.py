@@ -18,14 +18,14 @@ from tpuops.check.findings import Finding
 from tpuops.check.host_loops import host_loop_notes
 from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project, last_name
-from tpuops.check.reach import CommandScope
+from tpuops.check.reach import CommandScope, a_test
 from tpuops.check.scopes import StepFinder
 from tpuops.check.settle import Anchor, Guess, Key, as_guess, counted_line, is_loop
 from tpuops.check.steps import Step
+from tpuops.check.wrappers import host_callback
 from tpuops.remote.manifest import scan_tree
 
 IGNORE_RE = re.compile(r"#\s*tpuops:\s*ignore\[([A-Za-z0-9_,\s-]+)\]")
-JAX_CALLBACKS = {"print", "callback", "io_callback", "pure_callback", "id_tap", "call"}  # jax.debug.*, host_callback
 # A file importing one of these may run on the TPU, whatever it says of CUDA.
 XLA_FRAMEWORK_ROOTS = frozenset({"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox"})
 
@@ -175,7 +175,7 @@ def _fails_tracing(rule: str, node: ast.AST) -> bool:
     step but an error at tracing (a host callback, `jax.debug.print`, is the cost every step)."""
     if rule in {"XLA001", "XLA002"}:
         return True
-    return rule == "XLA003" and not (isinstance(node, ast.Call) and last_name(node.func) in JAX_CALLBACKS)
+    return rule == "XLA003" and not (isinstance(node, ast.Call) and host_callback(node))
 
 
 def _anchor(module: Module, node: ast.AST, step: Step | None, guess: Guess | None) -> Anchor:
@@ -211,12 +211,10 @@ def _hits(finder: StepFinder, steps: list[Step],
 
 def off_the_tpu(module: Module, scope: CommandScope) -> bool:
     """A file the training never runs on the TPU: a unit test (`tests/`, `test_*.py`, `*_test.py`), code put
-    away (`archived/`, `deprecated/`, `unused/`), unless the trainer's command runs it, or a GPU program (it
-    moves work to CUDA and imports nothing of PyTorch/XLA, JAX, TensorFlow or Accelerate)."""
-    path = PurePosixPath(module.rel)
-    if scope.files is None and (
-            {"test", "tests", "archive", "archived", "deprecated", "unused"} & set(path.parts[:-1]) or
-            path.name.startswith("test_") or path.stem.endswith("_test") or path.name == "conftest.py"):
+    away (`archived/`, `deprecated/`, `unused/`), unless the trainer's command runs it as its script, or a GPU
+    program (it moves work to CUDA and imports nothing of PyTorch/XLA, JAX, TensorFlow or Accelerate)."""
+    put_away = {"test", "archive", "archived", "deprecated", "unused"} & set(PurePosixPath(module.rel).parts[:-1])
+    if module.rel not in scope.entries and (put_away or a_test(module.rel)):
         return True
     if module.imports_any(XLA_FRAMEWORK_ROOTS):
         return False

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from tpuops.check.project import dotted, last_name, params_of
 from tpuops.check.steps import Hit, Step
 from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues
+from tpuops.check.wrappers import host_callback
 from tpuops.check.wrappers import keyword as _keyword
 
 
@@ -181,7 +182,7 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
     if isinstance(func, ast.Attribute) and func.attr in HOST_SYNC_METHODS and not node.args and \
             (step.kind != "lazy" or values.is_tensor(func.value)) and not _made_on_host(func.value):
         yield node, f"`.{func.attr}()` in {_where(step)} copies the value to the host {every}"
-    elif dotted(func).split(".")[-2:] in (["debug", "print"], ["debug", "callback"]) and step.kind == "jax":
+    elif step.kind == "jax" and host_callback(node):
         yield node, f"`{dotted(func)}` in {_where(step)} calls back to the host {every}"
     elif isinstance(func, ast.Name) and func.id in {"float", "int", "bool"} and node.args and \
             evident.is_tensor(node.args[0]):
@@ -197,10 +198,36 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
             any(evident.is_tensor(a) for a in [*node.args, *(k.value for k in node.keywords)]):
         yield node, f"a tensor formatted with `.format()` in {_where(step)} reads its value {every}"
     elif step.kind in {"lazy", "torch"} and last_name(func) in REPORTING_CALLS and not _math_log(func, values) and \
-            any(evident.is_tensor(a) and not isinstance(a, ast.JoinedStr | ast.BinOp)
-                for a in [*node.args, *(k.value for k in node.keywords)]):
+            not _kept_by_lightning(node, step) and any(evident.is_tensor(a) and not _formatted(a)
+                                                       for a in [*node.args, *(k.value for k in node.keywords)]):
         # (a traced JAX/TF function prints a placeholder once, while it is traced: no cost per step)
         yield node, f"`{last_name(func)}` of a tensor in {_where(step)} reads the tensor {every}"
+
+
+def _formatted(expr: ast.AST) -> bool:
+    """An f-string or `"..." % x`: the formatting is the read (reported by itself), not the call given its text."""
+    return isinstance(expr, ast.JoinedStr | ast.BinOp)
+
+
+def _kept_by_lightning(call: ast.Call, step: Step) -> bool:
+    """`self.log("loss", loss)`, `result.log_dict(logs)` in a LightningModule: Lightning keeps the tensor on the
+    device and reads it when it writes its logger (every `log_every_n_steps`, or at the epoch's end); not so with
+    `sync_dist=True` (a reduction across the cores through the host, every call) or `on_step=True` in an
+    evaluation step (written after every batch)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr in {"log", "log_dict"}):
+        return False
+    receiver = dotted(func.value)
+    own = receiver == "self" and step.module is not None and func.attr in step.module.defs
+    if own or not (receiver == "self" or receiver.endswith("result")):
+        return False
+    evaluating = any(word in step.name for word in ("val", "test", "eval"))
+    return not (_true_keyword(call, "sync_dist") or (evaluating and _true_keyword(call, "on_step")))
+
+
+def _true_keyword(call: ast.Call, name: str) -> bool:
+    value = _keyword(call, name)
+    return isinstance(value, ast.Constant) and value.value is True
 
 
 def _made_on_host(expr: ast.AST) -> bool:

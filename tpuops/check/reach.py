@@ -4,7 +4,8 @@ imports (another experiment's scripts, an inference app, the original GPU traine
 the trainer's: the lint leaves it out.
 
 When in doubt a module is reached: an import found nowhere at the expected place reaches every module of that
-name; `importlib.import_module("models." + name)` reaches the package; a name built from nothing known, or a
+name; `importlib.import_module("models." + name)` may reach any module of the package but its tests (what the
+lint finds there is a note, which the run settles); a name built from nothing known, or a
 module loaded from a path, reaches everything (the caller then lints every file, and tells the files surely
 reached from the others). A string naming a module or a
 script of ours (a registry's "models.resnet.ResNet", `subprocess.run(["python", "eval.py"])`) reaches it.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from tpuops.check.entries import read_command
 from tpuops.check.project import Module, dotted
@@ -61,18 +62,22 @@ class CommandScope:
             return cls(options=options, why_every_file="the command runs no Python file of the code directory "
                                                        "that the lint can find (an installed program?)")
         files: set[str] = set()
+        maybe: set[str] = set()
         unknown = ""
         for command, read in reads:
             if read.scripts:
                 reach = reached(modules, read.scripts, command.split(), base.name)
                 files |= reach.files
+                maybe |= reach.maybe
                 unknown = unknown or reach.unknown
         if unknown:
             return cls(entries, options=options, why_every_file=f"{unknown}, so any module may run",
                        sure=frozenset(files))
         if not files:
             return cls(entries, options=options, why_every_file="the command's scripts are not linted (code.exclude)")
-        return cls(entries, frozenset(files), tuple(sorted(m.rel for m in modules if m.rel not in files)), options)
+        runs = files | maybe
+        return cls(entries, frozenset(runs), tuple(sorted(m.rel for m in modules if m.rel not in runs)), options,
+                   sure=frozenset(files) if maybe - files else None)
 
 
 def _merged(options: Sequence[Mapping[str, frozenset[object]]]) -> dict[str, frozenset[object]]:
@@ -88,6 +93,7 @@ def _merged(options: Sequence[Mapping[str, frozenset[object]]]) -> dict[str, fro
 class Reach:
     files: set[str]  # what running the entries surely imports, the entries included (empty: no entry is linted)
     unknown: str = ""  # why more may run: the code loads modules by names the source does not hold
+    maybe: set[str] = field(default_factory=set)  # what a name built on a known prefix may load (`"models." + x`)
 
 
 def reached(modules: Sequence[Module], entries: Sequence[str], command_words: Iterable[str] = (),
@@ -101,13 +107,23 @@ def reached(modules: Sequence[Module], entries: Sequence[str], command_words: It
     seen = {m.rel for m in todo}
     todo += [m for m in index.named_in_strings(command_words) if m.rel not in seen]
     seen |= {m.rel for m in todo}
+    sure = _closure(index, todo, seen)
+    reached_at_all = sure
+    while maybe := [m for m in index.maybe if m.rel not in reached_at_all]:  # (they may load more by names)
+        reached_at_all = _closure(index, maybe, reached_at_all | {m.rel for m in maybe})
+    return Reach(sure, index.unknown, reached_at_all - sure)
+
+
+def _closure(index: _Index, todo: list[Module], seen: set[str]) -> set[str]:
+    """`seen` and every module that what is in `todo` imports, directly or not."""
+    seen, todo = set(seen), list(todo)
     while todo:
         module = todo.pop()
         for found in index.imported_by(module):
             if found.rel not in seen:
                 seen.add(found.rel)
                 todo.append(found)
-    return Reach(seen, index.unknown)
+    return seen
 
 
 class _Index:
@@ -119,6 +135,7 @@ class _Index:
         entry_dirs = {".".join(entry.split("/")[:-1]) for entry in entries}
         self.roots = tuple(dict.fromkeys((*sorted(entry_dirs), *SOURCE_ROOTS)))
         self.unknown = ""  # the first load of a module the source cannot name, said as a reason
+        self.maybe: list[Module] = []  # modules a name built on a known prefix may load (not a test module)
 
     def imported_by(self, module: Module) -> Iterator[Module]:
         strings: list[str] = []
@@ -195,7 +212,8 @@ class _Index:
         if not prefix:
             self._unknown(f"it imports a module by a computed name ({name})")
             return
-        yield from (m for m in self.modules if m.name.startswith(f"{prefix}.") or f".{prefix}." in f".{m.name}")
+        self.maybe += [m for m in self.modules if (m.name.startswith(f"{prefix}.") or f".{prefix}." in f".{m.name}")
+                       and not a_test(m.rel)]
 
     def _unknown(self, why: str) -> None:
         self.unknown = self.unknown or why
@@ -227,3 +245,10 @@ def _constant_prefix(node: ast.expr) -> str:
     if isinstance(node, ast.JoinedStr) and node.values:
         return _constant_text(node.values[0]) or ""  # type: ignore[arg-type]
     return _constant_text(node) or ""
+
+
+def a_test(rel: str) -> bool:
+    """`tests/...`, `test_x.py`, `x_test.py`, `conftest.py`: run by a test runner, not loaded by a training run."""
+    path = PurePosixPath(rel)
+    return "tests" in path.parts[:-1] or path.name.startswith("test_") or path.stem.endswith("_test") or \
+        path.name == "conftest.py"

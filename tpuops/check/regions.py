@@ -23,21 +23,18 @@ def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.A
     args.debug:` with `--debug` store_true, `if config["check_nan"]:` False), as the trainer's command leaves it."""
     if step.node is None or isinstance(step.node, ast.Call):
         return
-    if step.kind != "lazy":
-        yield from ast.walk(step.node)
-        return
-    module = step.module
-    stack: list[ast.AST] = list(reversed(step.node.body))
+    module, lazy = step.module, step.kind == "lazy"
+    stack: list[ast.AST] = list(reversed(step.node.body)) if lazy else [step.node]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+        if lazy and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
             continue
         yield node
         if isinstance(node, ast.If):
             test = _named_test(node.test, module)
-            if _every_n_steps(test) or _once(test) or _first_time(node) or _leaves(node, step.node) or \
-                    _gpu_test(test) or (settings is not None and module is not None and
-                                        switched_off(node.test, module, settings)):
+            if (lazy and (_every_n_steps(test) or _once(test) or _first_time(node) or _leaves(node, step.node))) or \
+                    _tpu_skips(test) or (settings is not None and module is not None and
+                                           switched_off(node.test, module, settings)):
                 stack.extend(reversed(node.orelse))
                 stack.append(node.test)
                 continue
@@ -45,7 +42,7 @@ def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.A
                 stack.extend(reversed(node.body))
                 stack.append(node.test)
                 continue
-        if isinstance(node, ast.Call) and last_name(node.func) == "add_step_closure":
+        if lazy and isinstance(node, ast.Call) and last_name(node.func) == "add_step_closure":
             continue
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
@@ -152,6 +149,16 @@ def _gpu_test(test: ast.AST) -> bool:
 def _tpu_test(test: ast.AST) -> bool:
     """`if self.use_xla:`, `if args.tpu:`: the TPU takes the body, never the else."""
     return not isinstance(test, ast.UnaryOp | ast.BoolOp) and any(_tpu_word(w.split(".")[-1]) for w in _words(test))
+
+
+def _tpu_skips(test: ast.AST) -> bool:
+    """A body the TPU never runs: a GPU test, `if not is_xla:`, or an `and` one of whose parts is either
+    (`if not config.USE_TPU and config.MIXED_PRECISION:`)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_tpu_skips(part) for part in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _tpu_test(test.operand)
+    return _gpu_test(test)
 
 
 COUNTER_WORDS = ("step", "iter", "epoch", "batch", "idx", "count", "update")

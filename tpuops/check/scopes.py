@@ -47,7 +47,7 @@ from tpuops.check.settings import Settings
 from tpuops.check.steps import Step
 from tpuops.check.tensors import TensorValues
 from tpuops.check.torch_steps import RUNS_MODEL, TorchXlaSteps
-from tpuops.check.wrappers import compiler, is_false, keyword, wrapper_name
+from tpuops.check.wrappers import compiler, host_callback, is_false, keyword, wrapper_name
 
 TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial", "filter_value_and_grad",
               "filter_grad", "filter_vmap", "shard_map", "named_call", "custom_vjp", "custom_jvp", "pmap", "jit",
@@ -265,7 +265,8 @@ class StepFinder(TorchXlaSteps):
                     yield Step(callee.name, step.kind, f"called by {step.name}", callee_module, callee,
                                frozenset(traced), frozenset(guessed), root=False, sure=step.sure)
             elif step.kind != "lazy" and isinstance(node, ast.Name | ast.Attribute) and \
-                    isinstance(getattr(node, "ctx", None), ast.Load) and not _is_called(node, module):
+                    isinstance(getattr(node, "ctx", None), ast.Load) and not _is_called(node, module) and \
+                    not _host_callback(node, module):
                 partial = is_partial_of(node, module.parent(node))
                 for callee_module, callee in self.project.functions(node, module):  # jax.grad(loss_fn), scan(body)
                     traced = params_of(callee) - {"self", "cls"} - flag_params(callee) if partial is None else \
@@ -283,6 +284,13 @@ def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValue
     scalars = scalar_params(callee)  # `mask_ratio: Optional[float]` is a float, whatever the caller computes
     traced = {name for name, value in passed if values.evident.is_tensor(value)} - scalars
     return traced, {name for name, value in passed if values.is_tensor(value)} - traced - scalars
+
+
+def _host_callback(node: ast.AST, module: Module) -> bool:
+    """`io_callback(report, ...)`, `jax.debug.callback(log, x)`: the function runs in Python on the host, given
+    concrete values; it is not traced into the step."""
+    parent = module.parent(node)
+    return isinstance(parent, ast.Call) and bool(parent.args) and parent.args[0] is node and host_callback(parent)
 
 
 def _is_called(node: ast.AST, module: Module) -> bool:

@@ -1,4 +1,5 @@
-"""Which decorators and wrappers compile a function, and with which framework."""
+"""Which decorators and wrappers compile a function, and with which framework; which calls leave it for the
+host."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import ast
 from tpuops.check.project import Module, dotted, last_name
 
 JAX_WRAPPERS = {"jit", "pjit", "pmap", "xmap", "shard_map", "filter_jit", "filter_pmap"}
+# JAX's calls from a compiled step to Python on the host, besides jax.debug.print and jax.debug.callback
+HOST_CALLBACKS = {"io_callback", "pure_callback", "id_tap", "id_print"}
 
 
 def compiler(expr: ast.AST, module: Module) -> str | None:
@@ -45,3 +48,10 @@ def keyword(call: ast.Call, name: str) -> ast.AST | None:
 
 def is_false(value: ast.AST | None) -> bool:
     return isinstance(value, ast.Constant) and value.value in (False, None)
+
+
+def host_callback(call: ast.Call) -> bool:
+    """`jax.debug.print(...)`, `jax.debug.callback(f, x)`, `io_callback(f, None, x)`: from a compiled JAX step,
+    a call to Python on the host each time the step runs."""
+    return dotted(call.func).split(".")[-2:] in (["debug", "print"], ["debug", "callback"]) or \
+        last_name(call.func) in HOST_CALLBACKS
