@@ -231,10 +231,12 @@ def _true_keyword(call: ast.Call, name: str) -> bool:
 
 
 def _made_on_host(expr: ast.AST) -> bool:
-    """`torch.randint(1, n, (1,)).item()`: a tensor a PyTorch factory made on the CPU (no `device=`); reading it
-    waits for nothing."""
-    return isinstance(expr, ast.Call) and dotted(expr.func).startswith("torch.") and \
-        last_name(expr.func) in TORCH_FACTORIES and _keyword(expr, "device") is None
+    """`torch.randint(1, n, (1,)).item()`: a tensor a PyTorch factory made on the CPU (no `device=`), or an op of
+    one (`torch.prod(torch.tensor(shape)).item()`); reading it waits for nothing."""
+    if not (isinstance(expr, ast.Call) and dotted(expr.func).startswith("torch.") and
+            _keyword(expr, "device") is None):
+        return False
+    return last_name(expr.func) in TORCH_FACTORIES or (bool(expr.args) and _made_on_host(expr.args[0]))
 
 
 def _math_log(func: ast.AST, values: TensorValues) -> bool:

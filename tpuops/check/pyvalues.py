@@ -24,6 +24,7 @@ from tpuops.check.project import (
     params_of,
     positional_params,
 )
+from tpuops.check.tensors import HOST_COPY_HELPERS
 from tpuops.check.wrappers import is_false
 
 PYTHON_RESULT_CALLS = {"len", "isinstance", "issubclass", "hasattr", "callable", "set", "frozenset", "str", "repr",
@@ -168,8 +169,12 @@ def _python(expr: ast.AST, local: dict[str, ast.AST], depth: int = 0) -> bool:  
         return expr.id in local and _python(local[expr.id], local, depth + 1)
     if isinstance(expr, ast.Attribute):
         return expr.attr in PYTHON_RESULT_ATTRIBUTES
-    if isinstance(expr, ast.Call):
-        return isinstance(expr.func, ast.Name) and expr.func.id in PYTHON_RESULT_CALLS
+    if isinstance(expr, ast.Call):  # (`xm.mesh_reduce(...)`, `loss.item()`: copied to the host)
+        return (isinstance(expr.func, ast.Name) and expr.func.id in PYTHON_RESULT_CALLS) or \
+            last_name(expr.func) in HOST_COPY_HELPERS or \
+            (isinstance(expr.func, ast.Attribute) and expr.func.attr in {"item", "tolist"} and not expr.args)
+    if isinstance(expr, ast.Tuple):
+        return bool(expr.elts) and all(_python(e, local, depth + 1) for e in expr.elts)
     if isinstance(expr, ast.Compare):
         if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
             return True

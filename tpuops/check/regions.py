@@ -18,9 +18,10 @@ def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.A
     """The nodes a step runs each time. A PyTorch/XLA lazy step leaves out nested functions (closures, e.g.
     for `xm.add_step_closure`), what runs only every N steps (`if step % N == 0:`, also through a name:
     `should_log = step % 100 == 0`), once (`if step == 0:`, `if preds is None: preds = ...`, a body that ends
-    the loop with `break` or `return`), the branch a TPU does not take (`if use_xla: ... else: <CUDA code>`,
-    `if torch.cuda.is_available(): ...`), and a switch that is off unless the user turns it on (`if
-    args.debug:` with `--debug` store_true, `if config["check_nan"]:` False), as the trainer's command leaves it."""
+    the loop with `break` or `return`) and when training went wrong (`if not math.isfinite(loss):`). Every step
+    leaves out the branch a TPU does not take (`if use_xla: ... else: <CUDA code>`, `if not is_xla:`, `if
+    torch.cuda.is_available(): ...`) and a switch that is off unless the user turns it on (`if args.debug:` with
+    `--debug` store_true, `if config["check_nan"]:` False), as the trainer's command leaves it."""
     if step.node is None or isinstance(step.node, ast.Call):
         return
     module, lazy = step.module, step.kind == "lazy"
@@ -32,7 +33,8 @@ def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.A
         yield node
         if isinstance(node, ast.If):
             test = _named_test(node.test, module)
-            if (lazy and (_every_n_steps(test) or _once(test) or _first_time(node) or _leaves(node, step.node))) or \
+            if (lazy and (_every_n_steps(test) or _once(test) or _first_time(node) or _leaves(node, step.node) or
+                          _on_a_bad_value(test))) or \
                     _tpu_skips(test) or (settings is not None and module is not None and
                                            switched_off(node.test, module, settings)):
                 stack.extend(reversed(node.orelse))
@@ -105,6 +107,15 @@ def _leaves(branch: ast.If, step: ast.AST) -> bool:
     (In a step function, a `return` in a branch is how each step ends.)"""
     ends = (ast.Break, ast.Return) if isinstance(step, ast.For | ast.AsyncFor | ast.While) else ast.Break
     return bool(branch.body) and isinstance(branch.body[-1], ends)
+
+
+NON_FINITE_CHECKS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf"}
+
+
+def _on_a_bad_value(test: ast.AST) -> bool:
+    """`if not math.isfinite(loss_value):`, `if torch.isnan(loss).any():`: the test reads every step (and is
+    reported), the body (the message, the skip) runs only when training has gone wrong."""
+    return any(isinstance(n, ast.Call) and last_name(n.func) in NON_FINITE_CHECKS for n in ast.walk(test))
 
 
 def _first_time(branch: ast.If) -> bool:
