@@ -24,7 +24,7 @@ class Pooler(nn.Module):
         return self.proj(F.avg_pool1d(x, window).flatten(1))
 
 
-def train_step(model, images, labels, optimizer):
+def step_and_reduce(model, images, labels, optimizer):
     optimizer.zero_grad()
     logits = model(images)
     loss = F.cross_entropy(logits, labels)
@@ -39,7 +39,7 @@ def train_step(model, images, labels, optimizer):
 def train(model, loader, optimizer):
     history = []
     for step, (images, labels) in enumerate(loader):
-        loss, accuracy = train_step(model=model, images=images, labels=labels, optimizer=optimizer)
+        loss, accuracy = step_and_reduce(model=model, images=images, labels=labels, optimizer=optimizer)
         history.append((loss.detach().item(), accuracy.detach().item()))
     return history
 
