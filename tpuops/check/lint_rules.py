@@ -76,6 +76,10 @@ def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
                 not _truth_of_names(node.test, step, evident):
             word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
             yield node, f"Python `{word}` on a tensor value in {_where(step)}"
+        elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in {"max", "min"} and node.func.id not in step.module.defs and \
+                any(evident.is_tensor(a) for a in node.args):
+            yield node, f"Python `{node.func.id}()` of a tensor in {_where(step)} compares its values on the host"
 
 
 def _schedule_test(test: ast.AST) -> bool:
@@ -128,6 +132,13 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
                 yield node, f"`{name}` in {_where(step)}: its output shape depends on the data"
             elif name in STEP_PADDING_CALLS and step.kind in {"lazy", "torch"}:
                 yield node, f"`{name}` in {_where(step)} pads to this step's longest sequence: a new shape per step"
+            elif name == "pack_padded_sequence" and step.kind in {"lazy", "torch"}:
+                yield node, f"`{name}` in {_where(step)} packs by this step's lengths (read on the host): its " \
+                            "shape depends on the data"
+            elif name == "pad_packed_sequence" and step.kind in {"lazy", "torch"} and \
+                    _keyword(node, "total_length") is None:
+                yield node, f"`{name}` without `total_length=` in {_where(step)} pads to this step's longest " \
+                            "sequence: a new shape per step"
             elif name == "where" and values.framework_call(node) and len(node.args) == 1 and not node.keywords:
                 yield node, f"one-argument `{dotted(node.func)}` in {_where(step)} returns data-dependent indices"
             elif name == "repeat_interleave" and _repeats_by_data(node, method, values):
