@@ -232,6 +232,19 @@ CASES = [
         if torch.cuda.is_available():  # a branch a TPU never takes
             model = model.half()
         """),
+    ("XLA005", """
+        import jax.numpy as jnp
+        import numpy as np
+        params = jnp.asarray(weights, dtype=np.float16)
+        """, """
+        import numpy as np
+        import tensorflow as tf
+        counts = np.zeros(1024, dtype=np.float16)  # host arrays: storage, nothing computes on the TPU in them
+        averaged = (logits / counts[:, None]).astype(np.float16)
+
+        def setup_gpu():  # named for the GPU: where it runs
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        """),
 ]
 
 

@@ -199,6 +199,8 @@ def train(model, loader, optimizer):
         xm.optimizer_step(optimizer)
         if args.debug:
             print(loss.item())
+
+train(model, loader, optimizer)
 """
 
 
@@ -212,3 +214,19 @@ def test_a_switch_is_off_unless_the_command_turns_it_on(tmp_path: Path, commands
                                                          expected: list[tuple[str, int]]) -> None:
     write(tmp_path, {"train.py": SWITCHED})
     assert [(f.rule, f.line) for f in lint_tree(tmp_path, commands=commands).findings] == expected
+
+
+def test_padding_in_a_function_nothing_the_command_runs_names_is_a_note(tmp_path: Path) -> None:
+    """A helper only another script calls (an inference demo) runs in training only if something reaches it by a
+    name the source does not hold: a note; the helper the training calls keeps its finding."""
+    write(tmp_path, {
+        "train.py": "from text import encode\nbatch = encode(tokenizer, lines)\n",
+        "text.py": "def encode(tokenizer, lines):\n    return tokenizer(lines, padding=True)\n\n\n"
+                   "def encode_for_demo(tokenizer, lines):\n    return tokenizer(lines, padding=True)\n",
+        "demo.py": "from text import encode_for_demo\nprint(encode_for_demo(tokenizer, ['hi']))\n",
+    })
+    result = lint_tree(tmp_path, commands=["python train.py"])
+    assert [(f.file, f.line) for f in result.findings] == [("text.py", 2)]
+    assert [(n.file, n.line) for n in result.advice] == [("text.py", 6)]
+    assert result.advice[0].message.endswith("(a guess: no code the command runs names encode_for_demo)")
+    assert [(f.file, f.line) for f in lint_tree(tmp_path).findings] == [("text.py", 2), ("text.py", 6)]

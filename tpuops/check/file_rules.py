@@ -197,13 +197,20 @@ def _fp16_call(node: ast.Call, module: Module, settings: Settings) -> Hit | None
 
 def _stored(call: ast.Call) -> bool:
     """`preds.detach().to(torch.float16)`, `x.cpu().half()`: a result kept in float16 to save memory, not a
-    dtype anything computes in."""
+    dtype anything computes in; so are NumPy's float16 arrays (`np.zeros(n, dtype=np.float16)`,
+    `logits.astype(np.float16)`), which live on the host."""
+    if _numpy_call(call) and any(dotted(n) in {"np.float16", "numpy.float16"} for n in ast.walk(call)):
+        return True
     receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
     while isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
         if receiver.func.attr in {"detach", "cpu", "numpy"}:
             return True
         receiver = receiver.func.value
     return False
+
+
+def _numpy_call(call: ast.Call) -> bool:
+    return dotted(call.func).split(".")[0] in {"np", "numpy"} or last_name(call.func) == "astype"
 
 
 def _fp16_value(expr: ast.AST) -> bool:
@@ -219,11 +226,12 @@ def _shown(expr: ast.AST) -> str:
 def _behind_fp16_switch(node: ast.AST, module: Module, settings: Settings) -> bool:
     """Inside `if args.fp16:` / `if precision == "fp16":` / `if FLAGS.use_mixed_precision:` whose setting is off
     by default (a user's choice), inside `if torch.cuda.is_available():` / `if device == "gpu":` or the `else`
-    of `if use_tpu:` (branches a TPU never takes), or in a helper named for float16 (`def apply_half(t)`), which
-    runs where the code chooses float16."""
+    of `if use_tpu:` (branches a TPU never takes), or in a helper named for float16 (`def apply_half(t)`) or for
+    the GPU (`def setup_gpu()`), which runs where the code chooses float16 or a GPU."""
     child = node
     for ancestor in module.ancestors(node):
-        if isinstance(ancestor, FunctionNode) and any(w in ancestor.name.lower() for w in ("half", "fp16")):
+        if isinstance(ancestor, FunctionNode) and any(w in ancestor.name.lower() for w in ("half", "fp16", "gpu",
+                                                                                          "cuda")):
             return True
         if isinstance(ancestor, ast.If):
             if mentions_gpu(ancestor.test) or (mentions_tpu(ancestor.test) and _in_orelse(child, ancestor)):

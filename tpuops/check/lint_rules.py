@@ -10,7 +10,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tpuops.check.project import dotted, last_name, params_of
+from tpuops.check.project import Module, dotted, last_name, params_of
 from tpuops.check.steps import Hit, Step
 from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues
 from tpuops.check.wrappers import host_callback
@@ -191,7 +191,8 @@ def host_sync(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Iterato
 def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str) -> Iterator[Hit]:
     func, evident = node.func, values.evident
     if isinstance(func, ast.Attribute) and func.attr in HOST_SYNC_METHODS and not node.args and \
-            (step.kind != "lazy" or values.is_tensor(func.value)) and not _made_on_host(func.value):
+            (step.kind != "lazy" or values.is_tensor(func.value)) and not _made_on_host(func.value) and \
+            not _copied_before(func.value, step):
         yield node, f"`.{func.attr}()` in {_where(step)} copies the value to the host {every}"
     elif step.kind == "jax" and host_callback(node):
         yield node, f"`{dotted(func)}` in {_where(step)} calls back to the host {every}"
@@ -239,6 +240,37 @@ def _kept_by_lightning(call: ast.Call, step: Step) -> bool:
 def _true_keyword(call: ast.Call, name: str) -> bool:
     value = _keyword(call, name)
     return isinstance(value, ast.Constant) and value.value is True
+
+
+def _copied_before(expr: ast.AST, step: Step) -> bool:
+    """`lens = mask.sum(1).cpu()` ... `lens[i].item()`, `logits = logits.cpu().numpy()` ... `logits.argmax()
+    .tolist()`: the name was last bound, above this line, to a copy on the host; reading it again waits for no
+    device (the copy is reported where it is made)."""
+    while isinstance(expr, ast.Subscript | ast.Call | ast.Attribute):
+        expr = expr.value if not isinstance(expr, ast.Call) else expr.func
+    if not isinstance(expr, ast.Name) or step.module is None:
+        return False
+    module = step.module
+    before = [a for a in module.assigns_to(expr.id, module.enclosing_function(expr))
+              if a.lineno < expr.lineno and _same_block_above(a, expr, module)]
+    return bool(before) and _a_host_copy(before[-1].value)
+
+
+def _same_block_above(statement: ast.stmt, expr: ast.AST, module: Module) -> bool:
+    """`statement` sits in a block that holds `expr` (not in the other branch of an `if`)."""
+    parent = module.parent(statement)
+    child = next((n for n in (expr, *module.ancestors(expr)) if module.parent(n) is parent), None)
+    blocks = [getattr(parent, field, None) for field in ("body", "orelse", "finalbody", "handlers")]
+    return child is not None and any(isinstance(b, list) and statement in b and child in b for b in blocks)
+
+
+def _a_host_copy(value: ast.AST) -> bool:
+    """`x.detach().cpu()`, `x.cpu().numpy()`, `x.tolist()`: a call chain that copies to the host."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        if value.func.attr in {"cpu", "numpy", "tolist", "item"}:
+            return True
+        value = value.func.value
+    return False
 
 
 def _made_on_host(expr: ast.AST) -> bool:

@@ -43,15 +43,18 @@ def flag_params(function: FunctionNode | ast.Lambda) -> set[str]:
         (params_of(function) & PYTHON_PARAM_NAMES)
 
 
+SWITCH_PREFIXES = ("use_", "return_", "output_", "do_", "enable_", "disable_", "with_")
 SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "bytes", "None", "Optional", "Union", "Literal",
                       "Path", "PurePath", "PathLike"}  # a file path is never a tensor
 
 
 def scalar_params(function: FunctionNode | ast.Lambda) -> set[str]:
-    """Parameters annotated as Python scalars (`mask_ratio: Optional[float]`, `train: bool`), or named for a
-    string or a tree path (`def decays(path):`): never tensors."""
+    """Parameters annotated as Python scalars (`mask_ratio: Optional[float]`, `train: bool`), named for a
+    string or a tree path (`def decays(path):`), or named as switches are (`use_cache`, `return_dict`,
+    `output_attentions`): never tensors."""
     arguments = function.args
     found = params_of(function) & PYTHON_PARAM_NAMES
+    found |= {name for name in params_of(function) if name.startswith(SWITCH_PREFIXES)}
     if isinstance(function, ast.Lambda):
         return found
     for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs:

@@ -260,8 +260,9 @@ class StepFinder(TorchXlaSteps):
             if isinstance(node, ast.Call):
                 for callee_module, callee in self.project.functions(node.func, module):
                     traced, guessed = _call_site_tensors(node, callee, values)
-                    if step.kind == "lazy" and self.ends_step(callee, callee_module):
-                        continue  # a step function of its own
+                    if step.kind == "lazy" and (self.ends_step(callee, callee_module) or
+                                                self._drives_steps(callee, callee_module)):
+                        continue  # a step function of its own, or one running step loops (an epoch's `train`)
                     yield Step(callee.name, step.kind, f"called by {step.name}", callee_module, callee,
                                frozenset(traced), frozenset(guessed), root=False, sure=step.sure)
             elif step.kind != "lazy" and isinstance(node, ast.Name | ast.Attribute) and \

@@ -20,7 +20,8 @@ from collections.abc import Container, Iterable, Iterator
 from tpuops.check.project import dotted, last_name
 
 # PyTorch/XLA's helper modules return Python values (ordinals, devices, rates) but for the collectives.
-XLA_HELPER_ROOTS = {"xm", "xla_model", "xr", "runtime", "pl", "xmp", "met", "xu", "xla_env_vars", "torch_xla"}
+XLA_HELPER_ROOTS = {"xm", "xla_model", "xr", "runtime", "pl", "xmp", "met", "xu", "xla_env_vars", "torch_xla",
+                    "test_utils", "debug_metrics"}
 XLA_TENSOR_CALLS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "send",
                     "recv", "compile"}
 # Framework calls that return Python values (or objects that are not tensors), not tensors.
