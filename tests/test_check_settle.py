@@ -13,7 +13,7 @@ from tpuops.check.findings import Finding
 from tpuops.check.lines import LineCounts
 from tpuops.check.lint import lint_tree
 from tpuops.check.run import LastTraceback
-from tpuops.check.settle import Anchor, as_guess, counted_line, ran_a_step, settle, settle_crash
+from tpuops.check.settle import Anchor, as_guess, counted_line, merge_host_reads, ran_a_step, settle, settle_crash
 
 ITEM = Finding("XLA003", "host-sync", "`.item()` of `loss`", "log it every N steps", "train.py", 12)
 # the loop's first statement, line 9, runs once per iteration
@@ -97,6 +97,23 @@ def test_findings_without_an_anchor_stay_as_they_are() -> None:
     run_level = Finding("XLA103", "host-read", "a read every step", "hint")
     settled = settle([run_level], [], {}, counts({}), steps_ran=20)
     assert settled.findings == (run_level,)
+
+
+def test_a_read_the_lint_and_the_run_both_see_is_reported_once() -> None:
+    """The run's XLA103 at the lint's XLA003 line: the lint's finding with the run's word (a note so seen becomes a
+    finding); a read elsewhere and the run's step-level XLA103 stay as they are."""
+    note = as_guess(replace(ITEM, line=30), "evaluate may not run every step")
+    run = [Finding("XLA103", "host-read", "reading a tensor's value", "hint", "train.py", 12),
+           Finding("XLA103", "host-read", "reading a tensor's value", "hint", "train.py", 30),
+           Finding("XLA103", "host-read", "reading a tensor's value", "hint", "train.py", 44),
+           Finding("XLA103", "host-read", "a read every step", "hint")]
+    other = replace(ITEM, line=50)
+    findings, notes, left = merge_host_reads([ITEM, other], [note], run)
+    assert [(f.line, f.details) for f in findings] == [
+        (12, ("the preflight run saw this read cut the XLA graph",)), (50, ()),
+        (30, ())]
+    assert findings[2].message == "`.item()` of `loss` (the preflight run saw this read cut the XLA graph)"
+    assert notes == [] and [f.line for f in left] == [44, None]
 
 
 def test_the_anchor_of_a_step_loop_and_of_a_function_step(tmp_path: Path) -> None:

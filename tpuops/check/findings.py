@@ -49,7 +49,7 @@ class RunRecord:
     counters: Mapping[str, int] | None = None  # the framework's own counters at the end (PyTorch/XLA, TensorFlow)
     lines_counted: bool = False  # the run counted the lines it ran, and saw a step the lint found run
     set_aside: int = 0  # lint findings it showed never or rarely ran (now notes)
-    confirmed: int = 0  # lint notes it made findings (run on most iterations or calls, or failed there)
+    confirmed: int = 0  # lint notes it made findings (run on most iterations or calls, failed there, or read there)
 
     @property
     def ignored_max_steps(self) -> bool:
@@ -63,7 +63,7 @@ class RunRecord:
                          f"TPUOPS_MAX_STEPS={self.steps}")
         if self.set_aside or self.confirmed:
             notes.append(f"the run settled lint findings: {self.set_aside} set aside as notes (never or rarely run), "
-                         f"{self.confirmed} note(s) made findings (run on most iterations, or failed there)")
+                         f"{self.confirmed} note(s) made findings (run on most iterations, failed or read there)")
         return notes
 
     @property

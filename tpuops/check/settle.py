@@ -202,3 +202,20 @@ def _as_finding(note: Finding, evidence: str) -> Finding:
     """A note the run confirmed: its message without the guess `as_guess` added, with the run's evidence."""
     return replace(note, message=f"{note.message.partition(GUESS_MARK)[0]} ({evidence})",
                    hint=note.hint.removesuffix(f"; {CONFIRM_BY_RUN}"))
+
+
+def merge_host_reads(findings: Sequence[Finding], notes: Sequence[Finding],
+                     run_findings: Sequence[Finding]) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """The run's XLA103 on a line where the lint has XLA003 is one hazard, said once: the lint's finding (a note
+    becomes one) with the run's word, not a second finding (findings, notes, run findings)."""
+    seen = {(f.file, f.line) for f in run_findings if f.rule == "XLA103" and f.file is not None}
+
+    def read_seen(finding: Finding) -> bool:
+        return finding.rule == "XLA003" and (finding.file, finding.line) in seen
+
+    merged = {(f.file, f.line) for f in [*findings, *notes] if read_seen(f)}
+    evidence = "the preflight run saw this read cut the XLA graph"
+    return ([replace(f, details=(*f.details, evidence)) if read_seen(f) else f for f in findings] +
+            [_as_finding(n, evidence) for n in notes if read_seen(n)],
+            [n for n in notes if not read_seen(n)],
+            [f for f in run_findings if not (f.rule == "XLA103" and (f.file, f.line) in merged)])

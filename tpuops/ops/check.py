@@ -15,7 +15,7 @@ from tpuops.check.findings import CheckReport, Finding, RunRecord
 from tpuops.check.lines import LineCounts, line_counting_env
 from tpuops.check.lint import LintResult, lint_tree
 from tpuops.check.run import LastTraceback, Outcome, prepare_workspace, run_trainer, trainer_environment
-from tpuops.check.settle import Settled, files_to_count, ran_a_step, settle, settle_crash
+from tpuops.check.settle import Settled, files_to_count, merge_host_reads, ran_a_step, settle, settle_crash
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops.specs import load_checked
 from tpuops.remote.base import LineHandler
@@ -56,6 +56,10 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
             findings, advice = list(settled.findings), list(settled.notes)
             record = replace(record, lines_counted=_finished(record), set_aside=settled.set_aside,
                              confirmed=settled.confirmed)
+        noted = len(advice)
+        findings, advice, run_findings = merge_host_reads(findings, advice, run_findings)
+        if len(advice) < noted:
+            record = replace(record, confirmed=record.confirmed + noted - len(advice))
         findings += run_findings
     return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored,
                        tuple(lint.steps_found), tuple(advice), lint.scope)
