@@ -1,7 +1,7 @@
 """Whether anything the trainer's command runs refers to a function or a class. A file rule's finding (a padding
 call, float16) inside a function that no code of the command's scope names, nor a class it builds, runs only if
 something reaches it by a name the source does not hold (a registry, `getattr`): a note the run may settle. (Asked
-only when the command is known: without one, any code may be called from outside.)"""
+only when the command names its scripts: without them, any code may be called from outside.)"""
 
 from __future__ import annotations
 

@@ -166,7 +166,7 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
     """Why the source alone cannot make sure of a finding (it is then a note the run may settle), or None."""
     if not scope.surely_runs(module.rel):
         return Guess("reach", f"no script of the command imports {module.rel} by a name the source holds")
-    owner = unreferenced_owner(node, module, referenced()) if step is None and scope.files is not None else None
+    owner = unreferenced_owner(node, module, referenced()) if step is None and scope.entries else None
     if owner is not None:
         return Guess("reach", f"no code the command runs names {owner}")
     if step is not None and not step.sure:

@@ -145,6 +145,9 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
                 yield node, f"`{name}` by a tensor of counts in {_where(step)}: its length is their sum, the data's"
         elif _masked(node, values):
             yield node, f"boolean-mask indexing in {_where(step)}: the result's shape depends on the data"
+        elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Subscript) and _sliced_by_data(node, step, values):
+            yield node, f"a slice bounded by a value read from a tensor in {_where(step)}: its shape follows the " \
+                        "data (a new graph for each new length)"
 
 
 def _repeats_by_data(call: ast.Call, method: bool, values: TensorValues) -> bool:
@@ -157,6 +160,36 @@ def _repeats_by_data(call: ast.Call, method: bool, values: TensorValues) -> bool
         positional = call.args[0:1] if method else call.args[1:2]
         repeats = positional[0] if positional else None
     return repeats is not None and values.evident.is_tensor(repeats)
+
+
+def _sliced_by_data(node: ast.Subscript, step: Step, values: TensorValues) -> bool:
+    """`embeds[i][:length]` with `length = lengths[i].item()`, `x[:, :n_tokens.max()]`: a slice whose bound is a
+    tensor's value (a fixed length, or bounds from shapes and settings, is one shape)."""
+    if not values.evident.is_tensor(node.value):
+        return False  # (a NumPy array or a list sliced on the host)
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    bounds = [b for p in parts if isinstance(p, ast.Slice) for b in (p.lower, p.upper) if b is not None]
+    return any(_read_from_a_tensor(b, step, values) for b in bounds)
+
+
+def _read_from_a_tensor(bound: ast.AST, step: Step, values: TensorValues) -> bool:
+    """`lengths[i]` (an element of a tensor), `lengths[i].item()`, `int(n)` of a tensor, or a name bound to one of
+    them above in the step's function."""
+    if isinstance(bound, ast.Subscript):
+        return values.evident.is_tensor(bound.value) and not isinstance(bound.slice, ast.Slice)
+    if isinstance(bound, ast.Call):
+        func = bound.func
+        return (isinstance(func, ast.Attribute) and func.attr == "item" and values.evident.is_tensor(func.value)) or \
+            (isinstance(func, ast.Name) and func.id == "int" and len(bound.args) == 1 and
+             values.evident.is_tensor(bound.args[0]))
+    if isinstance(bound, ast.BinOp):
+        return _read_from_a_tensor(bound.left, step, values) or _read_from_a_tensor(bound.right, step, values)
+    if not isinstance(bound, ast.Name) or step.module is None:
+        return False
+    module = step.module
+    bound_to = [a for a in module.assigns_to(bound.id, module.enclosing_function(bound)) if a.lineno < bound.lineno]
+    return bool(bound_to) and isinstance(bound_to[-1].value, ast.Call | ast.Subscript) and \
+        _read_from_a_tensor(bound_to[-1].value, step, values)
 
 
 def _masked(node: ast.AST, values: TensorValues) -> bool:
