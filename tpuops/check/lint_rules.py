@@ -61,6 +61,7 @@ TORCH_FACTORIES = {"randint", "rand", "randn", "randperm", "tensor", "zeros", "o
 REPORTING_CALLS = {"print", "master_print", "info", "debug", "warning", "error", "log", "write", "set_postfix",
                    "set_description", "add_scalar", "add_scalars", "log_metrics", "log_dict"}
 MATH_ROOTS = {"math", "np", "numpy", "jnp", "torch", "tf"}
+RANDOM_MODULES = ("random.", "np.random.", "numpy.random.", "rng.", "rs.")  # Python's and NumPy's, not torch's
 
 
 # ------------------------------------------------------------------------------------------- step rules
@@ -146,8 +147,8 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
         elif _masked(node, values):
             yield node, f"boolean-mask indexing in {_where(step)}: the result's shape depends on the data"
         elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Subscript) and _sliced_by_data(node, step, values):
-            yield node, f"a slice bounded by a value read from a tensor in {_where(step)}: its shape follows the " \
-                        "data (a new graph for each new length)"
+            yield node, f"a slice bounded by a value read from a tensor (or drawn at random) in {_where(step)}: " \
+                        "a new graph for each new bound"
 
 
 def _repeats_by_data(call: ast.Call, method: bool, values: TensorValues) -> bool:
@@ -163,8 +164,9 @@ def _repeats_by_data(call: ast.Call, method: bool, values: TensorValues) -> bool
 
 
 def _sliced_by_data(node: ast.Subscript, step: Step, values: TensorValues) -> bool:
-    """`embeds[i][:length]` with `length = lengths[i].item()`, `x[:, :n_tokens.max()]`: a slice whose bound is a
-    tensor's value (a fixed length, or bounds from shapes and settings, is one shape)."""
+    """`embeds[i][:length]` with `length = lengths[i].item()`, `mels[:, start:start + n]` with a random start: a
+    slice whose bounds change from step to step (a fixed length, or bounds from shapes and settings, is one
+    shape)."""
     if not values.evident.is_tensor(node.value):
         return False  # (a NumPy array or a list sliced on the host)
     parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
@@ -173,10 +175,13 @@ def _sliced_by_data(node: ast.Subscript, step: Step, values: TensorValues) -> bo
 
 
 def _read_from_a_tensor(bound: ast.AST, step: Step, values: TensorValues) -> bool:
-    """`lengths[i]` (an element of a tensor), `lengths[i].item()`, `int(n)` of a tensor, or a name bound to one of
+    """`lengths[i]` (an element of a tensor), `lengths[i].item()`, `int(n)` of a tensor, a random number
+    (`np.random.randint(0, n - width)`: PyTorch/XLA bakes slice bounds into the graph), or a name bound to one of
     them above in the step's function."""
     if isinstance(bound, ast.Subscript):
         return values.evident.is_tensor(bound.value) and not isinstance(bound.slice, ast.Slice)
+    if isinstance(bound, ast.Call) and dotted(bound.func).startswith(RANDOM_MODULES):
+        return True
     if isinstance(bound, ast.Call):
         func = bound.func
         return (isinstance(func, ast.Attribute) and func.attr == "item" and values.evident.is_tensor(func.value)) or \

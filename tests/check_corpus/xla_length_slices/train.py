@@ -1,4 +1,6 @@
 """A PyTorch/XLA model that splices answers into prompts at each example's own length."""
+import random
+
 import torch
 import torch.nn.functional as F
 import torch_xla.core.xla_model as xm
@@ -32,6 +34,15 @@ def train(model, loader, optimizer):
         loss = F.cross_entropy(logits.flatten(0, 1), labels[:, -WINDOW:].flatten())
         loss.backward()
         xm.optimizer_step(optimizer)
+        crops(logits.detach())
+
+
+def crops(features, width: int = 8):
+    picked = []
+    for row in range(features.shape[0]):
+        start = random.randint(0, features.shape[1] - width)
+        picked.append(features[row, start:start + width])
+    return torch.stack(picked)
 
 
 def main():
