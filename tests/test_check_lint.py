@@ -245,6 +245,14 @@ CASES = [
         def setup_gpu():  # named for the GPU: where it runs
             tf.keras.mixed_precision.set_global_policy("mixed_float16")
         """),
+    ("XLA005", """
+        import lightning
+        trainer = lightning.Trainer(accelerator="tpu", devices=8, precision="16-mixed")
+        """, """
+        import lightning
+        trainer = lightning.Trainer(accelerator="tpu", devices=8, precision="bf16-true")
+        old_style = lightning.Trainer(accelerator="tpu", devices=8, precision=16)  # Lightning 1: bfloat16 on TPUs
+        """),
 ]
 
 

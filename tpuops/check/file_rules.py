@@ -22,6 +22,8 @@ DTYPE_KEYWORDS = {"dtype", "torch_dtype", "param_dtype", "compute_dtype", "polic
 DTYPE_SETTERS = {"to", "astype", "type", "autocast", "set_global_policy", "Policy", "set_policy",
                  "set_default_dtype", "set_dtype_policy", "DTypePolicy"}
 FP16_FLAGS = {"fp16", "half_precision", "use_fp16"}
+# Lightning 2's precision strings for float16 (the integer 16 of Lightning 1 meant bfloat16 on a TPU)
+LIGHTNING_FP16 = {"16", "16-mixed", "16-true"}
 NODE_HOST_CALLS = {"to_tf_dataset", "prepare_tf_dataset", "from_generator", "numpy_function", "py_function"}
 EXPORT_CALLS = {"save_pretrained", "save", "save_file", "push_to_hub", "save_model"}
 TRAINING_CALLS = {"backward", "apply_gradients", "value_and_grad", "grad", "optimizer_step", "fit", "minimize",
@@ -186,6 +188,9 @@ def _fp16_call(node: ast.Call, module: Module, settings: Settings) -> Hit | None
             shown = _shown(keyword.value) if isinstance(keyword.value, ast.Attribute) else \
                 f"{keyword.arg}={_shown(keyword.value)}"
             return keyword.value, f"{shown}: TPUs compute in bfloat16"
+        if keyword.arg == "precision" and isinstance(keyword.value, ast.Constant) and \
+                isinstance(keyword.value.value, str) and keyword.value.value in LIGHTNING_FP16:
+            return keyword.value, f"precision={keyword.value.value!r} computes in float16: TPUs compute in bfloat16"
         if keyword.arg in FP16_FLAGS and any(v is True for v in settings.values(keyword.value, module)):
             return node, f"{keyword.arg}={ast.unparse(keyword.value)}: TPUs compute in bfloat16 (bf16=True)"
     if last_name(func) in DTYPE_SETTERS:
