@@ -61,6 +61,7 @@ TORCH_FACTORIES = {"randint", "rand", "randn", "randperm", "tensor", "zeros", "o
 REPORTING_CALLS = {"print", "master_print", "info", "debug", "warning", "error", "log", "write", "set_postfix",
                    "set_description", "add_scalar", "add_scalars", "log_metrics", "log_dict"}
 MATH_ROOTS = {"math", "np", "numpy", "jnp", "torch", "tf"}
+TOKEN_DECODERS = {"decode", "batch_decode"}  # a tokenizer's: it turns the ids into a Python list first
 RANDOM_MODULES = ("random.", "np.random.", "numpy.random.", "rng.", "rs.")  # Python's and NumPy's, not torch's
 
 
@@ -241,6 +242,9 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
             last_name(func) not in step.module.defs and any(values.is_tensor(a) for a in node.args):
         # (a library's helper: one of this module's own is read as part of the step, its `.numpy()` found there)
         yield node, f"`{last_name(func)}` of a tensor in {_where(step)} copies it to the host {every}"
+    elif step.kind in {"lazy", "torch"} and last_name(func) in TOKEN_DECODERS and _a_tokenizer(func) and \
+            node.args and evident.is_tensor(node.args[0]) and not _copied_before(node.args[0], step):
+        yield node, f"`{last_name(func)}` of a device tensor in {_where(step)} reads its token ids {every}"
     elif isinstance(func, ast.Name) and func.id in {"format", "str", "repr"} and node.args and \
             evident.is_tensor(node.args[0]):
         yield node, f"`{func.id}()` of a tensor in {_where(step)} reads its value {every}"
@@ -252,6 +256,12 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
                                                        for a in [*node.args, *(k.value for k in node.keywords)]):
         # (a traced JAX/TF function prints a placeholder once, while it is traced: no cost per step)
         yield node, f"`{last_name(func)}` of a tensor in {_where(step)} reads the tensor {every}"
+
+
+def _a_tokenizer(func: ast.AST) -> bool:
+    """`tokenizer.decode`, `self.processor.batch_decode`: not an autoencoder's `decode` of latents."""
+    receiver = dotted(func.value).lower() if isinstance(func, ast.Attribute) else ""
+    return any(word in receiver for word in ("tokenizer", "processor", "tok"))
 
 
 def _formatted(expr: ast.AST) -> bool:

@@ -33,10 +33,8 @@ def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.A
         yield node
         if isinstance(node, ast.If):
             test = _named_test(node.test, module)
-            if (lazy and (_every_n_steps(test) or _once(test) or _first_time(node) or _leaves(node, step.node) or
-                          _on_a_bad_value(test))) or \
-                    _tpu_skips(test) or (settings is not None and module is not None and
-                                           switched_off(node.test, module, settings)):
+            if (lazy and _not_every_step(node, test, step.node, module)) or _tpu_skips(test) or \
+                    (settings is not None and module is not None and switched_off(node.test, module, settings)):
                 stack.extend(reversed(node.orelse))
                 stack.append(node.test)
                 continue
@@ -47,6 +45,12 @@ def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.A
         if lazy and isinstance(node, ast.Call) and last_name(node.func) == "add_step_closure":
             continue
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _not_every_step(branch: ast.If, test: ast.AST, step: ast.AST, module: Module | None) -> bool:
+    """A body a PyTorch/XLA step runs on some steps only: every N, once, or when training went wrong."""
+    return _every_n_steps(test, module) or _once(test) or _first_time(branch) or _leaves(branch, step) or \
+        _on_a_bad_value(test)
 
 
 def switched_off(test: ast.AST, module: Module, settings: Settings) -> bool:
@@ -76,12 +80,12 @@ def _named_test(test: ast.AST, module: Module | None) -> ast.AST:
     return bound[-1].value if bound else test
 
 
-def _every_n_steps(test: ast.AST) -> bool:
+def _every_n_steps(test: ast.AST, module: Module | None = None) -> bool:
     """`step % log_every == 0`, `not step % log_every`, `len(pending_logs) >= log_interval`; not `(i + 1) %
     accumulation_steps == 0`, which is every optimizer step, nor `if step % 100:` (or `!= 0`), which is true on
-    all the other steps."""
+    all the other steps, nor `step % LOG_EVERY == 0` with the module's `LOG_EVERY = 1`."""
     inverted = set(map(id, _truth_of_remainders(test)))
-    return any(_schedule_mod(n) and id(n) not in inverted for n in ast.walk(test)) or \
+    return any(_schedule_mod(n) and id(n) not in inverted and not _by_one(n, module) for n in ast.walk(test)) or \
         any(isinstance(n, ast.Compare) and isinstance(n.left, ast.Call) and last_name(n.left.func) == "len" and
             isinstance(n.ops[0], ast.GtE | ast.Gt) for n in ast.walk(test))
 
@@ -100,6 +104,17 @@ def _truth_of_remainders(test: ast.AST) -> Iterator[ast.AST]:
 def _schedule_mod(node: ast.AST) -> bool:
     return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and not isinstance(node.left, ast.Constant) \
         and "accum" not in dotted(node.right).lower()
+
+
+def _by_one(remainder: ast.BinOp, module: Module | None) -> bool:
+    """`x % 1` or `x % N` where the module sets `N = 1` once at its top level: true on every step."""
+    divisor = remainder.right
+    if isinstance(divisor, ast.Constant):
+        return divisor.value == 1
+    if not isinstance(divisor, ast.Name) or module is None:
+        return False
+    bound = module.assigns_to(divisor.id, None)
+    return len(bound) == 1 and isinstance(bound[0].value, ast.Constant) and bound[0].value.value == 1
 
 
 def _leaves(branch: ast.If, step: ast.AST) -> bool:
