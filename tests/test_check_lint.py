@@ -245,6 +245,18 @@ CASES = [
         def setup_gpu():  # named for the GPU: where it runs
             tf.keras.mixed_precision.set_global_policy("mixed_float16")
         """),
+    ("XLA004", """
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained("bert-base-uncased")
+        def collate(texts):
+            return tokenizer(texts, padding=True, return_tensors="pt")
+        """, """
+        import keras
+        def conv_block(x, filters, padding=False):
+            return keras.layers.Conv2D(filters, 3, padding="same" if padding else "valid")(x)
+        def backbone(x):
+            return conv_block(x, 64, padding=True)  # a feature map's padding, not a batch's
+        """),
     ("XLA005", """
         import lightning
         trainer = lightning.Trainer(accelerator="tpu", devices=8, precision="16-mixed")

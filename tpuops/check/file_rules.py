@@ -22,6 +22,7 @@ DTYPE_KEYWORDS = {"dtype", "torch_dtype", "param_dtype", "compute_dtype", "polic
 DTYPE_SETTERS = {"to", "astype", "type", "autocast", "set_global_policy", "Policy", "set_policy",
                  "set_default_dtype", "set_dtype_policy", "DTypePolicy"}
 FP16_FLAGS = {"fp16", "half_precision", "use_fp16"}
+SPATIAL_WORDS = ("conv", "pool", "block", "layer", "resnet", "unet")  # callees whose `padding` pads feature maps
 # Lightning 2's precision strings for float16 (the integer 16 of Lightning 1 meant bfloat16 on a TPU)
 LIGHTNING_FP16 = {"16", "16-mixed", "16-true"}
 NODE_HOST_CALLS = {"to_tf_dataset", "prepare_tf_dataset", "from_generator", "numpy_function", "py_function"}
@@ -37,7 +38,7 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
         padding = _keyword(node, "padding")
         values = settings.values(padding, module) if padding is not None else frozenset()
         if any(v is True or v == "longest" for v in values) and not _fixed_data(module) and \
-                not _aborts(node, module) and \
+                not _spatial_padding(node) and not _aborts(node, module) and \
                 not _padded_again(node, module) and \
                 not _runs_once(node, module) and not _bucketed(node, module, settings) and \
                 not _fixed_features(node, module):  # module-level code outside any loop pads one batch: one shape
@@ -60,6 +61,12 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
                 in_collate_function(node, module, settings.collators) and not fixes_the_length(node):
             yield node, f"{last_name(node.func)}() pads the batch's examples to the longest of them: a new length " \
                         "per batch"
+
+
+def _spatial_padding(call: ast.Call) -> bool:
+    """`conv_block(x, 64, padding=True)`, `pool_block(..., padding=True)`: a network block's "same" padding of its
+    feature maps, not a batch padded to its longest example."""
+    return any(word in last_name(call.func).lower() for word in SPATIAL_WORDS)
 
 
 def _aborts(node: ast.AST, module: Module) -> bool:
