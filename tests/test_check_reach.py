@@ -20,6 +20,9 @@ def train(model, loader, optimizer):
         loss.backward()
         xm.optimizer_step(optimizer)
         print(loss.item())
+
+
+train(model, loader, optimizer)
 """
 
 
@@ -228,5 +231,29 @@ def test_padding_in_a_function_nothing_the_command_runs_names_is_a_note(tmp_path
     result = lint_tree(tmp_path, commands=["python train.py"])
     assert [(f.file, f.line) for f in result.findings] == [("text.py", 2)]
     assert [(n.file, n.line) for n in result.advice] == [("text.py", 6)]
-    assert result.advice[0].message.endswith("(a guess: no code the command runs names encode_for_demo)")
+    assert result.advice[0].message.endswith("(a guess: no code the command runs names encode_for_demo (a config "
+                                             "or a registry may build it))")
     assert [(f.file, f.line) for f in lint_tree(tmp_path).findings] == [("text.py", 2), ("text.py", 6)]
+
+
+def test_a_step_in_a_class_only_a_config_or_a_registry_names_is_a_note(tmp_path: Path) -> None:
+    """Hydra's `_target_: losses.FocalLoss` in a YAML file, `@registry.register_loss("focal")`: the source does
+    not say which of the loss classes runs, so what the lint finds in the ones it never names is a note; the loss
+    the trainer builds by name keeps its finding. A script whose own code calls none of its functions is driven
+    from outside (a notebook): all of them count."""
+    loss = ("import torch\n\n\nclass {name}(torch.nn.Module):\n    def forward(self, logits, target):\n"
+            "        if target.sum() > 0:\n            return logits.mean()\n        return logits.sum()\n")
+    write(tmp_path, {
+        "train.py": "import torch_xla.core.xla_model as xm\nfrom losses import PlainLoss\n\n\n"
+                    "def run(model, loader, optimizer):\n    criterion = PlainLoss()\n    for x, y in loader:\n"
+                    "        criterion(model(x), y).backward()\n        xm.optimizer_step(optimizer)\n\n\n"
+                    "if __name__ == '__main__':\n    run(model, loader, optimizer)\n",
+        "losses.py": loss.format(name="PlainLoss") + "\n\n" + loss.format(name="FocalLoss").split("\n", 2)[2],
+        "library.py": "import torch_xla.core.xla_model as xm\n\n\ndef fit(model, loader, optimizer):\n"
+                      "    for x in loader:\n        model(x).sum().backward()\n        xm.optimizer_step(optimizer)\n"
+                      "        print(model(x).sum().item())\n",
+    })
+    result = lint_tree(tmp_path, commands=["python train.py", "python library.py"])
+    assert [(f.file, f.line) for f in result.findings] == [("library.py", 8), ("losses.py", 6)]
+    assert [(n.file, n.line) for n in result.advice] == [("losses.py", 14)]
+    assert "no code the command runs names FocalLoss" in result.advice[0].message

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path, PurePosixPath
 
-from tpuops.check.callers import referenced_names, unreferenced_owner
+from tpuops.check.callers import reached_names, unreached_owner
 from tpuops.check.file_rules import FILE_RULES
 from tpuops.check.findings import Finding
 from tpuops.check.host_loops import host_loop_notes
@@ -137,7 +137,7 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
     found = _Found({}, {}, {}, 0)
     ignored: set[Key] = set()
     off = {id(module) for module in finder.project.modules if off_the_tpu(module, scope)}  # once per file
-    referenced = cache(lambda: referenced_names(finder.project))
+    reached = cache(lambda: reached_names(finder.project, scope.entries))
     for rule, module, node, message, step in _hits(finder, steps, legacy_node):
         if id(module) in off:
             continue
@@ -146,12 +146,12 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
         if rule.id in _ignored_rules(module, line):
             ignored.add(key)
         elif key not in found.findings:
-            guess = _guess(rule.id, node, module, step, scope, referenced)
+            guess = _guess(rule.id, node, module, step, scope, reached)
             found.findings[key] = Finding(rule.id, rule.name, message, rule.hint, module.rel, line)
             found.anchors[key] = _anchor(module, node, step, guess)
             if guess:
                 found.guesses[key] = guess.why
-        elif key in found.guesses and not _guess(rule.id, node, module, step, scope, referenced):
+        elif key in found.guesses and not _guess(rule.id, node, module, step, scope, reached):
             del found.guesses[key]
             found.anchors[key] = _anchor(module, node, step, None)
     for file, rule, line in list(found.findings):  # padding inside a step: the step's dynamic shape says it, once
@@ -162,13 +162,13 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
 
 
 def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: CommandScope,
-           referenced: Callable[[], frozenset[str]]) -> Guess | None:
+           reached: Callable[[], frozenset[str]]) -> Guess | None:
     """Why the source alone cannot make sure of a finding (it is then a note the run may settle), or None."""
     if not scope.surely_runs(module.rel):
         return Guess("reach", f"no script of the command imports {module.rel} by a name the source holds")
-    owner = unreferenced_owner(node, module, referenced()) if step is None and scope.entries else None
+    owner = unreached_owner(node, module, reached()) if scope.entries else None
     if owner is not None:
-        return Guess("reach", f"no code the command runs names {owner}")
+        return Guess("reach", f"no code the command runs names {owner} (a config or a registry may build it)")
     if step is not None and not step.sure:
         return Guess("step", f"{step.name} may not run every step")
     if step is not None and step.kind == "jax" and _fails_tracing(rule, node):
