@@ -267,7 +267,7 @@ class StepFinder(TorchXlaSteps):
                                frozenset(traced), frozenset(guessed), root=False, sure=step.sure)
             elif step.kind != "lazy" and isinstance(node, ast.Name | ast.Attribute) and \
                     isinstance(getattr(node, "ctx", None), ast.Load) and not _is_called(node, module) and \
-                    not _host_callback(node, module):
+                    not _handed_to_a_host_callback(node, module):
                 partial = is_partial_of(node, module.parent(node))
                 for callee_module, callee in self.project.functions(node, module):  # jax.grad(loss_fn), scan(body)
                     traced = params_of(callee) - {"self", "cls"} - flag_params(callee) if partial is None else \
@@ -287,7 +287,7 @@ def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValue
     return traced, {name for name, value in passed if values.is_tensor(value)} - traced - scalars
 
 
-def _host_callback(node: ast.AST, module: Module) -> bool:
+def _handed_to_a_host_callback(node: ast.AST, module: Module) -> bool:
     """`io_callback(report, ...)`, `jax.debug.callback(log, x)`: the function runs in Python on the host, given
     concrete values; it is not traced into the step."""
     parent = module.parent(node)
