@@ -458,3 +458,29 @@ def test_a_parameter_annotated_as_a_path_is_never_a_tensor() -> None:
             keep(loss, loss)
         """)
     assert rules_in(source) == []
+
+
+def test_what_a_helper_returns_from_item_sums_is_a_python_number() -> None:
+    """`total += loss.item()`, `seen += y.size(0)`, `return total / seen, ...`: the helper's reads are its own
+    (line 9, in its loop over batches); formatting what it returns, once per epoch, reads nothing more (line 24)."""
+    source = TORCH_HEAD + """
+        def evaluate(model, device, loader):
+            total = 0
+            seen = 0
+            for x, y in loader:
+                total += model(x, y).item()
+                seen += y.size(0)
+            xm.mark_step()
+            total /= seen
+            accuracy = 100.0 * total / seen
+            return total, accuracy
+
+        def train(model, device, loader, optimizer, epochs):
+            for epoch in range(epochs):
+                for x, y in loader:
+                    model(x, y).backward()
+                    xm.optimizer_step(optimizer)
+                mean, share = evaluate(model, device, loader)
+                print(f"epoch {epoch}: eval {mean:.4f} {share:.1f}%")
+        """
+    assert rules_in(source) == [("XLA003", 9)]

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from tpuops.check.project import (
     FunctionNode,
@@ -24,7 +24,7 @@ from tpuops.check.project import (
     params_of,
     positional_params,
 )
-from tpuops.check.tensors import HOST_COPY_HELPERS
+from tpuops.check.tensors import HOST_COPY_HELPERS, PYTHON_METHODS
 from tpuops.check.wrappers import is_false
 
 PYTHON_RESULT_CALLS = {"len", "isinstance", "issubclass", "hasattr", "callable", "set", "frozenset", "str", "repr",
@@ -138,7 +138,7 @@ def _returns_python(function: FunctionNode) -> bool:
     returns = [n for n in own_nodes(function) if isinstance(n, ast.Return)]
     if not returns or any(r.value is None for r in returns):
         return False
-    local = _single_bindings(function)
+    local = _bindings(function)
     return all(_python(r.value, local) for r in returns if r.value is not None)
 
 
@@ -152,40 +152,60 @@ def own_nodes(function: FunctionNode) -> Iterable[ast.AST]:
             stack.extend(ast.iter_child_nodes(node))
 
 
-def _single_bindings(function: FunctionNode) -> dict[str, ast.AST]:
-    """Names assigned exactly once in the function, with their value."""
-    seen: dict[str, list[ast.AST]] = {}
+def _bindings(function: FunctionNode) -> dict[str, list[ast.AST]]:
+    """What each name of the function is bound to: `total = 0.0` and `total += loss.item()` both count (a name a
+    loop binds is bound to the loop, which is no Python value to go by)."""
+    bound: dict[str, list[ast.AST]] = {}
     for node in own_nodes(function):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            seen.setdefault(node.targets[0].id, []).append(node.value)
-        elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.For) and isinstance(node.target, ast.Name):
-            seen.setdefault(node.target.id, []).extend([node, node])  # rebound: not a single binding
-    return {name: values[0] for name, values in seen.items() if len(values) == 1}
+            bound.setdefault(node.targets[0].id, []).append(node.value)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign) and isinstance(node.target, ast.Name):
+            bound.setdefault(node.target.id, []).append(node.value if node.value is not None else node)
+        elif isinstance(node, ast.For | ast.AsyncFor | ast.With | ast.AsyncWith | ast.Assign):
+            for target in _targets(node):
+                bound.setdefault(target, []).append(node)
+    return bound
 
 
-def _python(expr: ast.AST, local: dict[str, ast.AST], depth: int = 0) -> bool:  # noqa: C901  one case per kind
+def _targets(node: ast.For | ast.AsyncFor | ast.With | ast.AsyncWith | ast.Assign) -> Iterator[str]:
+    """The names a loop, a `with ... as` or an unpacking assignment binds."""
+    if isinstance(node, ast.For | ast.AsyncFor):
+        roots: list[ast.AST] = [node.target]
+    elif isinstance(node, ast.Assign):
+        roots = list(node.targets)
+    else:
+        roots = [item.optional_vars for item in node.items if item.optional_vars is not None]
+    for root in roots:
+        yield from (n.id for n in ast.walk(root) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+
+
+def _python(expr: ast.AST, local: dict[str, list[ast.AST]], depth: int = 0,  # noqa: C901  one case per kind
+            visiting: frozenset[str] = frozenset()) -> bool:
     if depth > 8:
         return False
     if isinstance(expr, ast.Constant | ast.JoinedStr):
         return True
-    if isinstance(expr, ast.Name):
-        return expr.id in local and _python(local[expr.id], local, depth + 1)
+    if isinstance(expr, ast.Name):  # (a name met again while deciding it, `total = total + x`, adds nothing)
+        return expr.id in visiting or (expr.id in local and all(
+            _python(v, local, depth + 1, visiting | {expr.id}) for v in local[expr.id]))
+    if isinstance(expr, ast.BinOp):
+        return _python(expr.left, local, depth + 1, visiting) and _python(expr.right, local, depth + 1, visiting)
     if isinstance(expr, ast.Attribute):
         return expr.attr in PYTHON_RESULT_ATTRIBUTES
     if isinstance(expr, ast.Call):  # (`xm.mesh_reduce(...)`, `loss.item()`: copied to the host)
         return (isinstance(expr.func, ast.Name) and expr.func.id in PYTHON_RESULT_CALLS) or \
             last_name(expr.func) in HOST_COPY_HELPERS or \
-            (isinstance(expr.func, ast.Attribute) and expr.func.attr in {"item", "tolist"} and not expr.args)
+            (isinstance(expr.func, ast.Attribute) and expr.func.attr in PYTHON_METHODS)  # .item(), .size(0)
     if isinstance(expr, ast.Tuple):
-        return bool(expr.elts) and all(_python(e, local, depth + 1) for e in expr.elts)
+        return bool(expr.elts) and all(_python(e, local, depth + 1, visiting) for e in expr.elts)
     if isinstance(expr, ast.Compare):
         if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
             return True
-        return all(_python(e, local, depth + 1) for e in [expr.left, *expr.comparators])
+        return all(_python(e, local, depth + 1, visiting) for e in [expr.left, *expr.comparators])
     if isinstance(expr, ast.BoolOp):
-        return all(_python(v, local, depth + 1) for v in expr.values)
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
-        return _python(expr.operand, local, depth + 1)
+        return all(_python(v, local, depth + 1, visiting) for v in expr.values)
+    if isinstance(expr, ast.UnaryOp):
+        return _python(expr.operand, local, depth + 1, visiting)
     if isinstance(expr, ast.Subscript):
         return isinstance(expr.value, ast.Attribute) and expr.value.attr == "shape"
     return False
