@@ -17,7 +17,7 @@ from tpuops.cloud.gcp.deadline import ApiDeadline
 from tpuops.errors import UnreachableError
 
 LINE = re.compile(r"^tpuops: error: cannot reach the Google Cloud (tpu|compute|storage) API at 127\.0\.0\.1:\d+ "
-                  r"for 2s \(.+: (connection refused|timed out: no answer)\) \(hint: check the network connection "
+                  r"for \d+s \(.+: (connection refused|timed out: no answer)\) \(hint: check the network connection "
                   r"\(DNS, proxy, VPN\) or the CLOUDSDK_API_ENDPOINT_OVERRIDES_\* endpoints; "
                   r"TPUOPS_API_DEADLINE=SECONDS waits longer\)$")
 
@@ -34,11 +34,11 @@ def blackhole() -> Iterator[int]:
         sock.close()
 
 
-def env_for(port: int, home: Path) -> dict[str, str]:
+def env_for(port: int, home: Path, deadline: int = 2) -> dict[str, str]:
     where = f"http://127.0.0.1:{port}"
     return {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": where, "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": where,
             "STORAGE_EMULATOR_HOST": where, "TPUOPS_TPU_V1_GRPC_ENDPOINT": f"127.0.0.1:{port}",
-            "GOOGLE_CLOUD_PROJECT": "p", "TPUOPS_API_DEADLINE": "2", "TPUOPS_HOME": str(home)}
+            "GOOGLE_CLOUD_PROJECT": "p", "TPUOPS_API_DEADLINE": str(deadline), "TPUOPS_HOME": str(home)}
 
 
 COMMANDS = {
@@ -64,10 +64,13 @@ def test_an_endpoint_that_does_not_answer_fails_every_command_in_one_line(
         tpu: {type: v3-8, runtime: tpu-vm-tf-2.16.1-pjrt}
         """)
     args = [arg.format(spec=spec) for arg in COMMANDS[command]]
-    result = run_cli(*args, env=env_for(port, tmp_path / "home"), timeout=90)  # unguarded: minutes, or for good
+    # gRPC tries a refusing endpoint again until the deadline and says why it last failed: 6 s leave a loaded
+    # machine time to see a refusal before the end (2 s once ran out first); a silent socket is waited for 2 s.
+    deadline = 6 if kind == "refused" else 2
+    result = run_cli(*args, env=env_for(port, tmp_path / "home", deadline), timeout=90)  # unguarded: for good
     assert result.returncode == 1, result.stderr
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and LINE.match(lines[0]), result.stderr
+    assert len(lines) == 1 and LINE.match(lines[0]) and f" for {deadline}s (" in lines[0], result.stderr
     assert ("connection refused" in lines[0]) == (kind == "refused")
 
 
