@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 COUNTER_DIR = Path(__file__).resolve().parent / "line_counter"
@@ -49,7 +50,11 @@ class LineCounts:
 
     def ran_file(self, file: str) -> bool:
         """Some line of `file` ran (it was imported, at least)."""
-        return any(counted == file for counted, _ in self.counts)
+        return file in self._files
+
+    @cached_property
+    def _files(self) -> frozenset[str]:
+        return frozenset(file for file, _ in self.counts)
 
     @classmethod
     def read(cls, out_dir: Path) -> LineCounts:

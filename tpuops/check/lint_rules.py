@@ -10,7 +10,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tpuops.check.project import Module, dotted, last_name, params_of
+from tpuops.check.project import dotted, last_name, params_of
 from tpuops.check.steps import Hit, Step
 from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues
 from tpuops.check.wrappers import host_callback
@@ -192,10 +192,9 @@ def _read_from_a_tensor(bound: ast.AST, step: Step, values: TensorValues) -> boo
         return _read_from_a_tensor(bound.left, step, values) or _read_from_a_tensor(bound.right, step, values)
     if not isinstance(bound, ast.Name) or step.module is None:
         return False
-    module = step.module
-    bound_to = [a for a in module.assigns_to(bound.id, module.enclosing_function(bound)) if a.lineno < bound.lineno]
-    return bool(bound_to) and isinstance(bound_to[-1].value, ast.Call | ast.Subscript) and \
-        _read_from_a_tensor(bound_to[-1].value, step, values)
+    bound_to = step.module.bound_above(bound)
+    return bound_to is not None and isinstance(bound_to.value, ast.Call | ast.Subscript) and \
+        _read_from_a_tensor(bound_to.value, step, values)
 
 
 def _masked(node: ast.AST, values: TensorValues) -> bool:
@@ -298,18 +297,8 @@ def _copied_before(expr: ast.AST, step: Step) -> bool:
         expr = expr.value if not isinstance(expr, ast.Call) else expr.func
     if not isinstance(expr, ast.Name) or step.module is None:
         return False
-    module = step.module
-    before = [a for a in module.assigns_to(expr.id, module.enclosing_function(expr))
-              if a.lineno < expr.lineno and _same_block_above(a, expr, module)]
-    return bool(before) and _a_host_copy(before[-1].value)
-
-
-def _same_block_above(statement: ast.stmt, expr: ast.AST, module: Module) -> bool:
-    """`statement` sits in a block that holds `expr` (not in the other branch of an `if`)."""
-    parent = module.parent(statement)
-    child = next((n for n in (expr, *module.ancestors(expr)) if module.parent(n) is parent), None)
-    blocks = [getattr(parent, field, None) for field in ("body", "orelse", "finalbody", "handlers")]
-    return child is not None and any(isinstance(b, list) and statement in b and child in b for b in blocks)
+    bound = step.module.bound_above(expr)
+    return bound is not None and _a_host_copy(bound.value)
 
 
 def _a_host_copy(value: ast.AST) -> bool:

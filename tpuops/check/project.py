@@ -91,6 +91,19 @@ class Module:
                     self._assigned.setdefault((owner, target), []).append(node)
         return self._assigned.get((id(scope), name), [])
 
+    def bound_above(self, name: ast.Name) -> ast.Assign | None:
+        """The last assignment to `name` above it in its function, in a block that holds it (not in the other
+        branch of an `if`): what the name holds where it is read, as far as straight-line code tells."""
+        above = [a for a in self.assigns_to(name.id, self.enclosing_function(name))
+                 if a.lineno < name.lineno and self._holds(a, name)]
+        return above[-1] if above else None
+
+    def _holds(self, statement: ast.stmt, node: ast.AST) -> bool:
+        parent = self.parent(statement)
+        child = next((n for n in (node, *self.ancestors(node)) if self.parent(n) is parent), None)
+        blocks = [getattr(parent, field, None) for field in ("body", "orelse", "finalbody", "handlers")]
+        return child is not None and any(isinstance(b, list) and statement in b and child in b for b in blocks)
+
     @classmethod
     def of(cls, rel: str, tree: ast.Module, source: str) -> Module:
         """One pass over the tree (after parsing, the lint's main cost on a large code directory). For each call

@@ -76,8 +76,8 @@ def _named_test(test: ast.AST, module: Module | None) -> ast.AST:
     """`if should_log_step:` reads as the expression the name was last bound to before it."""
     if not isinstance(test, ast.Name) or module is None:
         return test
-    bound = [n for n in module.assigns_to(test.id, module.enclosing_function(test)) if n.lineno <= test.lineno]
-    return bound[-1].value if bound else test
+    bound = module.bound_above(test)
+    return bound.value if bound is not None else test
 
 
 def _every_n_steps(test: ast.AST, module: Module | None = None) -> bool:
