@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from tpuops.check.lint import lint_module, lint_tree
+from tpuops.check.project import Module, Project
+from tpuops.check.pyvalues import python_valued_functions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -461,26 +463,25 @@ def test_a_parameter_annotated_as_a_path_is_never_a_tensor() -> None:
 
 
 def test_what_a_helper_returns_from_item_sums_is_a_python_number() -> None:
-    """`total += loss.item()`, `seen += y.size(0)`, `return total / seen, ...`: the helper's reads are its own
-    (line 9, in its loop over batches); formatting what it returns, once per epoch, reads nothing more (line 24)."""
-    source = TORCH_HEAD + """
-        def evaluate(model, device, loader):
+    """`total = 0`, `total += loss.item()`, `seen += y.size(0)`, `total /= seen`, `return total, 100 * total /
+    seen`: every value the returned names are bound to is a Python number, so what the helper returns is one (and
+    formatting it reads nothing); one tensor among them, and it is not."""
+    source = textwrap.dedent("""
+        def evaluate(model, loader):
             total = 0
             seen = 0
             for x, y in loader:
                 total += model(x, y).item()
                 seen += y.size(0)
-            xm.mark_step()
             total /= seen
-            accuracy = 100.0 * total / seen
-            return total, accuracy
+            return total, 100.0 * total / seen
 
-        def train(model, device, loader, optimizer, epochs):
-            for epoch in range(epochs):
-                for x, y in loader:
-                    model(x, y).backward()
-                    xm.optimizer_step(optimizer)
-                mean, share = evaluate(model, device, loader)
-                print(f"epoch {epoch}: eval {mean:.4f} {share:.1f}%")
-        """
-    assert rules_in(source) == [("XLA003", 9)]
+        def evaluate_on_device(model, loader):
+            total = 0
+            for x, y in loader:
+                total += model(x, y)
+            return total, 0
+        """)
+    project = Project([Module.of("train.py", ast.parse(source), source)])
+    python = python_valued_functions(project)
+    assert "evaluate" in python and "evaluate_on_device" not in python
