@@ -20,6 +20,7 @@ from tpuops.check.project import (
     Module,
     Project,
     defaults_of,
+    dotted,
     last_name,
     params_of,
     positional_params,
@@ -28,7 +29,8 @@ from tpuops.check.tensors import HOST_COPY_HELPERS, PYTHON_METHODS
 from tpuops.check.wrappers import is_false
 
 PYTHON_RESULT_CALLS = {"len", "isinstance", "issubclass", "hasattr", "callable", "set", "frozenset", "str", "repr",
-                       "sorted", "tuple", "list", "dict", "range", "type", "id"}
+                       "sorted", "tuple", "list", "dict", "range", "type", "id", "float", "int", "bool", "round"}
+PYTHON_OF_PYTHON = {"min", "max", "abs", "sum"}  # Python values when given Python values
 PYTHON_RESULT_ATTRIBUTES = {"shape", "ndim", "dtype", "size", "axis_names", "name", "rank"}
 
 
@@ -50,11 +52,11 @@ SCALAR_ANNOTATIONS = {"int", "float", "bool", "str", "bytes", "None", "Optional"
 
 def scalar_params(function: FunctionNode | ast.Lambda) -> set[str]:
     """Parameters annotated as Python scalars (`mask_ratio: Optional[float]`, `train: bool`), named for a
-    string or a tree path (`def decays(path):`), or named as switches are (`use_cache`, `return_dict`,
-    `output_attentions`): never tensors."""
+    string or a tree path (`def decays(path):`), named as switches are (`use_cache`, `return_dict`,
+    `output_attentions`), or for an epoch (`warm_epoch`, a loop's count): never tensors."""
     arguments = function.args
     found = params_of(function) & PYTHON_PARAM_NAMES
-    found |= {name for name in params_of(function) if name.startswith(SWITCH_PREFIXES)}
+    found |= {name for name in params_of(function) if name.startswith(SWITCH_PREFIXES) or "epoch" in name}
     if isinstance(function, ast.Lambda):
         return found
     for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs:
@@ -193,9 +195,13 @@ def _python(expr: ast.AST, local: dict[str, list[ast.AST]], depth: int = 0,  # n
     if isinstance(expr, ast.Attribute):
         return expr.attr in PYTHON_RESULT_ATTRIBUTES
     if isinstance(expr, ast.Call):  # (`xm.mesh_reduce(...)`, `loss.item()`: copied to the host)
+        if isinstance(expr.func, ast.Name) and expr.func.id in PYTHON_OF_PYTHON:
+            return bool(expr.args) and all(_python(a, local, depth + 1, visiting) for a in expr.args)
         return (isinstance(expr.func, ast.Name) and expr.func.id in PYTHON_RESULT_CALLS) or \
-            last_name(expr.func) in HOST_COPY_HELPERS or \
+            last_name(expr.func) in HOST_COPY_HELPERS or dotted(expr.func).startswith("math.") or \
             (isinstance(expr.func, ast.Attribute) and expr.func.attr in PYTHON_METHODS)  # .item(), .size(0)
+    if isinstance(expr, ast.IfExp):  # `total / n if n > 0 else 0`
+        return _python(expr.body, local, depth + 1, visiting) and _python(expr.orelse, local, depth + 1, visiting)
     if isinstance(expr, ast.Tuple):
         return bool(expr.elts) and all(_python(e, local, depth + 1, visiting) for e in expr.elts)
     if isinstance(expr, ast.Compare):

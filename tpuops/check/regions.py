@@ -188,17 +188,23 @@ def _tpu_skips(test: ast.AST) -> bool:
 
 
 COUNTER_WORDS = ("step", "iter", "epoch", "batch", "idx", "count", "update")
+FIRST_STEPS = 10  # `if step < 10:` traces the start; `if step < 1000:` is every step for a long while
 COUNTER_LETTERS = {"i", "j", "k", "t", "b", "n", "e", "it"}
 
 
 def _once(test: ast.AST) -> bool:
     """`if batch_idx == 1:` / `if cfg.DEBUG and step == 0:`: a counter compared with a number runs the body on
-    one step only (not a setting: `if num_classes == 1:`, `if rank == 0:` hold on every step)."""
-    return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq) and
-               isinstance(n.left, ast.Name | ast.Attribute) and _counter(n.left) and
-               isinstance(n.comparators[0], ast.Constant) and type(n.comparators[0].value) is int
+    one step only (not a setting: `if num_classes == 1:`, `if rank == 0:` hold on every step); `if k <= 5:` on
+    the first few (a start-up trace)."""
+    return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.left, ast.Name | ast.Attribute) and
+               _counter(n.left) and isinstance(n.comparators[0], ast.Constant) and
+               type(n.comparators[0].value) is int and _a_few(n.ops[0], n.comparators[0].value)
                for n in ast.walk(test)) and \
         not any(isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) for n in ast.walk(test))
+
+
+def _a_few(op: ast.cmpop, bound: int) -> bool:
+    return isinstance(op, ast.Eq) or (isinstance(op, ast.Lt | ast.LtE) and bound <= FIRST_STEPS)
 
 
 def _counter(expr: ast.AST) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Container, Iterable, Iterator
 
+from tpuops.check.host_tensors import HostTensors
 from tpuops.check.project import dotted, last_name
 
 # PyTorch/XLA's helper modules return Python values (ordinals, devices, rates) but for the collectives.
@@ -111,6 +112,14 @@ class TensorValues:
                 break
         self.evident = TensorValues(bindings, aliases, traced, python_calls, guesses=False, tensor_calls=tensor_calls,
                                     bool_calls=bool_calls, static=static) if guesses else self
+        self._bindings, self._traced = bindings, set(traced)
+        self._host: HostTensors | None = None
+
+    def on_host(self, expr: ast.AST) -> bool:
+        """A tensor in host memory (see host_tensors.py): reading it waits for no device."""
+        if self._host is None:
+            self._host = HostTensors(self._bindings, self.is_tensor, self._traced)
+        return self._host.on_host(expr)
 
     # ------------------------------------------------------------------------------------------ calls
 
