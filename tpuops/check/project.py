@@ -89,6 +89,8 @@ class Module:
                 owner = id(self.enclosing_function(node))
                 for target in {t.id for t in node.targets if isinstance(t, ast.Name)}:
                     self._assigned.setdefault((owner, target), []).append(node)
+            for found in self._assigned.values():  # (the one pass of `of` walks with a stack, not in source order)
+                found.sort(key=lambda a: (a.lineno, a.col_offset))
         return self._assigned.get((id(scope), name), [])
 
     def bound_above(self, name: ast.Name) -> ast.Assign | None:
