@@ -60,7 +60,8 @@ HOST_SYNC_METHODS = {"numpy", "item", "cpu", "tolist"}
 NUMPY_ARRAYS = {"zeros", "ones", "empty", "full", "array", "asarray", "zeros_like", "ones_like", "empty_like"}
 # Calls that turn their arguments into text (or a logged number): a tensor given to them is read from the device.
 REPORTING_CALLS = {"print", "master_print", "info", "debug", "warning", "error", "log", "write", "set_postfix",
-                   "set_description", "add_scalar", "add_scalars", "log_metrics", "log_dict"}
+                   "set_description", "add_scalar", "add_scalars", "log_metrics", "log_dict",
+                   "add_batch"}  # (a Hugging Face `evaluate` metric's: it turns the tensors into host lists)
 MATH_ROOTS = {"math", "np", "numpy", "jnp", "torch", "tf"}
 TOKEN_DECODERS = {"decode", "batch_decode"}  # a tokenizer's: it turns the ids into a Python list first
 RANDOM_MODULES = ("random.", "np.random.", "numpy.random.", "rng.", "rs.")  # Python's and NumPy's, not torch's

@@ -86,8 +86,18 @@ def _every_n_steps(test: ast.AST, module: Module | None = None) -> bool:
     all the other steps, nor `step % LOG_EVERY == 0` with the module's `LOG_EVERY = 1`."""
     inverted = set(map(id, _truth_of_remainders(test)))
     return any(_schedule_mod(n) and id(n) not in inverted and not _by_one(n, module) for n in ast.walk(test)) or \
+        any(_remainder_compared(n, module) for n in ast.walk(test)) or \
         any(isinstance(n, ast.Compare) and isinstance(n.left, ast.Call) and last_name(n.left.func) == "len" and
             isinstance(n.ops[0], ast.GtE | ast.Gt) for n in ast.walk(test))
+
+
+def _remainder_compared(node: ast.AST, module: Module | None) -> bool:
+    """`report == R - 1` with `report = step % R` above: a remainder named, then compared (every R steps)."""
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq) and
+            isinstance(node.left, ast.Name) and module is not None):
+        return False
+    bound = module.bound_above(node.left)
+    return bound is not None and _schedule_mod(bound.value) and not _by_one(bound.value, module)
 
 
 def _truth_of_remainders(test: ast.AST) -> Iterator[ast.AST]:

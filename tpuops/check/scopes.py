@@ -162,7 +162,9 @@ class StepFinder(TorchXlaSteps):
                         yield Step(f"{cls_node.name}.{method.name}", kind, "a Keras metric (run by fit every batch)",
                                    module, method, frozenset(params_of(method) - {"self"} - flag_params(method)))
         hows = {id(loop): self._step_loop(loop, module) for loop in module.loops}
-        around = set()  # loops around a step loop (epochs, chunks): what they run besides runs once per epoch
+        # loops around a step loop (epochs, chunks): what they run besides runs once per epoch; not so a training
+        # loop that runs an evaluation loop now and then
+        around = set()
         for loop in module.loops:
             outer = module.context[id(loop)][1]
             while hows[id(loop)] and outer is not None and id(outer) not in around:
@@ -170,7 +172,7 @@ class StepFinder(TorchXlaSteps):
                 outer = module.context[id(outer)][1]
         for loop in module.loops:
             how = hows[id(loop)]
-            if how and id(loop) in around:
+            if how and id(loop) in around and not self.trains_itself(loop, module):
                 continue
             if how == RUNS_MODEL and self._calls_a_driver(loop, module):
                 continue  # `for shard in shards: train_shard(model, shard)`: it drives the step loops, is none

@@ -43,6 +43,7 @@ PYTHON_BUILTINS = {"len", "int", "float", "bool", "str", "range", "enumerate", "
                    "repr", "format", "type", "hasattr", "getattr", "callable", "id", "hash", "open", "super",
                    "iter", "next", "sorted", "reversed", "vars", "dir", "zip"}
 DEVICE_MOVES = {"to_device", "send_to_device", "move_to_device"}
+TORCH_TENSOR_METHODS = {"detach", "contiguous", "unsqueeze", "masked_fill", "bfloat16", "requires_grad_"}
 # Helpers (the trainer's or a library's, e.g. pytorch_toolbelt's `to_numpy`) named for copying a tensor to the
 # host: what they return is a host value.
 HOST_COPY_HELPERS = {"to_numpy", "to_np", "tonumpy", "as_numpy", "asnumpy", "tensor2numpy", "tensor_to_numpy",
@@ -81,6 +82,7 @@ class TensorValues:
         self.fields = {t[0].id for t, v in bindings if isinstance(v, ast.Attribute) and len(t) == 1
                        and isinstance(t[0], ast.Name)}
         self.names: set[str] = set(traced) | (set(guessed) if guesses else set())
+        self.python_names = _python_names(bindings, python_calls)
         self.bool_names: set[str] = set()
         self.objects: set[str] = set()  # models, loss objects, optimizers: called they give tensors, but are none
         for targets, value in bindings:
@@ -169,6 +171,9 @@ class TensorValues:
                 return False
             if func.attr == "read_value":  # a TensorFlow variable's value (a Keras metric's or layer's weight)
                 return True
+            if func.attr in TORCH_TENSOR_METHODS and not (isinstance(func.value, ast.Name) and
+                                                          func.value.id in self.python_names):
+                return True  # what no Python value or NumPy array has
             if self.is_tensor(func.value) or (func.attr == "to" and not self._object(func.value)):
                 return True
             if func.attr in DEVICE_MOVES and call.args:
@@ -244,6 +249,18 @@ class TensorValues:
                                                             "equal", "greater", "less", "eq", "ne", "gt", "lt"}) \
                 and self.is_tensor(expr)
         return False
+
+
+def _python_names(bindings: list[tuple[list[ast.AST], ast.AST]], python_calls: Container[str]) -> set[str]:
+    """Names every binding of which is what a function of the project returning Python values returns
+    (`loss, accuracy = step_and_reduce(...)` with `xm.mesh_reduce` results), or `.item()`/`.tolist()`."""
+    verdicts: dict[str, bool] = {}
+    for targets, value in bindings:
+        python = isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) and (
+            last_name(value.func) in python_calls or last_name(value.func) in {"item", "tolist"} | HOST_COPY_HELPERS)
+        for name in (n for t in targets for n in _bound_names(t, containers=False)):
+            verdicts[name] = verdicts.get(name, True) and python
+    return {name for name, python in verdicts.items() if python}
 
 
 def _bound_names(target: ast.AST, containers: bool = True) -> Iterator[str]:

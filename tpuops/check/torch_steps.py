@@ -91,6 +91,11 @@ class TorchXlaSteps:
             return RUNS_MODEL
         return ""
 
+    def trains_itself(self, loop: ast.AST, module: Module) -> bool:
+        """The loop's own body (not a loop inside it) takes an optimizer step (`xm.optimizer_step(optimizer)`,
+        `optimizer.step()`): a training loop, even if it runs an evaluation loop every N steps."""
+        return any(module.context[id(call)][1] is loop and _an_optimizer_step(call) for call in module.calls)
+
     def runs_on_xla(self, module: Module) -> bool:
         """The module uses PyTorch/XLA (or Accelerate), or imports one of the project's functions that give the XLA
         device (`from utils import get_device`, whose body returns `xm.xla_device()`): its tensors are there. (What
@@ -186,7 +191,8 @@ class TorchXlaSteps:
 
     def _model_forwards(self, step: Step) -> Iterator[Step]:
         """The `forward` of every torch.nn.Module of the trainer's own: a PyTorch/XLA step runs the model, whose
-        forward is traced into the step's graph (`model(batch)` is never resolved to a class from the source).
+        forward is traced into the step's graph (`model(batch)` is never resolved to a class from the source); and
+        the `step` of every optimizer of its own, which `xm.optimizer_step(optimizer)` calls.
         Queued with the first step that runs the model, and again with the first sure one if that was a guess:
         every later one would queue the same."""
         if True in self._forwards_queued or step.sure in self._forwards_queued:
@@ -196,15 +202,24 @@ class TorchXlaSteps:
                   if any(last_name(b) == "Module" for b in c.bases)}  # bases for the project's other modules
         for module in self.project.modules:
             for cls_node in module.classes.values():
-                if not any(_torch_module_base(base, module) or last_name(base) in direct for base in cls_node.bases):
+                optimizer = any(last_name(base) == "Optimizer" for base in cls_node.bases)
+                if not optimizer and not any(_torch_module_base(base, module) or last_name(base) in direct
+                                             for base in cls_node.bases):
                     continue
                 for method in cls_node.body:
-                    if isinstance(method, FunctionNode) and method.name == "forward":
+                    if isinstance(method, FunctionNode) and method.name == ("step" if optimizer else "forward"):
                         # `input_ids=None`: a forward's tensors default to None; `return_dict=True` is a setting
                         settings = (flag_params(method) - none_default_params(method)) | scalar_params(method)
-                        yield Step(f"{cls_node.name}.forward", "lazy", f"the model's forward, run by {step.name}",
-                                   module, method, frozenset(params_of(method) - {"self"} - settings), root=False,
-                                   sure=step.sure)
+                        how = f"the model's forward, run by {step.name}" if not optimizer else \
+                            f"the optimizer's step, run by {step.name}"
+                        yield Step(f"{cls_node.name}.{method.name}", "lazy", how, module, method,
+                                   frozenset(params_of(method) - {"self"} - settings), root=False, sure=step.sure)
+
+
+def _an_optimizer_step(call: ast.Call) -> bool:
+    name = last_name(call.func)
+    receiver = dotted(call.func.value).lower() if isinstance(call.func, ast.Attribute) else ""
+    return name == "optimizer_step" or (name == "step" and "optim" in receiver)
 
 
 def _is_xla(path: str) -> bool:
