@@ -36,6 +36,14 @@ class Step:
     def line(self) -> int:
         return getattr(self.node, "lineno", 0)
 
+    @property
+    def where(self) -> str:
+        """The step as a finding's message names it."""
+        if self.kind == "lazy":
+            return f"PyTorch/XLA step `{self.name}`" if not self.name.startswith("loop") else \
+                f"the PyTorch/XLA step loop at line {self.line}"
+        return f"compiled step `{self.name}`"
+
     def as_dict(self) -> dict[str, object]:
         return {"name": self.name, "framework": KIND_WORDS[self.kind], "how": self.how,
                 "file": self.module.rel if self.module else None, "line": self.line or None}

@@ -93,7 +93,8 @@ class TensorValues:
         # (`info["batch_idx"]`): key -> which keys hold tensors; a name bound whole to a tensor is dropped here.
         self.keyed: dict[str, set[object]] = {}
         whole: set[str] = set(self.names)
-        bindings = sorted(bindings, key=lambda binding: getattr(binding[1], "lineno", 0))  # in the order they run
+        bindings = sorted(map(_values_of_items, bindings),
+                          key=lambda binding: getattr(binding[1], "lineno", 0))  # in the order they run
         for _ in range(8):  # to a fixed point: a loop body can use a name assigned further down
             before = len(self.names) + len(self.bool_names) + sum(map(len, self.keyed.values()))
             for targets, value in bindings:
@@ -218,6 +219,8 @@ class TensorValues:
         if isinstance(expr, ast.BoolOp):
             return any(self.is_tensor(v) for v in expr.values)
         if isinstance(expr, ast.IfExp):
+            if _converts_tensors(expr):  # `v.item() if torch.is_tensor(v) else v`
+                return self.is_tensor(expr.body)
             return self.is_tensor(expr.body) or self.is_tensor(expr.orelse)
         if isinstance(expr, ast.Tuple | ast.List | ast.Set):
             return any(self.is_tensor(e) for e in expr.elts)
@@ -249,6 +252,26 @@ class TensorValues:
                                                             "equal", "greater", "less", "eq", "ne", "gt", "lt"}) \
                 and self.is_tensor(expr)
         return False
+
+
+def _values_of_items(binding: tuple[list[ast.AST], ast.AST]) -> tuple[list[ast.AST], ast.AST]:
+    """`for key, value in metrics.items()`: the keys are names (strings), only the values may be tensors."""
+    targets, value = binding
+    if len(targets) == 1 and isinstance(targets[0], ast.Tuple) and len(targets[0].elts) == 2 and \
+            isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "items" \
+            and not value.args:
+        return [targets[0].elts[1]], value.func.value
+    return binding
+
+
+def _converts_tensors(expr: ast.IfExp) -> bool:
+    """`x.item() if torch.is_tensor(x) else x`, `... if isinstance(x, torch.Tensor) else x`: the `else` is taken
+    only by what is no tensor."""
+    test = expr.test
+    return isinstance(test, ast.Call) and len(test.args) >= 1 and isinstance(test.args[0], ast.Name) and \
+        (last_name(test.func) == "is_tensor" or (last_name(test.func) == "isinstance" and len(test.args) == 2 and
+                                                 last_name(test.args[1]) == "Tensor")) and \
+        isinstance(expr.orelse, ast.Name) and expr.orelse.id == test.args[0].id
 
 
 def _python_names(bindings: list[tuple[list[ast.AST], ast.AST]], python_calls: Container[str]) -> set[str]:
