@@ -161,12 +161,20 @@ def _bindings(function: FunctionNode) -> dict[str, list[ast.AST]]:
     for node in own_nodes(function):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             bound.setdefault(node.targets[0].id, []).append(node.value)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and _pairwise(node.targets[0], node.value):
+            for target, value in zip(node.targets[0].elts, node.value.elts, strict=True):  # `total, n = 0.0, 0`
+                bound.setdefault(target.id, []).append(value)
         elif isinstance(node, ast.AugAssign | ast.AnnAssign) and isinstance(node.target, ast.Name):
             bound.setdefault(node.target.id, []).append(node.value if node.value is not None else node)
         elif isinstance(node, ast.For | ast.AsyncFor | ast.With | ast.AsyncWith | ast.Assign):
             for target in _targets(node):
                 bound.setdefault(target, []).append(node)
     return bound
+
+
+def _pairwise(target: ast.AST, value: ast.AST) -> bool:
+    return isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and \
+        len(target.elts) == len(value.elts) and all(isinstance(t, ast.Name) for t in target.elts)
 
 
 def _targets(node: ast.For | ast.AsyncFor | ast.With | ast.AsyncWith | ast.Assign) -> Iterator[str]:
