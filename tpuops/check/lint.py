@@ -217,11 +217,13 @@ def _hits(finder: StepFinder, steps: list[Step],
 
 
 def off_the_tpu(module: Module, scope: CommandScope) -> bool:
-    """A file the training never runs on the TPU: a unit test (`tests/`, `test_*.py`, `*_test.py`), code put
-    away (`archived/`, `deprecated/`, `unused/`), unless the trainer's command runs it as its script, or a GPU
-    program (it moves work to CUDA and imports nothing of PyTorch/XLA, JAX, TensorFlow or Accelerate)."""
+    """A file the training never runs on the TPU: a unit test (`tests/`, `test_*.py`, `*_test.py`) the command's
+    scripts do not import, code put away (`archived/`, `deprecated/`, `unused/`), unless the trainer's command
+    runs it as its script, or a GPU program (it moves work to CUDA and imports nothing of PyTorch/XLA, JAX,
+    TensorFlow or Accelerate)."""
     put_away = {"test", "archive", "archived", "deprecated", "unused"} & set(PurePosixPath(module.rel).parts[:-1])
-    if module.rel not in scope.entries and (put_away or a_test(module.rel)):
+    imported = scope.files is not None and module.rel in scope.files  # (`from process.test_loop import test`)
+    if module.rel not in scope.entries and (put_away or (a_test(module.rel) and not imported)):
         return True
     if module.imports_any(XLA_FRAMEWORK_ROOTS):
         return False

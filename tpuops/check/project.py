@@ -292,7 +292,8 @@ class Project:
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
             owner = expr.value.id
             if owner in {"self", "cls"}:
-                return [(module, d) for d in module.defs.get(expr.attr, ())]
+                own = [(module, d) for d in module.defs.get(expr.attr, ())]
+                return own or self._inherited(expr, expr.attr, module)
             source, attribute = module.imported.get(owner, ("", None))
             name = (source + attribute if source.endswith(".") else f"{source}.{attribute}") if attribute else source
             target = self.module_named(name, module) if source else None
@@ -332,7 +333,15 @@ class Project:
         while isinstance(built.func, ast.Attribute) and built.func.attr in MOVES and \
                 isinstance(built.func.value, ast.Call):
             built = built.func.value  # Net(...).to(device), Net(...).cuda().train()
-        cls_name = last_name(built.func)
+        found = self._class_named(last_name(built.func), module)
+        if found is None:
+            return []
+        home, cls_node = found
+        return [(home, d) for d in cls_node.body if isinstance(d, FunctionNode) and d.name == method]
+
+    def _class_named(self, cls_name: str, module: Module) -> tuple[Module, ast.ClassDef] | None:
+        """The class of ours that `cls_name` names in `module`: its own, imported from a module of ours, or
+        star-imported."""
         home: Module | None = module if cls_name in module.classes else None
         if home is None and cls_name in module.imported:
             source, attribute = module.imported[cls_name]
@@ -341,6 +350,18 @@ class Project:
             home = next((m for star in module.stars if (m := self.module_named(star, module)) is not None
                          and cls_name in m.classes), None)
         cls_node = home.classes.get(cls_name) if home is not None else None
-        if home is None or cls_node is None:
-            return []
-        return [(home, d) for d in cls_node.body if isinstance(d, FunctionNode) and d.name == method]
+        return (home, cls_node) if home is not None and cls_node is not None else None
+
+    def _inherited(self, expr: ast.AST, method: str, module: Module) -> list[tuple[Module, FunctionNode]]:
+        """`self.prepare_inputs(...)` in a class whose base, a class of ours in another module (a mixin), defines
+        it; a base's bases are searched too, three deep."""
+        owners = [(module, module.enclosing_class(expr))]
+        for _ in range(3):
+            bases = [found for home, cls_node in owners if cls_node is not None for base in cls_node.bases
+                     if (found := self._class_named(last_name(base), home)) is not None]
+            for home, cls_node in bases:
+                methods = [(home, d) for d in cls_node.body if isinstance(d, FunctionNode) and d.name == method]
+                if methods:
+                    return methods
+            owners = bases  # type: ignore[assignment]
+        return []

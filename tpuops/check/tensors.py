@@ -93,7 +93,7 @@ class TensorValues:
         # (`info["batch_idx"]`): key -> which keys hold tensors; a name bound whole to a tensor is dropped here.
         self.keyed: dict[str, set[object]] = {}
         whole: set[str] = set(self.names)
-        bindings = sorted(map(_values_of_items, bindings),
+        bindings = sorted((part for binding in bindings for part in _unpacked(binding)),
                           key=lambda binding: getattr(binding[1], "lineno", 0))  # in the order they run
         for _ in range(8):  # to a fixed point: a loop body can use a name assigned further down
             before = len(self.names) + len(self.bool_names) + sum(map(len, self.keyed.values()))
@@ -172,6 +172,8 @@ class TensorValues:
                 return False
             if func.attr == "read_value":  # a TensorFlow variable's value (a Keras metric's or layer's weight)
                 return True
+            if func.attr == "generate" and self._object(func.value):
+                return True  # a model's generated token ids
             if func.attr in TORCH_TENSOR_METHODS and not (isinstance(func.value, ast.Name) and
                                                           func.value.id in self.python_names):
                 return True  # what no Python value or NumPy array has
@@ -254,14 +256,25 @@ class TensorValues:
         return False
 
 
-def _values_of_items(binding: tuple[list[ast.AST], ast.AST]) -> tuple[list[ast.AST], ast.AST]:
-    """`for key, value in metrics.items()`: the keys are names (strings), only the values may be tensors."""
+def _unpacked(binding: tuple[list[ast.AST], ast.AST]) -> Iterator[tuple[list[ast.AST], ast.AST]]:
+    """`for key, value in metrics.items()`: the keys are names (strings), only the values may be tensors; `for i,
+    row in enumerate(ids)`: the index is a Python int, the row a tensor when `ids` is one; `for x, y in zip(xs,
+    ys)`: each name gets what its own sequence holds."""
     targets, value = binding
-    if len(targets) == 1 and isinstance(targets[0], ast.Tuple) and len(targets[0].elts) == 2 and \
-            isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "items" \
-            and not value.args:
-        return [targets[0].elts[1]], value.func.value
-    return binding
+    pair = targets[0].elts if len(targets) == 1 and isinstance(targets[0], ast.Tuple) else []
+    call = value if isinstance(value, ast.Call) and not value.keywords else None
+    if call is not None and len(pair) == 2 and isinstance(call.func, ast.Attribute) and call.func.attr == "items" \
+            and not call.args:
+        yield [pair[1]], call.func.value
+    elif call is not None and len(pair) == 2 and isinstance(call.func, ast.Name) and call.func.id == "enumerate" \
+            and len(call.args) == 1:
+        yield [pair[1]], call.args[0]
+    elif call is not None and pair and isinstance(call.func, ast.Name) and call.func.id == "zip" and \
+            len(call.args) == len(pair):
+        for target, sequence in zip(pair, call.args, strict=True):
+            yield [target], sequence
+    else:
+        yield binding
 
 
 def _converts_tensors(expr: ast.IfExp) -> bool:
