@@ -13,54 +13,92 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
-from tpuops.check.project import FunctionNode, Module, Project, dotted
+from tpuops.check.project import FunctionNode, Module, Project, dotted, params_of
+from tpuops.check.settings import Settings
 
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Definition = FunctionNode | ast.ClassDef
 
 
-def reached_names(project: Project, entries: Sequence[str]) -> frozenset[str]:
-    """The names of the top-level functions and classes the command's code reaches (by name, across modules: two
-    definitions of one name are reached together)."""
-    defined: dict[str, list[Definition]] = {}
-    roots: set[str] = set()
+@dataclass(frozen=True)
+class Reached:
+    """The names of the top-level functions and classes the command's code reaches: `surely` past no branch that
+    compares a setting with a text the code does not decide (`if config.cores == "multi":`, one of several
+    trainers picked at run time), `maybe` past such branches too. A branch the setting's known values never take
+    reaches nothing."""
+
+    surely: frozenset[str]
+    maybe: frozenset[str]
+
+
+def reached_names(project: Project, entries: Sequence[str], settings: Settings | None = None) -> Reached:
+    """What the command's code reaches by name (across modules: two definitions of one name are reached
+    together; `from m import train as train_m` reaches `train` when `train_m` is named)."""
+    defined: dict[str, list[tuple[Module, Definition]]] = {}
+    roots: dict[bool, set[str]] = {True: set(), False: set()}
     for module in project.modules:
         own: set[str] = set()
-        named: set[str] = set()
+        named: dict[bool, set[str]] = {True: set(), False: set()}
         for statement in module.tree.body:
             if isinstance(statement, FunctionNode | ast.ClassDef):
-                defined.setdefault(statement.name, []).append(statement)
+                defined.setdefault(statement.name, []).append((module, statement))
                 own.add(statement.name)
-                named |= _names([*statement.decorator_list, *getattr(statement, "bases", [])])
+                heads = [*statement.decorator_list, *getattr(statement, "bases", [])]
+                for sure in (True, False):
+                    named[sure] |= _names(heads, module, settings, sure)
                 if statement.decorator_list and not _registered(statement):
-                    named.add(statement.name)  # `@hydra.main`, `@app.command()`: the decorator's library calls it
+                    for sure in (True, False):  # `@hydra.main`, `@app.command()`: the decorator's library calls it
+                        named[sure].add(statement.name)
             elif _runs_on_import(statement, module, entries):
-                named |= _names([statement])
-        if module.rel in entries and not own & named:
-            named |= own  # a script whose own code calls none of its functions is driven from outside (a notebook)
-        roots |= named
+                for sure in (True, False):
+                    named[sure] |= _names([statement], module, settings, sure)
+        for sure in (True, False):
+            if module.rel in entries and not own & named[False]:
+                named[sure] |= own  # a script whose own code calls none of its functions is driven from outside
+            roots[sure] |= named[sure]
+    aliases = _import_aliases(project)
+    return Reached(*(_closure(roots[sure], defined, aliases, settings, sure) for sure in (True, False)))
+
+
+def _closure(roots: set[str], defined: dict[str, list[tuple[Module, Definition]]], aliases: dict[str, set[str]],
+             settings: Settings | None, sure: bool) -> frozenset[str]:
     reached: set[str] = set()
-    todo = [name for name in roots if name in defined]
+    todo = list(roots)
     while todo:
         name = todo.pop()
         if name in reached:
             continue
         reached.add(name)
-        todo += [n for d in defined[name] for n in _names(d.body) if n in defined and n not in reached]
-    return frozenset(reached)
+        todo += aliases.get(name, ())
+        for module, definition in defined.get(name, ()):
+            todo += [n for n in _names(definition.body, module, settings, sure) if n not in reached]
+    return frozenset(name for name in reached if name in defined)
 
 
-def unreached_owner(node: ast.AST, module: Module, reached: frozenset[str]) -> str | None:
-    """The top-level function or class around `node` if nothing the command runs names it (module-level code runs
-    on import)."""
+def _import_aliases(project: Project) -> dict[str, set[str]]:
+    """`as` name -> the names it imports (`from process.test_multi import test as test_multi`)."""
+    aliases: dict[str, set[str]] = {}
+    for module in project.modules:
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if alias.asname and alias.asname != alias.name:
+                        aliases.setdefault(alias.asname, set()).add(alias.name)
+    return aliases
+
+
+def unreached_owner(node: ast.AST, module: Module, reached: Reached) -> tuple[str, bool] | None:
+    """The top-level function or class around `node` if the command's code does not surely reach it (module-level
+    code runs on import), and whether it reaches it at all (through a branch a setting's value picks)."""
     outermost = None
     for ancestor in module.ancestors(node):
         if isinstance(ancestor, FunctionNode | ast.ClassDef):
             outermost = ancestor
-    if outermost is None or module.parent(outermost) is not module.tree or outermost.name in reached:
+    if outermost is None or module.parent(outermost) is not module.tree or outermost.name in reached.surely:
         return None
-    return outermost.name
+    return outermost.name, outermost.name in reached.maybe
 
 
 def _registered(definition: Definition) -> bool:
@@ -80,11 +118,11 @@ def _runs_on_import(statement: ast.stmt, module: Module, entries: Sequence[str])
     return True
 
 
-def _names(nodes: Iterable[ast.AST]) -> set[str]:
+def _names(nodes: Iterable[ast.AST], module: Module, settings: Settings | None, sure: bool) -> set[str]:
     """Every name the code reads (a call, a reference, an attribute) or writes in a string (a registry's
-    "models.Net", `getattr(self, "encode")`)."""
+    "models.Net", `getattr(self, "encode")`), past the branches `_branches` lets through."""
     names: set[str] = set()
-    for node in _walk(nodes):
+    for node in _walk(nodes, module, settings, sure):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             names.add(node.id)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
@@ -94,6 +132,46 @@ def _names(nodes: Iterable[ast.AST]) -> set[str]:
     return names
 
 
-def _walk(nodes: Iterable[ast.AST]) -> Iterator[ast.AST]:
-    for node in nodes:
-        yield from ast.walk(node)
+def _walk(nodes: Iterable[ast.AST], module: Module, settings: Settings | None, sure: bool) -> Iterator[ast.AST]:
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and _picks_by_text(node.test) is not None:
+            stack.append(node.test)
+            stack += [n for branch in _branches(node, module, settings, sure) for n in branch]
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _branches(branch: ast.If, module: Module, settings: Settings | None, sure: bool) -> list[list[ast.stmt]]:
+    """The sides of `if <setting> == "text":` that may run: the ones the setting's known values (its default, or
+    what the command passes) take; with the values unknown (a function's parameter: its callers decide), both,
+    but neither surely."""
+    picked = _picks_by_text(branch.test)
+    assert picked is not None
+    setting, texts, equal = picked
+    function = module.enclosing_function(setting)
+    parameter = isinstance(setting, ast.Name) and function is not None and setting.id in params_of(function)
+    values = settings.values(setting, module) if settings is not None and not parameter else frozenset()
+    if not values:
+        return [] if sure else [branch.body, branch.orelse]
+    hit = bool(values & texts)
+    rest = bool(values - texts)
+    taken = (hit, rest) if equal else (rest, hit)
+    return [side for side, runs in zip((branch.body, branch.orelse), taken, strict=True) if runs]
+
+
+def _picks_by_text(test: ast.AST) -> tuple[ast.AST, frozenset[object], bool] | None:
+    """`config.cores == "multi"`, `args.model in ("a", "b")`, `mode != "test"`: (the setting, the texts, whether
+    the body runs when the setting is one of them); not `__name__ == "__main__"`."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and
+            isinstance(test.ops[0], ast.Eq | ast.NotEq | ast.In | ast.NotIn)):
+        return None
+    setting, other = test.left, test.comparators[0]
+    elements = other.elts if isinstance(other, ast.Tuple | ast.List | ast.Set) else [other]
+    texts = frozenset(e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    if not texts or len(texts) != len(elements) or not isinstance(setting, ast.Name | ast.Attribute | ast.Subscript) \
+            or dotted(setting) == "__name__":
+        return None
+    return setting, texts, isinstance(test.ops[0], ast.Eq | ast.In)

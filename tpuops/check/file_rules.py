@@ -16,6 +16,7 @@ from tpuops.check.wrappers import keyword as _keyword
 COLLATORS = {"DataCollatorWithPadding", "DataCollatorForLanguageModeling", "DataCollatorForSeq2Seq",
              "DataCollatorForTokenClassification", "DataCollatorForWholeWordMask"}
 FP16_ATTRIBUTES = {"torch.float16", "torch.half", "jnp.float16", "jax.numpy.float16", "tf.float16", "np.float16"}
+TEXT_AND_IMAGE_PREPARERS = ("Tokenizer", "TokenizerFast", "Processor", "FeatureExtractor", "ImageProcessor")
 FP16_STRINGS = {"mixed_float16", "float16", "fp16", "half"}
 F16_VARIABLE = "XLA_USE_F16"  # PyTorch/XLA's switch: every float tensor stored as float16 on the device
 DTYPE_KEYWORDS = {"dtype", "torch_dtype", "param_dtype", "compute_dtype", "policy", "mixed_precision"}
@@ -210,10 +211,12 @@ def _fp16_call(node: ast.Call, module: Module, settings: Settings) -> Hit | None
 def _stored(call: ast.Call) -> bool:
     """`preds.detach().to(torch.float16)`, `x.cpu().half()`: a result kept in float16 to save memory, not a
     dtype anything computes in; so are NumPy's float16 arrays (`np.zeros(n, dtype=np.float16)`,
-    `logits.astype(np.float16)`), which live on the host."""
+    `logits.astype(np.float16)`), which live on the host, and what a tokenizer or processor is given."""
     if _numpy_call(call) and any(dotted(n) in {"np.float16", "numpy.float16"} for n in ast.walk(call)):
         return True
     receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+    if receiver is not None and last_name(receiver).endswith(TEXT_AND_IMAGE_PREPARERS):
+        return True  # `AutoTokenizer.from_pretrained(name, dtype=jnp.float16)`: a tokenizer computes nothing
     while isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
         if receiver.func.attr in {"detach", "cpu", "numpy"}:
             return True

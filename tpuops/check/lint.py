@@ -137,7 +137,7 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
     found = _Found({}, {}, {}, 0)
     ignored: set[Key] = set()
     off = {id(module) for module in finder.project.modules if off_the_tpu(module, scope)}  # once per file
-    reached = cache(lambda: reached_names(finder.project, scope.entries))
+    reached = cache(lambda: reached_names(finder.project, scope.entries, finder.settings))
     for rule, module, node, message, step in _hits(finder, steps, legacy_node):
         if id(module) in off:
             continue
@@ -167,8 +167,10 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
     if not scope.surely_runs(module.rel):
         return Guess("reach", f"no script of the command imports {module.rel} by a name the source holds")
     owner = unreached_owner(node, module, reached()) if scope.entries else None
+    if owner is not None and owner[1]:
+        return Guess("reach", f"the command's code names {owner[0]} only in a branch a setting's value picks")
     if owner is not None:
-        return Guess("reach", f"no code the command runs names {owner} (a config or a registry may build it)")
+        return Guess("reach", f"no code the command runs names {owner[0]} (a config or a registry may build it)")
     if step is not None and not step.sure:
         return Guess("step", f"{step.name} may not run every step")
     if step is not None and step.kind == "jax" and _fails_tracing(rule, node):
