@@ -156,6 +156,16 @@ CASES = [
         with torch.autocast("xla", dtype=torch.bfloat16):
             pass
         """),
+    ("XLA005", """
+        import jax.numpy as jnp
+        from transformers import FlaxCLIPModel
+        model = FlaxCLIPModel.from_pretrained("clip", dtype=jnp.float16)
+        """, """
+        import jax.numpy as jnp
+        from transformers import AutoProcessor, AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained("clip", dtype=jnp.float16)  # a tokenizer computes nothing
+        processor = AutoProcessor.from_pretrained("clip", dtype=jnp.float16)
+        """),
     # The kinds of issue 25, each with the near miss public trainers write next to it:
     ("XLA003", TORCH_HEAD + """
         def train(model, loader, optimizer):

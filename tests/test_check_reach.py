@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tpuops.check.callers import reached_names
 from tpuops.check.entries import read_command
 from tpuops.check.lint import lint_tree
+from tpuops.check.project import Module, Project
+from tpuops.check.settings import Settings
 
 HOST_READ_LOOP = """
 import torch
@@ -257,3 +261,41 @@ def test_a_step_in_a_class_only_a_config_or_a_registry_names_is_a_note(tmp_path:
     assert [(f.file, f.line) for f in result.findings] == [("library.py", 8), ("losses.py", 6)]
     assert [(n.file, n.line) for n in result.advice] == [("losses.py", 14)]
     assert "no code the command runs names FocalLoss" in result.advice[0].message
+
+
+def test_a_trainer_a_setting_picks_by_text_is_reached_but_not_surely(tmp_path) -> None:
+    """`if config.cores == "multi": xmp.spawn(run_multi)` with the value unknown: both sides maybe run (notes);
+    `if args.mode == "train":` with `--mode` defaulting to "train": only that side runs, the other reaches
+    nothing; `from loops.a import run as run_a` reaches `run`; a docstring naming `run` does not."""
+    (tmp_path / "loops").mkdir()
+    (tmp_path / "run.py").write_text(textwrap.dedent('''
+        """Runs the model; see run() in each loop."""
+        import argparse
+        from loops.a import run as run_a
+        from loops.b import walk
+        from loops.c import evaluate
+        from loops.d import train
+
+        def main(config):
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--mode", default="train")
+            args = parser.parse_args()
+            if args.mode == "train":
+                train(config)
+            else:
+                evaluate(config)
+            if config.cores == "single":
+                run_a(config)
+            elif config.cores == "multi":
+                walk(config)
+
+        main(object())
+        '''))
+    for name, function in (("a", "run"), ("b", "walk"), ("c", "evaluate"), ("d", "train")):
+        (tmp_path / "loops" / f"{name}.py").write_text(f"def {function}(config):\n    return config\n")
+    source_modules = [Module.of(str(p.relative_to(tmp_path)), ast.parse(p.read_text()), p.read_text())
+                      for p in sorted(tmp_path.rglob("*.py"))]
+    project = Project(source_modules)
+    reached = reached_names(project, ("run.py",), Settings.of(project))
+    assert {"main", "train"} <= reached.surely and not {"run", "walk", "evaluate"} & reached.surely
+    assert {"run", "walk"} <= reached.maybe and "evaluate" not in reached.maybe

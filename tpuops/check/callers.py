@@ -136,6 +136,8 @@ def _walk(nodes: Iterable[ast.AST], module: Module, settings: Settings | None, s
     stack = list(nodes)
     while stack:
         node = stack.pop()
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # a docstring names nothing
         yield node
         if isinstance(node, ast.If) and _picks_by_text(node.test) is not None:
             stack.append(node.test)
