@@ -64,7 +64,11 @@ def reached_names(project: Project, entries: Sequence[str], settings: Settings |
 
 def _closure(roots: set[str], defined: dict[str, list[tuple[Module, Definition]]], aliases: dict[str, set[str]],
              settings: Settings | None, sure: bool) -> frozenset[str]:
+    """Names reached from `roots`: what a reached function's body names; for a reached class, what its own body
+    names and the bodies of those of its methods a framework calls (`forward`, `training_step`, `__init__`) or
+    that reached code names (`model.set_beam_decoder(...)`), not its other methods'."""
     reached: set[str] = set()
+    methods: dict[str, list[tuple[Module, FunctionNode]]] = {}  # methods of reached classes, by name, not walked
     todo = list(roots)
     while todo:
         name = todo.pop()
@@ -72,9 +76,44 @@ def _closure(roots: set[str], defined: dict[str, list[tuple[Module, Definition]]
             continue
         reached.add(name)
         todo += aliases.get(name, ())
+        for module, method in methods.pop(name, ()):
+            todo += [n for n in _names(method.body, module, settings, sure) if n not in reached]
         for module, definition in defined.get(name, ()):
-            todo += [n for n in _names(definition.body, module, settings, sure) if n not in reached]
+            if isinstance(definition, ast.ClassDef):
+                todo += [n for n in _class_names(definition, module, settings, sure, reached, methods)
+                         if n not in reached]
+            else:
+                todo += [n for n in _names(definition.body, module, settings, sure) if n not in reached]
     return frozenset(name for name in reached if name in defined)
+
+
+def _class_names(cls: ast.ClassDef, module: Module, settings: Settings | None, sure: bool, reached: set[str],
+                 methods: dict[str, list[tuple[Module, FunctionNode]]]) -> set[str]:
+    """What a reached class names now: its body but its methods, and its methods a framework calls or reached
+    code names; the others wait in `methods` until their name is reached."""
+    names = _names([s for s in cls.body if not isinstance(s, FunctionNode)], module, settings, sure)
+    for method in (s for s in cls.body if isinstance(s, FunctionNode)):
+        names |= _names(method.decorator_list, module, settings, sure)
+        if _called_by_a_framework(method) or method.name in reached:
+            names |= _names(method.body, module, settings, sure)
+        else:
+            methods.setdefault(method.name, []).append((module, method))
+    return names
+
+
+# Methods frameworks call by their names: Python's (`__init__`, `__call__`), PyTorch's, Lightning's, Keras's,
+# Hugging Face's, datasets' and optimizers'.
+FRAMEWORK_METHODS = {"forward", "call", "build", "setup", "teardown", "prepare_data", "step", "compute_loss",
+                     "get_config", "from_config", "reset", "update", "compute", "result", "apply", "init",
+                     "loss", "run", "fit", "evaluate", "predict", "generate", "encode", "decode"}
+FRAMEWORK_METHOD_SHAPES = ("on_", "configure_", "training_", "validation_", "test_", "predict_", "train_",
+                           "eval_", "_step", "_epoch_end", "_dataloader", "_batch_end", "_start", "_end")
+
+
+def _called_by_a_framework(method: FunctionNode) -> bool:
+    name = method.name
+    return name.startswith("__") or name in FRAMEWORK_METHODS or \
+        any(name.startswith(shape) or name.endswith(shape) for shape in FRAMEWORK_METHOD_SHAPES)
 
 
 def _import_aliases(project: Project) -> dict[str, set[str]]:
@@ -122,12 +161,17 @@ def _names(nodes: Iterable[ast.AST], module: Module, settings: Settings | None, 
     """Every name the code reads (a call, a reference, an attribute) or writes in a string (a registry's
     "models.Net", `getattr(self, "encode")`), past the branches `_branches` lets through."""
     names: set[str] = set()
+    compared: set[int] = set()  # texts a value is compared with (`name in ("BeamSearchLSTM", ...)`) name nothing
     for node in _walk(nodes, module, settings, sure):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+        if isinstance(node, ast.Compare):
+            compared |= {id(n) for part in (node.left, *node.comparators) for n in ast.walk(part)
+                         if isinstance(n, ast.Constant)}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             names.add(node.id)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             names.add(node.attr)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200:
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200 and \
+                id(node) not in compared:
             names.update(WORD.findall(node.value))
     return names
 

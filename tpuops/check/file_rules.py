@@ -201,7 +201,12 @@ def _fp16_call(node: ast.Call, module: Module, settings: Settings) -> Hit | None
             return keyword.value, f"precision={keyword.value.value!r} computes in float16: TPUs compute in bfloat16"
         if keyword.arg in FP16_FLAGS and any(v is True for v in settings.values(keyword.value, module)):
             return node, f"{keyword.arg}={ast.unparse(keyword.value)}: TPUs compute in bfloat16 (bf16=True)"
-    if last_name(func) in DTYPE_SETTERS:
+        if keyword.arg == "mixed_precision" and not isinstance(keyword.value, ast.Constant) and \
+                "fp16" in settings.values(keyword.value, module):
+            # `Accelerator(mixed_precision=args.mixed_precision)` with `--mixed_precision` defaulting to "fp16"
+            return keyword.value, f"mixed_precision={ast.unparse(keyword.value)} is \"fp16\" unless the command " \
+                                  "says otherwise: TPUs compute in bfloat16 (\"bf16\")"
+    if last_name(func) in DTYPE_SETTERS or (last_name(func) == "scope" and "mixed_precision" in dotted(func)):
         for arg in node.args:
             if _fp16_value(arg):
                 return arg, f"{_shown(arg)}: TPUs compute in bfloat16"

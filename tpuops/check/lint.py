@@ -27,9 +27,11 @@ from tpuops.check.steps import Step
 from tpuops.check.wrappers import host_callback
 from tpuops.remote.manifest import scan_tree
 
+IPYTHON_LINE = re.compile(r"^([ \t]*)[!%].*$", re.MULTILINE)  # `!pip install x`, `%matplotlib inline`
 IGNORE_RE = re.compile(r"#\s*tpuops:\s*ignore\[([A-Za-z0-9_,\s-]+)\]")
 # A file importing one of these may run on the TPU, whatever it says of CUDA.
-XLA_FRAMEWORK_ROOTS = frozenset({"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox"})
+XLA_FRAMEWORK_ROOTS = frozenset({"torch_xla", "jax", "flax", "tensorflow", "keras", "accelerate", "optax", "equinox",
+                                 "ignite"})  # (Ignite's idist picks XLA by its backend's name, not by an import)
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,7 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool, commands: 
         try:
             tree = ast.parse(source, filename=rel)
         except SyntaxError as err:
-            broken[rel] = Finding("XLA000", "syntax", f"cannot parse: {err.msg}", "fix the syntax error", rel,
-                                  err.lineno)
-            tree = ast.Module(body=[], type_ignores=[])  # still a module others may import, known by its name
+            broken[rel], tree = _unparsable(rel, source, err)
         parsed.append(Module.of(rel, tree, source))
     scope = CommandScope.of(commands, base, parsed)
     modules = [m for m in parsed if scope.runs(m.rel)]
@@ -104,6 +104,24 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool, commands: 
                         for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
     return LintResult(tuple(findings + found.sure()), len(modules), found.ignored, functions, tuple(ordered),
                       tuple(advice), scope, found.anchors)
+
+
+def _unparsable(rel: str, source: str, err: SyntaxError) -> tuple[Finding, ast.Module]:
+    """XLA000 for a file Python cannot parse, and what can still be read of it: a notebook exported as a script
+    keeps its shell and magic lines (`!pip install ...`, `%matplotlib inline`); without them the rest parses, and
+    is linted. Otherwise an empty module, which others may still import by its name."""
+    notebook = IPYTHON_LINE.sub(lambda m: m.group(1) + "pass", source)
+    try:
+        tree = ast.parse(notebook, filename=rel)
+    except SyntaxError:
+        tree = None
+    if tree is not None and notebook != source:
+        line = next(n for n, text in enumerate(source.splitlines(), 1) if IPYTHON_LINE.match(text + "\n"))
+        return Finding("XLA000", "syntax", "cannot parse: a notebook's shell or magic line (`!...`, `%...`), which "
+                       "Python cannot run; the rest was read without them", "remove the notebook lines, or run "
+                       "the notebook's commands in the trainer's setup", rel, line), tree
+    return Finding("XLA000", "syntax", f"cannot parse: {err.msg}", "fix the syntax error", rel, err.lineno), \
+        ast.Module(body=[], type_ignores=[])
 
 
 def lint_module(tree: ast.Module, source: str, rel: str, legacy_node: bool = False) -> tuple[list[Finding], int]:

@@ -141,6 +141,7 @@ class StepFinder(TorchXlaSteps):
                     yield Step(node.name, "lazy", "ends a PyTorch/XLA step", module, node, sure=False)
         for call in module.calls:
             yield from self._wrapped(call, module)
+            yield from self._engine_steps(call, module)
         for cls_node in module.classes.values():
             if any(last_name(b) == "LightningModule" for b in cls_node.bases):
                 # Lightning runs these on the XLA device, one per batch, with the batch on the device
@@ -196,6 +197,16 @@ class StepFinder(TorchXlaSteps):
                 how = wrapper_name(decorator)
                 yield Step(node.name, kind, how, module, node,
                            frozenset(params_of(node) - _static(decorator, node) - flag_params(node)))
+
+    def _engine_steps(self, call: ast.Call, module: Module) -> Iterator[Step]:
+        """`Engine(train_step)` of PyTorch-Ignite: the engine calls the function once per batch, with the batch on
+        the device (Ignite picks XLA by its backend, `idist.Parallel(backend="xla-tpu")`, not by an import)."""
+        if last_name(call.func) != "Engine" or not call.args or not module.imports_any({"ignite"}):
+            return
+        for target_module, target, _ in self._targets(call.args[0], module):
+            if isinstance(target, FunctionNode):
+                yield Step(target.name, "lazy", "run by an Ignite Engine, once per batch", target_module, target,
+                           frozenset(params_of(target) - {"self", "engine"} - flag_params(target)))
 
     def _wrapped(self, call: ast.Call, module: Module) -> Iterator[Step]:
         """jax.jit(f), pjit(f, ...), torch_xla.compile(f), strategy.run(f), keras compile(jit_compile=...)."""

@@ -133,6 +133,8 @@ class TensorValues:
             return value.id in self.objects or any(w in value.id.lower() for w in MODEL_WORDS)
         if not isinstance(value, ast.Call):
             return False
+        if isinstance(value.func, ast.Name) and value.func.id in self.objects:
+            return False  # `loss = LOSS_FN(logits, labels)`: calling a loss object, not building one
         name = last_name(value.func)
         if name[:1].isupper() and name not in TENSOR_CLASSES:
             return True
@@ -154,6 +156,8 @@ class TensorValues:
 
     def _call(self, call: ast.Call) -> bool:
         func = call.func
+        if isinstance(func, ast.Name) and func.id == "next" and call.args:
+            return self.guesses  # `input_ids, labels = next(train_iter)`: a batch, as a guess
         if isinstance(func, ast.Name) and func.id in PYTHON_BUILTINS:
             return False
         called = last_name(func)
