@@ -156,6 +156,65 @@ CASES = [
         with torch.autocast("xla", dtype=torch.bfloat16):
             pass
         """),
+    ("XLA003", """
+        from ignite.engine import Engine
+
+        def train_step(engine, batch):
+            loss = model(batch).mean()
+            loss.backward()
+            return {"loss": loss.item()}
+
+        trainer = Engine(train_step)
+        """, """
+        from ignite.engine import Engine
+
+        def train_step(engine, batch):
+            loss = model(batch).mean()
+            loss.backward()
+            return {"loss": loss.detach()}  # Ignite's metrics read it when they are written
+
+        trainer = Engine(train_step)
+        """),
+    ("XLA003", """
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        def train(model, train_iter, steps):
+            LOSS_FN = torch.nn.BCEWithLogitsLoss().to(dtype=torch.float32)
+            for step in range(steps):
+                ids, labels = next(train_iter)
+                loss = LOSS_FN(model(ids), labels)
+                loss.backward()
+                xm.mark_step()
+                history = float(loss)
+        """, """
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        def train(model, train_iter, steps):
+            LOSS_FN = torch.nn.BCEWithLogitsLoss().to(dtype=torch.float32)
+            for step in range(steps):
+                ids, labels = next(train_iter)
+                loss = LOSS_FN(model(ids), labels)
+                loss.backward()
+                xm.mark_step()
+                history = float(steps)
+        """),
+    ("XLA005", """
+        import argparse
+        from accelerate import Accelerator
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--mixed_precision", default="fp16")
+        args = parser.parse_args()
+        accelerator = Accelerator(mixed_precision=args.mixed_precision)
+        """, """
+        import argparse
+        from accelerate import Accelerator
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--mixed_precision", default="bf16")
+        args = parser.parse_args()
+        accelerator = Accelerator(mixed_precision=args.mixed_precision)
+        """),
     ("XLA005", """
         import jax.numpy as jnp
         from transformers import FlaxCLIPModel
@@ -495,3 +554,23 @@ def test_what_a_helper_returns_from_item_sums_is_a_python_number() -> None:
     project = Project([Module.of("train.py", ast.parse(source), source)])
     python = python_valued_functions(project)
     assert "evaluate" in python and "evaluate_on_device" not in python
+
+
+def test_a_notebook_exported_as_a_script_is_read_around_its_shell_lines(tmp_path: Path) -> None:
+    """`!pip install ...` makes the file unparsable (XLA000, at that line), and the rest is still linted."""
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import torch
+        import torch_xla.core.xla_model as xm
+        !pip install -q transformers
+        %matplotlib inline
+
+        def train(model, loader):
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+                xm.mark_step()
+                print(loss.item())
+        """))
+    result = lint_tree(tmp_path)
+    assert [(f.rule, f.line) for f in result.findings] == [("XLA000", 4), ("XLA003", 12)]
+

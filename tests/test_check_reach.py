@@ -299,3 +299,31 @@ def test_a_trainer_a_setting_picks_by_text_is_reached_but_not_surely(tmp_path) -
     reached = reached_names(project, ("run.py",), Settings.of(project))
     assert {"main", "train"} <= reached.surely and not {"run", "walk", "evaluate"} & reached.surely
     assert {"run", "walk"} <= reached.maybe and "evaluate" not in reached.maybe
+
+
+def test_a_reached_class_reaches_through_its_hooks_and_named_methods_only() -> None:
+    """A model's `forward` (called by PyTorch) reaches what it builds; its `set_beam_decoder`, which only an
+    evaluation script calls, does not; nor does a class named in a text a value is compared with."""
+    source = textwrap.dedent('''
+        class Greedy:
+            def forward(self, x):
+                return x
+
+        class Beam:
+            def forward(self, x):
+                return x
+
+        class Model:
+            def forward(self, x):
+                if type(self.decoder).__name__ in ("Beam",):
+                    return x
+                return Greedy().forward(x)
+
+            def set_beam_decoder(self):
+                self.decoder = Beam()
+
+        Model().forward(1)
+        ''')
+    project = Project([Module.of("train.py", ast.parse(source), source)])
+    reached = reached_names(project, ("train.py",), Settings.of(project))
+    assert {"Model", "Greedy"} <= reached.maybe and "Beam" not in reached.maybe
