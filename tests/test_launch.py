@@ -306,7 +306,9 @@ def wait_for_line(process: subprocess.Popen[str], *texts: str, timeout: float = 
 def test_a_second_launch_of_a_cluster_refuses_while_the_first_starts(sshd3: SshdCluster, tpuops_home: Path,
                                                                      tmp_path: Path) -> None:
     marker = f"tpuops-lock-{uuid.uuid4().hex[:8]}"
-    name = make_cluster(sshd3, tpuops_home, tmp_path, setup="echo setting up; sleep 4")
+    release = f"{marker}.release"  # the setup holds the first launch (and its lock) until the test writes it
+    wait = f"for i in $(seq 1200); do test -f ~/{release} && break; sleep 0.1; done"  # (2 minutes at most)
+    name = make_cluster(sshd3, tpuops_home, tmp_path, setup=f"echo setting up; {wait}")
     owner = sshd3.workers[0].home / "tpuops" / name / "launch.owner"
     owner.unlink(missing_ok=True)
     first = start_cli("launch", name, "--setup", "--", f"sleep 300 # {marker}")
@@ -318,6 +320,8 @@ def test_a_second_launch_of_a_cluster_refuses_while_the_first_starts(sshd3: Sshd
         [line] = second.stderr.splitlines()
         assert f"run {run_id} of '{name}' is being launched right now" in line and " UTC, from " in line
         assert "--replace" in line and "@" in line
+        for worker in sshd3.workers:
+            (worker.home / release).touch()
         code, _out, err = end_cli(first)
         assert code == 0, err
         # Started: a launch now finds it running, and says whose it is.
