@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import re
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -259,6 +260,9 @@ class StateStore:
 
     def __init__(self, home: Path) -> None:
         self.home = home
+        # A thread's last observation (a follow ending as `run --down` deletes the cluster) must not write back a
+        # record another thread of this process just deleted: `remember` and `delete` take turns.
+        self._deleting = threading.Lock()
 
     def cluster_dir(self, name: str) -> Path:
         return self.home / "clusters" / name
@@ -296,17 +300,22 @@ class StateStore:
 
     def remember(self, state: ClusterState) -> bool:
         """Save what a read-only command only observed (`status` refreshing run states): with the disk full or
-        read-only it is not worth failing the command for; False when it could not be written."""
-        try:
-            self.save(state)
-        except OSError as err:
-            if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-                raise
-            return False
+        read-only it is not worth failing the command for, and of a cluster deleted meanwhile it is moot; False
+        when it was not written."""
+        with self._deleting:
+            if not self.path(state.name).exists():
+                return False
+            try:
+                self.save(state)
+            except OSError as err:
+                if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                    raise
+                return False
         return True
 
     def delete(self, name: str) -> None:
-        self.path(name).unlink(missing_ok=True)
+        with self._deleting:
+            self.path(name).unlink(missing_ok=True)
 
     def names(self) -> list[str]:
         root = self.home / "clusters"
