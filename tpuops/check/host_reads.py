@@ -9,14 +9,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from tpuops.check.host_tensors import HOST_FACTORIES
+from tpuops.check.host_tensors import HOST_COPIES, made_on_host
 from tpuops.check.project import Module, dotted, last_name
 from tpuops.check.steps import Hit, Step
-from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues
+from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues, tensor_test_subject
 from tpuops.check.wrappers import host_callback
 from tpuops.check.wrappers import keyword as _keyword
 
-HOST_SYNC_METHODS = {"numpy", "item", "cpu", "tolist"}
 NUMPY_ARRAYS = {"zeros", "ones", "empty", "full", "array", "asarray", "zeros_like", "ones_like", "empty_like"}
 # Calls that turn their arguments into text (or a logged number): a tensor given to them is read from the device.
 REPORTING_CALLS = {"print", "master_print", "info", "debug", "warning", "error", "log", "write", "set_postfix",
@@ -57,8 +56,7 @@ def _stored_in_host_memory(node: ast.Assign | ast.AugAssign, step: Step, values:
     if not (values.on_host(array) or _bound_to_host_arrays(array, step.module)):
         return False
     value = node.value
-    return values.is_tensor(value) and not values.on_host(value) and not _copied_before(value, step) and \
-        not isinstance(value, ast.Constant)
+    return values.is_tensor(value) and not values.on_host(value) and not _copied_before(value, step)
 
 
 def _bound_to_host_arrays(array: ast.AST, module: Module) -> bool:
@@ -80,8 +78,7 @@ def _a_host_array(value: ast.AST) -> bool:
     path = dotted(value.func) if isinstance(value, ast.Call) else ""
     if path.split(".")[0] in {"np", "numpy"}:
         return last_name(value.func) in NUMPY_ARRAYS
-    return path.startswith("torch.") and last_name(value.func) in HOST_FACTORIES and \
-        _keyword(value, "device") is None
+    return isinstance(value, ast.Call) and made_on_host(value)
 
 
 def _on_the_device(expr: ast.AST, step: Step, values: TensorValues) -> bool:
@@ -94,7 +91,7 @@ def _on_the_device(expr: ast.AST, step: Step, values: TensorValues) -> bool:
 def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str) -> Iterator[Hit]:
     func = node.func
     arguments = [*node.args, *(k.value for k in node.keywords)]
-    if isinstance(func, ast.Attribute) and func.attr in HOST_SYNC_METHODS and not node.args and \
+    if isinstance(func, ast.Attribute) and func.attr in HOST_COPIES and not node.args and \
             (step.kind != "lazy" or values.is_tensor(func.value)) and not values.on_host(func.value) and \
             not _copied_before(func.value, step):
         yield node, f"`.{func.attr}()` in {step.where} copies the value to the host {every}"
@@ -196,7 +193,7 @@ def _a_host_copy(value: ast.AST) -> bool:
         parts = value.values if isinstance(value, ast.Dict) else value.elts
         return bool(parts) and all(_a_host_copy(p) or isinstance(p, ast.Constant) for p in parts)
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-        if value.func.attr in {"cpu", "numpy", "tolist", "item"}:
+        if value.func.attr in HOST_COPIES:
             return True
         value = value.func.value
     return False
@@ -211,25 +208,13 @@ def _python_in_this_branch(expr: ast.AST, step: Step) -> bool:
     for parent in step.module.ancestors(expr):
         if parent is step.node:
             return False
-        if isinstance(parent, ast.If) and _tests_tensor(parent.test, expr.id) is not None:
-            tensor_branch = parent.body if _tests_tensor(parent.test, expr.id) else parent.orelse
-            if node not in tensor_branch:
+        if isinstance(parent, ast.If):
+            negated = isinstance(parent.test, ast.UnaryOp) and isinstance(parent.test.op, ast.Not)
+            if tensor_test_subject(parent.test.operand if negated else parent.test) == expr.id and \
+                    node not in (parent.orelse if negated else parent.body):
                 return True
         node = parent
     return False
-
-
-def _tests_tensor(test: ast.AST, name: str) -> bool | None:
-    """True for `torch.is_tensor(name)` or `isinstance(name, torch.Tensor)`, False for their negation, None for
-    another test."""
-    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-    call = test.operand if negated else test
-    if not (isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Name) and
-            call.args[0].id == name):
-        return None
-    tensor_test = last_name(call.func) == "is_tensor" or (
-        last_name(call.func) == "isinstance" and len(call.args) == 2 and last_name(call.args[1]) == "Tensor")
-    return None if not tensor_test else not negated
 
 
 def _math_log(func: ast.AST, values: TensorValues) -> bool:

@@ -74,7 +74,7 @@ class HostTensors:
         if isinstance(func, ast.Attribute) and func.attr in DEVICE_MOVES:
             return bool(call.args) and isinstance(call.args[0], ast.Constant) and call.args[0].value == "cpu"
         if dotted(func).startswith("torch."):
-            return last_name(func) in HOST_FACTORIES or self._of_host_values(arguments)
+            return made_on_host(call) or self._of_host_values(arguments)
         if isinstance(func, ast.Attribute) and self.on_host(func.value):  # `steps.long()`, `idx.sum(0)`
             return all(self._host_or_python(a) for a in arguments)
         return False
@@ -83,6 +83,13 @@ class HostTensors:
         """An op given a host tensor and Python values (not only Python values: `torch.stack(losses)` of a list
         filled with device tensors is on the device)."""
         return any(self.on_host(a) for a in arguments) and all(self._host_or_python(a) for a in arguments)
+
+
+def made_on_host(call: ast.Call) -> bool:
+    """`torch.zeros(n)`, `torch.Tensor([2, 3])`: a PyTorch factory given no device makes its tensor on the host."""
+    device = next((k.value for k in call.keywords if k.arg == "device"), None)
+    return dotted(call.func).startswith("torch.") and last_name(call.func) in HOST_FACTORIES and \
+        (device is None or (isinstance(device, ast.Constant) and device.value == "cpu"))
 
 
 def _pairs(targets: list[ast.AST], value: ast.AST) -> Iterator[tuple[str, ast.AST]]:

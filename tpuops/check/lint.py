@@ -9,12 +9,12 @@ import ast
 import gc
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path, PurePosixPath
 
-from tpuops.check.callers import reached_names, unreached_owner
+from tpuops.check.callers import Reached, reached_names, unreached_owner
 from tpuops.check.file_rules import FILE_RULES
 from tpuops.check.findings import Finding
 from tpuops.check.host_loops import host_loop_notes
@@ -110,16 +110,14 @@ def _unparsable(rel: str, source: str, err: SyntaxError) -> tuple[Finding, ast.M
     """XLA000 for a file Python cannot parse, and what can still be read of it: a notebook exported as a script
     keeps its shell and magic lines (`!pip install ...`, `%matplotlib inline`); without them the rest parses, and
     is linted. Otherwise an empty module, which others may still import by its name."""
-    notebook = IPYTHON_LINE.sub(lambda m: m.group(1) + "pass", source)
-    try:
-        tree = ast.parse(notebook, filename=rel)
-    except SyntaxError:
-        tree = None
-    if tree is not None and notebook != source:
-        line = next(n for n, text in enumerate(source.splitlines(), 1) if IPYTHON_LINE.match(text + "\n"))
-        return Finding("XLA000", "syntax", "cannot parse: a notebook's shell or magic line (`!...`, `%...`), which "
-                       "Python cannot run; the rest was read without them", "remove the notebook lines, or run "
-                       "the notebook's commands in the trainer's setup", rel, line), tree
+    first = IPYTHON_LINE.search(source)
+    if first is not None:
+        with suppress(SyntaxError):
+            tree = ast.parse(IPYTHON_LINE.sub(lambda m: m.group(1) + "pass", source), filename=rel)
+            return Finding("XLA000", "syntax", "cannot parse: a notebook's shell or magic line (`!...`, `%...`), "
+                           "which Python cannot run; the rest was read without them", "remove the notebook lines, "
+                           "or run the notebook's commands in the trainer's setup", rel,
+                           source.count("\n", 0, first.start()) + 1), tree
     return Finding("XLA000", "syntax", f"cannot parse: {err.msg}", "fix the syntax error", rel, err.lineno), \
         ast.Module(body=[], type_ignores=[])
 
@@ -180,7 +178,7 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
 
 
 def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: CommandScope,
-           reached: Callable[[], frozenset[str]]) -> Guess | None:
+           reached: Callable[[], Reached]) -> Guess | None:
     """Why the source alone cannot make sure of a finding (it is then a note the run may settle), or None."""
     if not scope.surely_runs(module.rel):
         return Guess("reach", f"no script of the command imports {module.rel} by a name the source holds")

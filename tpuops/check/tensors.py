@@ -284,11 +284,17 @@ def _unpacked(binding: tuple[list[ast.AST], ast.AST]) -> Iterator[tuple[list[ast
 def _converts_tensors(expr: ast.IfExp) -> bool:
     """`x.item() if torch.is_tensor(x) else x`, `... if isinstance(x, torch.Tensor) else x`: the `else` is taken
     only by what is no tensor."""
-    test = expr.test
-    return isinstance(test, ast.Call) and len(test.args) >= 1 and isinstance(test.args[0], ast.Name) and \
-        (last_name(test.func) == "is_tensor" or (last_name(test.func) == "isinstance" and len(test.args) == 2 and
-                                                 last_name(test.args[1]) == "Tensor")) and \
-        isinstance(expr.orelse, ast.Name) and expr.orelse.id == test.args[0].id
+    subject = tensor_test_subject(expr.test)
+    return subject is not None and isinstance(expr.orelse, ast.Name) and expr.orelse.id == subject
+
+
+def tensor_test_subject(test: ast.AST) -> str | None:
+    """The name `torch.is_tensor(x)` or `isinstance(x, torch.Tensor)` tests, or None for another test."""
+    if not (isinstance(test, ast.Call) and test.args and isinstance(test.args[0], ast.Name)):
+        return None
+    tested = last_name(test.func) == "is_tensor" or (
+        last_name(test.func) == "isinstance" and len(test.args) == 2 and last_name(test.args[1]) == "Tensor")
+    return test.args[0].id if tested else None
 
 
 def _python_names(bindings: list[tuple[list[ast.AST], ast.AST]], python_calls: Container[str]) -> set[str]:
