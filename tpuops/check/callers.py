@@ -51,7 +51,7 @@ def reached_names(project: Project, entries: Sequence[str], settings: Settings |
                 if statement.decorator_list and not _registered(statement):
                     for sure in (True, False):  # `@hydra.main`, `@app.command()`: the decorator's library calls it
                         named[sure].add(statement.name)
-            elif _runs_on_import(statement, module, entries):
+            elif runs_on_import(statement, module, entries):
                 for sure in (True, False):
                     named[sure] |= _names([statement], module, settings, sure)
         for sure in (True, False):
@@ -94,7 +94,7 @@ def _class_names(cls: ast.ClassDef, module: Module, settings: Settings | None, s
     names = _names([s for s in cls.body if not isinstance(s, FunctionNode)], module, settings, sure)
     for method in (s for s in cls.body if isinstance(s, FunctionNode)):
         names |= _names(method.decorator_list, module, settings, sure)
-        if _called_by_a_framework(method) or method.name in reached:
+        if called_by_a_framework(method) or method.name in reached:
             names |= _names(method.body, module, settings, sure)
         else:
             methods.setdefault(method.name, []).append((module, method))
@@ -105,12 +105,13 @@ def _class_names(cls: ast.ClassDef, module: Module, settings: Settings | None, s
 # Hugging Face's, datasets' and optimizers'.
 FRAMEWORK_METHODS = {"forward", "call", "build", "setup", "teardown", "prepare_data", "step", "compute_loss",
                      "get_config", "from_config", "reset", "update", "compute", "result", "apply", "init",
-                     "loss", "run", "fit", "evaluate", "predict", "generate", "encode", "decode"}
+                     "loss", "run", "fit", "evaluate", "predict", "generate", "encode", "decode", "update_state",
+                     "reset_state", "reset_states"}
 FRAMEWORK_METHOD_SHAPES = ("on_", "configure_", "training_", "validation_", "test_", "predict_", "train_",
                            "eval_", "_step", "_epoch_end", "_dataloader", "_batch_end", "_start", "_end")
 
 
-def _called_by_a_framework(method: FunctionNode) -> bool:
+def called_by_a_framework(method: FunctionNode) -> bool:
     name = method.name
     return name.startswith("__") or name in FRAMEWORK_METHODS or \
         any(name.startswith(shape) or name.endswith(shape) for shape in FRAMEWORK_METHOD_SHAPES)
@@ -146,7 +147,7 @@ def _registered(definition: Definition) -> bool:
     return all("regist" in dotted(d.func if isinstance(d, ast.Call) else d).lower() for d in definition.decorator_list)
 
 
-def _runs_on_import(statement: ast.stmt, module: Module, entries: Sequence[str]) -> bool:
+def runs_on_import(statement: ast.stmt, module: Module, entries: Sequence[str]) -> bool:
     """Top-level code runs when the module is imported, but for `__all__` (a list of names to export, not code
     that uses them) and an `if __name__ == "__main__":` block of a module the command only imports."""
     if isinstance(statement, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
@@ -162,7 +163,7 @@ def _names(nodes: Iterable[ast.AST], module: Module, settings: Settings | None, 
     "models.Net", `getattr(self, "encode")`), past the branches `_branches` lets through."""
     names: set[str] = set()
     compared: set[int] = set()  # texts a value is compared with (`name in ("BeamSearchLSTM", ...)`) name nothing
-    for node in _walk(nodes, module, settings, sure):
+    for node in walk_picked(nodes, module, settings, sure):
         if isinstance(node, ast.Compare):
             compared |= {id(n) for part in (node.left, *node.comparators) for n in ast.walk(part)
                          if isinstance(n, ast.Constant)}
@@ -176,7 +177,7 @@ def _names(nodes: Iterable[ast.AST], module: Module, settings: Settings | None, 
     return names
 
 
-def _walk(nodes: Iterable[ast.AST], module: Module, settings: Settings | None, sure: bool) -> Iterator[ast.AST]:
+def walk_picked(nodes: Iterable[ast.AST], module: Module, settings: Settings | None, sure: bool) -> Iterator[ast.AST]:
     stack = list(nodes)
     while stack:
         node = stack.pop()

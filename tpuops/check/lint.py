@@ -24,6 +24,7 @@ from tpuops.check.reach import CommandScope, a_test
 from tpuops.check.scopes import StepFinder
 from tpuops.check.settle import Anchor, Guess, Key, as_guess, counted_line, is_loop
 from tpuops.check.steps import Step
+from tpuops.check.traced import Place, traced, untraced_owner
 from tpuops.check.wrappers import host_callback
 from tpuops.remote.manifest import scan_tree
 
@@ -153,7 +154,8 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
     found = _Found({}, {}, {}, 0)
     ignored: set[Key] = set()
     off = {id(module) for module in finder.project.modules if off_the_tpu(module, scope)}  # once per file
-    reached = cache(lambda: reached_names(finder.project, scope.entries, finder.settings))
+    reached = cache(lambda: Reach(reached_names(finder.project, scope.entries, finder.settings),
+                                  traced(finder.project, scope.entries, finder.settings)))
     for rule, module, node, message, step in _hits(finder, steps, legacy_node):
         if id(module) in off:
             continue
@@ -178,21 +180,31 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
 
 
 def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: CommandScope,
-           reached: Callable[[], Reached]) -> Guess | None:
+           reached: Callable[[], Reach]) -> Guess | None:
     """Why the source alone cannot make sure of a finding (it is then a note the run may settle), or None."""
     if not scope.surely_runs(module.rel):
         return Guess("reach", f"no script of the command imports {module.rel} by a name the source holds")
-    owner = unreached_owner(node, module, reached()) if scope.entries else None
+    owner = unreached_owner(node, module, reached().by_name) if scope.entries else None
     if owner is not None and owner[1]:
         return Guess("reach", f"the command's code names {owner[0]} only in a branch a setting's value picks")
     if owner is not None:
         return Guess("reach", f"no code the command runs names {owner[0]} (a config or a registry may build it)")
+    untraced = untraced_owner(node, module, reached().traced) if scope.entries else None
+    if untraced is not None:
+        return Guess("reach", f"no call of the command's code that its imports resolve reaches {untraced} "
+                              "(its name may stand for another definition, or a registry or a config call it)")
     if step is not None and not step.sure:
         return Guess("step", f"{step.name} may not run every step")
     if step is not None and step.kind == "jax" and _fails_tracing(rule, node):
         return Guess("trace", "given a traced value, JAX raises here while tracing the step, so the first run "
                               "shows it; given a static one, it costs nothing")
     return None
+
+
+@dataclass(frozen=True)
+class Reach:
+    by_name: Reached  # what the command's code may reach, by the names it holds
+    traced: frozenset[Place]  # what it surely reaches, through names its imports resolve
 
 
 def _fails_tracing(rule: str, node: ast.AST) -> bool:

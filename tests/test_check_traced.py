@@ -1,0 +1,107 @@
+"""A finding is sure only in code the command's calls reach through names its imports resolve; code reached only
+by its name (another module's function of the same name, a method nothing calls) gives a note."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from tpuops.check.lint import lint_tree
+
+LOOP = """
+import torch_xla.core.xla_model as xm
+
+
+def {name}(model, loader, optimizer):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        xm.optimizer_step(optimizer)
+        print(loss.item())
+"""
+
+METHOD = """
+    def {name}(self, model, loader, optimizer):
+        for x in loader:
+            loss = model(x).sum()
+            loss.backward()
+            xm.optimizer_step(optimizer)
+            print(loss.item())
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    return root
+
+
+def sure_and_noted(root: Path, command: str) -> tuple[list[tuple[str | None, int | None]], list[str]]:
+    result = lint_tree(root, commands=[command])
+    return [(f.file, f.line) for f in result.findings], [f"{n.file}:{n.line}" for n in result.advice]
+
+
+def test_of_two_functions_of_one_name_the_one_the_script_imports_is_sure(tmp_path: Path) -> None:
+    """Every loop module defines `test()`; the script imports the one of loops/a.py, and only `summary` of
+    loops/b.py: what the lint finds in loops/b.py's `test` is a note."""
+    write(tmp_path, {
+        "run.py": "from loops.a import test as test_a\nfrom loops.b import summary\n\n"
+                  "test_a(model, loader, opt)\nsummary()\n",
+        "loops/a.py": LOOP.format(name="test"),
+        "loops/b.py": LOOP.format(name="test") + "\n\ndef summary():\n    return 'done'\n",
+    })
+    sure, noted = sure_and_noted(tmp_path, "python run.py")
+    assert sure == [("loops/a.py", 10)]
+    assert noted == ["loops/b.py:10"]
+    advice = lint_tree(tmp_path, commands=["python run.py"]).advice[0].message
+    assert "no call of the command's code that its imports resolve reaches test" in advice
+
+
+def test_a_method_nothing_calls_is_a_note_and_a_script_driven_from_outside_runs_them_all(tmp_path: Path) -> None:
+    """`Trainer.fit` is called; `Trainer.export_scores` is not (another script of the author's used it). A script
+    whose own code calls none of its definitions (a notebook's cells, a library file) may run any method."""
+    trainer = "class Trainer:\n" + "".join(METHOD.format(name=name) for name in ("fit", "export_scores"))
+    write(tmp_path, {
+        "train.py": "from trainer import Trainer\nTrainer().fit(model, loader, optimizer)\n",
+        "trainer.py": "import torch_xla.core.xla_model as xm\n\n\n" + trainer,
+    })
+    lines = [i for i, text in enumerate((tmp_path / "trainer.py").read_text().splitlines(), 1) if ".item()" in text]
+    sure, noted = sure_and_noted(tmp_path, "python train.py")
+    assert sure == [("trainer.py", lines[0])]
+    assert noted == [f"trainer.py:{lines[1]}"]
+    assert "reaches Trainer.export_scores" in lint_tree(tmp_path, commands=["python train.py"]).advice[0].message
+    sure, noted = sure_and_noted(tmp_path, "python trainer.py")
+    assert sure == [("trainer.py", lines[0]), ("trainer.py", lines[1])] and noted == []
+
+
+def test_a_module_handed_on_as_a_value_runs_the_functions_called_by_their_names(tmp_path: Path) -> None:
+    """`steps = bert_steps` ... `steps.train(...)`: each module the code may hand on runs its `train`, not its
+    `export`; `import src.steps.bert_steps` from a script run as `cd .. && python -m src.main` names
+    steps/bert_steps.py of the code directory."""
+    code = tmp_path / "src"
+    write(code, {
+        "main.py": "import src.steps.bert_steps as bert_steps\nimport src.steps.gpt_steps as gpt_steps\n\n\n"
+                   "def pick(name):\n    return bert_steps if name == 'bert' else gpt_steps\n\n\n"
+                   "pick(model_name).train(model, loader, optimizer)\n",
+        "steps/__init__.py": "",
+        "steps/bert_steps.py": LOOP.format(name="train") + LOOP.format(name="export").split("\n", 3)[3],
+        "steps/gpt_steps.py": LOOP.format(name="train"),
+    })
+    sure, noted = sure_and_noted(code, "cd .. && python -m src.main")
+    assert sure == [("steps/bert_steps.py", 10), ("steps/gpt_steps.py", 10)]
+    assert noted == ["steps/bert_steps.py:17"]
+
+
+def test_a_name_imported_in_two_functions_from_two_modules_may_mean_either(tmp_path: Path) -> None:
+    """`from train_xla import run` in one function, `from train_gpu import run` in another: both are sure (the
+    settings pick one at run time, and both are named by an import)."""
+    write(tmp_path, {
+        "main.py": "def main_xla():\n    from train_xla import run\n    run(model, loader, optimizer)\n\n\n"
+                   "def main_other():\n    from train_other import run\n    run(model, loader, optimizer)\n\n\n"
+                   "if __name__ == '__main__':\n    main_xla() if use_xla else main_other()\n",
+        "train_xla.py": LOOP.format(name="run"),
+        "train_other.py": LOOP.format(name="run"),
+    })
+    sure, noted = sure_and_noted(tmp_path, "python main.py")
+    assert sure == [("train_other.py", 10), ("train_xla.py", 10)] and noted == []

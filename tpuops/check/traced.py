@@ -1,0 +1,199 @@
+"""Which top-level functions and classes the command's code reaches through names its imports resolve.
+
+`callers.reached_names` reaches a definition when any reached code holds its name, wherever that name is defined:
+two `test()` functions of two loop modules are reached together, and so is every class a registry's dict or a
+config's string may pick. That is the right answer to "may it run?". To "does it surely run?" the answer is
+narrower: the definition a name resolves to as Python would look it up (the module's own, or the one its
+`from m import x` / `import m` ... `m.x` names), starting from the code that runs when the scripts run (their
+top-level code and that of what they import) and going on through what reached functions and classes name in
+turn. A finding in a definition reached only the first way is a note the run settles.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+from tpuops.check.callers import Definition, called_by_a_framework, runs_on_import, walk_picked
+from tpuops.check.project import FunctionNode, Module, Project, dotted
+from tpuops.check.settings import Settings
+
+Place = tuple[str, str]  # (module.rel, name of a top-level definition or Class.method)
+MAX_HOPS = 4  # `from pkg import Net` through pkg/__init__.py's `from .net import Net`, and so on
+
+
+def traced(project: Project, entries: Sequence[str], settings: Settings | None) -> frozenset[Place]:
+    """The top-level definitions the command's code reaches through resolved names (see the module's text)."""
+    tracer = _Tracer(project, settings)
+    for module in project.modules:
+        top_level = [s for s in module.tree.body if not isinstance(s, FunctionNode | ast.ClassDef)
+                     and runs_on_import(s, module, entries)]
+        tracer.visit(module, top_level)
+        if module.rel in entries and not _calls_its_own(module, top_level):
+            for statement in tracer.top[id(module)].values():  # a script driven from outside: any may run
+                tracer.driven.add(id(statement))
+                tracer.reach(module, statement)
+        for statement in module.tree.body:  # decorators and bases run on import too
+            if isinstance(statement, FunctionNode | ast.ClassDef):
+                tracer.visit(module, [*statement.decorator_list, *getattr(statement, "bases", [])])
+                if statement.decorator_list and module.rel in entries:
+                    tracer.reach(module, statement)  # `@hydra.main`, `@app.command()`: the library calls it
+    return tracer.run()
+
+
+def _calls_its_own(module: Module, top_level: Sequence[ast.stmt]) -> bool:
+    own = {s.name for s in module.tree.body if isinstance(s, FunctionNode | ast.ClassDef)}
+    return any(isinstance(n, ast.Name) and n.id in own for s in top_level for n in ast.walk(s))
+
+
+class _Tracer:
+    def __init__(self, project: Project, settings: Settings | None) -> None:
+        self.project = project
+        self.settings = settings
+        self.top = {id(m): {s.name: s for s in m.tree.body if isinstance(s, FunctionNode | ast.ClassDef)}
+                    for m in project.modules}
+        self.reached: set[Place] = set()
+        self.todo: list[tuple[Module, Definition]] = []
+        self.attributes: set[str] = set()  # attribute names reached code uses: the methods it may call
+        self.waiting: dict[str, list[tuple[Module, ast.ClassDef, FunctionNode]]] = {}  # methods not yet run
+        self.full_names = {m.name: m for m in project.modules}
+        self.driven: set[int] = set()  # classes of a script driven from outside: any method may run
+        self.handed_on: set[int] = set()  # modules of ours used as values
+        self.waiting_in_modules: dict[str, list[tuple[Module, Definition]]] = {}  # their functions, by name
+        self.imports: dict[int, dict[str, list[tuple[str, str | None]]]] = {}
+
+    def run(self) -> frozenset[Place]:
+        while self.todo:
+            module, definition = self.todo.pop()
+            if isinstance(definition, ast.ClassDef):
+                self._reach_class(module, definition)
+            else:
+                self.visit(module, definition.body)
+        return frozenset(self.reached)
+
+    def reach(self, module: Module, definition: Definition) -> None:
+        place = (module.rel, definition.name)
+        if place not in self.reached:
+            self.reached.add(place)
+            self.todo.append((module, definition))
+
+    def visit(self, module: Module, nodes: Sequence[ast.AST]) -> None:
+        for node in walk_picked(nodes, module, self.settings, sure=True):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                for home, definition in self._resolved(module, node.id, MAX_HOPS):
+                    self.reach(home, definition)
+                if node.id in module.imported and node.id not in self.top[id(module)]:
+                    self._module_as_value(module, node)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                self._attribute(module, node)
+
+    def _attribute(self, module: Module, node: ast.Attribute) -> None:
+        home = self._module_named_by(module, node.value)
+        if home is not None:  # `models.Net`, `nets.resnet.ResNet`
+            for found, definition in self._resolved(home, node.attr, MAX_HOPS):
+                self.reach(found, definition)
+        if node.attr not in self.attributes:
+            self.attributes.add(node.attr)
+            for owner, cls, method in self.waiting.pop(node.attr, ()):
+                self._run_method(owner, cls, method)
+            for owner, definition in self.waiting_in_modules.pop(node.attr, ()):
+                self.reach(owner, definition)
+
+    def _module_as_value(self, module: Module, node: ast.Name) -> None:
+        """`steps = bert_steps` ... `steps.train_step(...)`: a module of ours handed on as a value; its functions
+        run by the attribute names reached code uses."""
+        home = self._module_named_by(module, node)
+        if home is None or id(home) in self.handed_on:
+            return
+        self.handed_on.add(id(home))
+        for name, definition in self.top[id(home)].items():
+            if name in self.attributes:
+                self.reach(home, definition)
+            else:
+                self.waiting_in_modules.setdefault(name, []).append((home, definition))
+
+    def _reach_class(self, module: Module, cls: ast.ClassDef) -> None:
+        self.visit(module, [s for s in cls.body if not isinstance(s, FunctionNode)])
+        for base in cls.bases:  # a base of ours: its methods run as the class's
+            name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+            for home, definition in self._resolved(module, name, MAX_HOPS):
+                self.reach(home, definition)
+        for method in (s for s in cls.body if isinstance(s, FunctionNode)):
+            self.visit(module, method.decorator_list)
+            if called_by_a_framework(method) or method.name in self.attributes or id(cls) in self.driven:
+                self._run_method(module, cls, method)
+            else:
+                self.waiting.setdefault(method.name, []).append((module, cls, method))
+
+    def _run_method(self, module: Module, cls: ast.ClassDef, method: FunctionNode) -> None:
+        self.reached.add((module.rel, f"{cls.name}.{method.name}"))
+        self.visit(module, method.body)
+
+    def _resolved(self, module: Module, name: str, hops: int) -> list[tuple[Module, Definition]]:
+        """The top-level definition `name` means in `module`: its own, or the one its imports bring in."""
+        if not name or hops < 0:
+            return []
+        own = self.top[id(module)].get(name)
+        if own is not None:
+            return [(module, own)]
+        found = []
+        for source, attribute in self._imports(module).get(name, ()):  # each import of it (one per branch...)
+            home = self._module(source, module) if attribute is not None else None
+            if home is not None:
+                found += self._resolved(home, attribute, hops - 1)
+        if found:
+            return found
+        for star in module.stars:
+            home = self._module(star, module)
+            if home is not None:
+                found += self._resolved(home, name, hops - 1)
+        return found
+
+    def _imports(self, module: Module) -> dict[str, list[tuple[str, str | None]]]:
+        """Every `from m import x` of the module, by local name: a name imported in two functions from two
+        modules (`from train_xla import Trainer`, `from train_gpu import Trainer`) may mean either."""
+        if id(module) not in self.imports:
+            found: dict[str, list[tuple[str, str | None]]] = {}
+            for node in ast.walk(module.tree):
+                if isinstance(node, ast.ImportFrom):
+                    base = "." * node.level + (node.module or "")
+                    for alias in node.names:
+                        found.setdefault(alias.asname or alias.name, []).append((base, alias.name))
+            self.imports[id(module)] = found
+        return self.imports[id(module)]
+
+    def _module_named_by(self, module: Module, expr: ast.AST) -> Module | None:
+        """The module of ours `expr` stands for: `net` after `import models.net as net` or `from models import
+        net`, `models.net` after `import models`."""
+        root, *rest = dotted(expr).split(".")
+        if root not in module.imported:
+            return None
+        source, attribute = module.imported[root]
+        base = (source + attribute if source.endswith(".") else f"{source}.{attribute}") if attribute else source
+        return self._module(".".join([base, *rest]), module)
+
+    def _module(self, name: str, importer: Module) -> Module | None:
+        """The module of ours an import names; `src.data.loader` is src/data/loader.py run from above the code
+        directory (`cd .. && python -m src.train`), which the lint reads as data/loader.py."""
+        if name.startswith(".") or name.split(".")[0] in self.project.roots:
+            found = self.project.module_named(name, importer)
+            if found is not None:
+                return found
+        parts = name.split(".")
+        return next((self.full_names[rest] for start in range(1, len(parts))
+                     if (rest := ".".join(parts[start:])) in self.full_names), None)
+
+
+def untraced_owner(node: ast.AST, module: Module, places: frozenset[Place]) -> str | None:
+    """The top-level function or class around `node`, or the method of that class, if no resolved name reaches
+    it (None for top-level code)."""
+    path = [a for a in module.ancestors(node) if isinstance(a, FunctionNode | ast.ClassDef)][::-1]
+    if not path or module.parent(path[0]) is not module.tree:
+        return None
+    outermost = path[0]
+    if (module.rel, outermost.name) not in places:
+        return outermost.name
+    if isinstance(outermost, ast.ClassDef) and len(path) > 1 and module.parent(path[1]) is outermost:
+        method = f"{outermost.name}.{path[1].name}"
+        return None if (module.rel, method) in places else method
+    return None
