@@ -3,10 +3,14 @@ by its name (another module's function of the same name, a method nothing calls)
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
 from tpuops.check.lint import lint_tree
+from tpuops.check.project import Module, Project
+from tpuops.check.settings import Settings
+from tpuops.check.traced import traced
 
 LOOP = """
 import torch_xla.core.xla_model as xm
@@ -105,3 +109,17 @@ def test_a_name_imported_in_two_functions_from_two_modules_may_mean_either(tmp_p
     })
     sure, noted = sure_and_noted(tmp_path, "python main.py")
     assert sure == [("train_other.py", 10), ("train_xla.py", 10)] and noted == []
+
+
+def test_lightning_runs_its_test_hooks_only_when_asked_and_keras_in_fit_too() -> None:
+    """`trainer.fit(model)` runs a LightningModule's `training_step`, not its `test_step` (`trainer.test` would);
+    Keras runs a model's `test_step` in `fit` too, to validate."""
+    lightning = "import lightning as L\n\n\nclass Net(L.LightningModule):\n    def training_step(self, b, i):\n" \
+                "        return b\n\n    def test_step(self, b, i):\n        return b\n\n\n" \
+                "L.Trainer().fit(Net())\n"
+    keras = "import tensorflow as tf\n\n\nclass Net(tf.keras.Model):\n    def train_step(self, data):\n" \
+            "        return {}\n\n    def test_step(self, data):\n        return {}\n\n\nNet().fit(data)\n"
+    for source, tested in ((lightning, False), (keras, True), (lightning.replace(".fit(", ".test("), True)):
+        project = Project([Module.of("train.py", ast.parse(source), source)])
+        places = traced(project, ("train.py",), Settings.of(project))
+        assert (("train.py", "Net.test_step") in places) is tested, source

@@ -24,7 +24,7 @@ from tpuops.check.reach import CommandScope, a_test
 from tpuops.check.scopes import StepFinder
 from tpuops.check.settle import Anchor, Guess, Key, as_guess, counted_line, is_loop
 from tpuops.check.steps import Step
-from tpuops.check.traced import Place, traced, untraced_owner
+from tpuops.check.traced import Place, traced, untraced_owner, why_untraced
 from tpuops.check.wrappers import host_callback
 from tpuops.remote.manifest import scan_tree
 
@@ -191,8 +191,7 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
         return Guess("reach", f"no code the command runs names {owner[0]} (a config or a registry may build it)")
     untraced = untraced_owner(node, module, reached().traced) if scope.entries else None
     if untraced is not None:
-        return Guess("reach", f"no call of the command's code that its imports resolve reaches {untraced} "
-                              "(its name may stand for another definition, or a registry or a config call it)")
+        return Guess("reach", why_untraced(untraced, module))
     if step is not None and not step.sure:
         return Guess("step", f"{step.name} may not run every step")
     if step is not None and step.kind == "jax" and _fails_tracing(rule, node):

@@ -69,13 +69,23 @@ def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
     for node in nodes:
         if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert) and evident.is_tensor(node.test) and \
                 not _field_test(node.test, evident) and not _schedule_test(node.test) and \
-                not _truth_of_names(node.test, step, evident):
+                not _truth_of_names(node.test, step, evident) and not _only_in_float16(node.test):
             word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
             yield node, f"Python `{word}` on a tensor value in {step.where}"
         elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                 node.func.id in {"max", "min"} and node.func.id not in step.module.defs and \
                 any(evident.is_tensor(a) for a in node.args):
             yield node, f"Python `{node.func.id}()` of a tensor in {step.where} compares its values on the host"
+
+
+def _only_in_float16(test: ast.AST) -> bool:
+    """`if x.dtype == torch.float16 and torch.isinf(x).any():` (a float16 model's overflow clamp): the tensor
+    is tested only in a float16 model, which on a TPU is a problem of its own (XLA005)."""
+    if not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)):
+        return False
+    first = test.values[0]
+    return isinstance(first, ast.Compare) and isinstance(first.left, ast.Attribute) and first.left.attr == "dtype" \
+        and isinstance(first.ops[0], ast.Eq | ast.Is) and last_name(first.comparators[0]) in {"float16", "half"}
 
 
 def _schedule_test(test: ast.AST) -> bool:
@@ -98,11 +108,14 @@ def _truth_of_a_name(test: ast.AST, step: Step) -> bool:
     an argument of a jitted function, which is traced."""
     while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test = test.operand
+    if isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) and \
+            isinstance(test.slice.value, str):
+        return True  # `if outputs["aux_losses"]:` whether a dict holds a (non-empty) entry
     if not isinstance(test, ast.Name) or step.module is None or step.node is None:
         return False
     function = step.node if isinstance(step.node, ast.FunctionDef | ast.AsyncFunctionDef) else \
         step.module.enclosing_function(step.node)
-    bound = step.module.assigns_to(test.id, function)
+    bound = [b for b in step.module.assigns_to(test.id, function) if b.lineno < test.lineno]
     if bound:
         return all(isinstance(b.value, ast.List | ast.Tuple | ast.Dict | ast.Set | ast.ListComp | ast.DictComp)
                    for b in bound)

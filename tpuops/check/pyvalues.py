@@ -35,7 +35,8 @@ PYTHON_RESULT_ATTRIBUTES = {"shape", "ndim", "dtype", "size", "axis_names", "nam
 
 
 # Parameters these names hold strings or tree paths (`tree_map_with_path(lambda path, leaf: ...)`), not arrays.
-PYTHON_PARAM_NAMES = {"path", "key_path", "keypath", "name", "names", "prefix", "mode", "phase", "split"}
+PYTHON_PARAM_NAMES = {"path", "key_path", "keypath", "name", "names", "prefix", "mode", "phase", "split",
+                      "optimizer_idx", "batch_idx", "dataloader_idx", "global_step"}  # (Lightning's counters)
 
 
 def flag_params(function: FunctionNode | ast.Lambda) -> set[str]:

@@ -38,7 +38,8 @@ PYTHON_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "requires_grad", "is_cu
                      "size_in_bytes", "sharding", "size"}  # (`x.size` uncalled: a JAX/NumPy array's element count)
 PYTHON_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "get_shape", "__len__", "element_size",
                   "keys", "rate", "global_rate", "format", "get_last_lr", "state_dict", "parameters",
-                  "named_parameters", "train", "eval", "zero_grad"}
+                  "named_parameters", "train", "eval", "zero_grad", "ndimension", "nelement",
+                  "startswith", "endswith", "lower", "upper", "isdigit"}  # (the last five: a tensor has none)
 PYTHON_BUILTINS = {"len", "int", "float", "bool", "str", "range", "enumerate", "isinstance", "print", "round",
                    "repr", "format", "type", "hasattr", "getattr", "callable", "id", "hash", "open", "super",
                    "iter", "next", "sorted", "reversed", "vars", "dir", "zip"}
@@ -213,8 +214,9 @@ class TensorValues:
         if isinstance(expr, ast.Compare):
             if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
                 return False
-            if any(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in [expr.left, *expr.comparators]):
-                return False  # `sample == "DUMMY"`, `split == "train"`: a tensor never equals a string
+            if any(isinstance(e, ast.Constant) and (isinstance(e.value, str) or e.value is None)
+                   for e in [expr.left, *expr.comparators]):
+                return False  # `split == "train"`, `g != None`: a tensor never equals a string or None
             return any(self.is_tensor(e) for e in [expr.left, *expr.comparators])
         if isinstance(expr, ast.BinOp):
             if isinstance(expr.op, ast.Mod) and isinstance(expr.left, ast.Constant | ast.JoinedStr):

@@ -19,6 +19,9 @@ from tpuops.check.project import FunctionNode, Module, Project, dotted
 from tpuops.check.settings import Settings
 
 Place = tuple[str, str]  # (module.rel, name of a top-level definition or Class.method)
+# Hooks a framework calls only when asked for that run: Lightning's `trainer.test(...)`, `trainer.predict(...)`.
+ON_REQUEST_HOOKS = {"test": ("test_", "on_test_"), "predict": ("predict_", "on_predict_")}
+LIGHTNING_ROOTS = frozenset({"pytorch_lightning", "lightning"})
 MAX_HOPS = 4  # `from pkg import Net` through pkg/__init__.py's `from .net import Net`, and so on
 
 
@@ -60,6 +63,7 @@ class _Tracer:
         self.driven: set[int] = set()  # classes of a script driven from outside: any method may run
         self.handed_on: set[int] = set()  # modules of ours used as values
         self.waiting_in_modules: dict[str, list[tuple[Module, Definition]]] = {}  # their functions, by name
+        self.on_request: dict[str, list[tuple[Module, ast.ClassDef, FunctionNode]]] = {}  # hooks by their run
         self.imports: dict[int, dict[str, list[tuple[str, str | None]]]] = {}
 
     def run(self) -> frozenset[Place]:
@@ -96,6 +100,8 @@ class _Tracer:
             self.attributes.add(node.attr)
             for owner, cls, method in self.waiting.pop(node.attr, ()):
                 self._run_method(owner, cls, method)
+            for owner, cls, method in self.on_request.pop(node.attr, ()):
+                self._run_method(owner, cls, method)
             for owner, definition in self.waiting_in_modules.pop(node.attr, ()):
                 self.reach(owner, definition)
 
@@ -120,10 +126,21 @@ class _Tracer:
                 self.reach(home, definition)
         for method in (s for s in cls.body if isinstance(s, FunctionNode)):
             self.visit(module, method.decorator_list)
-            if called_by_a_framework(method) or method.name in self.attributes or id(cls) in self.driven:
+            if self._called(module, method) or id(cls) in self.driven:
                 self._run_method(module, cls, method)
             else:
                 self.waiting.setdefault(method.name, []).append((module, cls, method))
+                run = _on_request(module, method)
+                if run and called_by_a_framework(method):
+                    self.on_request.setdefault(run, []).append((module, cls, method))
+
+    def _called(self, module: Module, method: FunctionNode) -> bool:
+        """Named by reached code, or called by a framework: Lightning's test and predict hooks only when the
+        code asks for a test or a prediction run (`trainer.test(...)`)."""
+        if method.name in self.attributes:
+            return True
+        run = _on_request(module, method)
+        return called_by_a_framework(method) and (not run or run in self.attributes)
 
     def _run_method(self, module: Module, cls: ast.ClassDef, method: FunctionNode) -> None:
         self.reached.add((module.rel, f"{cls.name}.{method.name}"))
@@ -184,6 +201,14 @@ class _Tracer:
                      if (rest := ".".join(parts[start:])) in self.full_names), None)
 
 
+def _on_request(module: Module, method: FunctionNode) -> str:
+    """The run a Lightning hook waits for (`test` for `test_step`), or "" (Keras runs its `test_step` in `fit`
+    too, to validate)."""
+    if not module.imports_any(LIGHTNING_ROOTS):
+        return ""
+    return next((run for run, shapes in ON_REQUEST_HOOKS.items() if method.name.startswith(shapes)), "")
+
+
 def untraced_owner(node: ast.AST, module: Module, places: frozenset[Place]) -> str | None:
     """The top-level function or class around `node`, or the method of that class, if no resolved name reaches
     it (None for top-level code)."""
@@ -197,3 +222,13 @@ def untraced_owner(node: ast.AST, module: Module, places: frozenset[Place]) -> s
         method = f"{outermost.name}.{path[1].name}"
         return None if (module.rel, method) in places else method
     return None
+
+
+def why_untraced(owner: str, module: Module) -> str:
+    """Why a definition `untraced_owner` named in `module` is only guessed to run, said for the user."""
+    method = owner.rsplit(".", 1)[-1]
+    run = next((run for run, shapes in ON_REQUEST_HOOKS.items() if method.startswith(shapes)), "")
+    if "." in owner and run and module.imports_any(LIGHTNING_ROOTS):
+        return f"Lightning calls {owner} only for trainer.{run}(...), which the command's code does not call"
+    return f"no call of the command's code that its imports resolve reaches {owner} (its name may stand for " \
+           "another definition, or a registry or a config call it)"
