@@ -224,20 +224,27 @@ def test_a_switch_is_off_unless_the_command_turns_it_on(tmp_path: Path, commands
 
 
 def test_padding_in_a_function_nothing_the_command_runs_names_is_a_note(tmp_path: Path) -> None:
-    """A helper only another script calls (an inference demo) runs in training only if something reaches it by a
-    name the source does not hold: a note; the helper the training calls keeps its finding."""
+    """A collate function only another script uses (an inference demo) runs in training only if something
+    reaches it by a name the source does not hold: a note; the one the training's loader calls keeps its
+    finding. Padding in an imported module outside any collate function is one of the paths a library offers
+    (a metric's processor, a generation helper): a note too."""
     write(tmp_path, {
-        "train.py": "from text import encode\nbatch = encode(tokenizer, lines)\n",
-        "text.py": "def encode(tokenizer, lines):\n    return tokenizer(lines, padding=True)\n\n\n"
-                   "def encode_for_demo(tokenizer, lines):\n    return tokenizer(lines, padding=True)\n",
-        "demo.py": "from text import encode_for_demo\nprint(encode_for_demo(tokenizer, ['hi']))\n",
+        "train.py": "from text import collate, encode_prompt\nloader = DataLoader(data, collate_fn=collate)\n"
+                    "prompt = encode_prompt(tokenizer, 'hi')\n",
+        "text.py": "def collate(tokenizer, lines):\n    return tokenizer(lines, padding=True)\n\n\n"
+                   "def collate_for_demo(tokenizer, lines):\n    return tokenizer(lines, padding=True)\n\n\n"
+                   "def encode_prompt(tokenizer, line):\n    return tokenizer([line], padding=True)\n",
+        "demo.py": "from text import collate_for_demo\nprint(collate_for_demo(tokenizer, ['hi']))\n",
     })
     result = lint_tree(tmp_path, commands=["python train.py"])
     assert [(f.file, f.line) for f in result.findings] == [("text.py", 2)]
-    assert [(n.file, n.line) for n in result.advice] == [("text.py", 6)]
-    assert result.advice[0].message.endswith("(a guess: no code the command runs names encode_for_demo (a config "
+    assert [(n.file, n.line) for n in result.advice] == [("text.py", 6), ("text.py", 10)]
+    assert result.advice[0].message.endswith("(a guess: no code the command runs names collate_for_demo (a config "
                                              "or a registry may build it))")
-    assert [(f.file, f.line) for f in lint_tree(tmp_path).findings] == [("text.py", 2), ("text.py", 6)]
+    assert result.advice[1].message.endswith("(a guess: padding in a module the command's scripts import, outside "
+                                             "them and any collate function: the training may not take this path)")
+    assert [(f.file, f.line) for f in lint_tree(tmp_path).findings] == [("text.py", 2), ("text.py", 6),
+                                                                        ("text.py", 10)]
 
 
 def test_a_step_in_a_class_only_a_config_or_a_registry_names_is_a_note(tmp_path: Path) -> None:

@@ -123,8 +123,8 @@ def test_the_lint_reads_what_the_command_runs_and_says_what_it_left_out(tmp_path
     (code / "model.py").write_text("import torch\nnet = torch.nn.Linear(2, 2).half()\n")
     (code / "train_gpu.py").write_text("import torch\nnet = torch.nn.Linear(2, 2).cuda().half()\n")
     result = run_cli("check", str(spec_for(tmp_path, "python3 train.py --steps 10", "pytorch")), "--no-run")
-    assert result.returncode == 1
-    assert result.stdout.startswith("model.py:2: XLA005 fp16: `.half()`"), result.stdout
+    assert result.returncode == 0  # float16 in a module the script imports, not in it: a note, which does not fail
+    assert result.stdout.startswith("model.py:2: note XLA005 fp16: `.half()`"), result.stdout
     assert "train_gpu.py" not in result.stdout
     assert "(2 file(s) linted: train.py and what it imports; 1 other(s) left out)" in result.stdout
     report = json.loads(run_cli("check", str(spec_for(tmp_path, "python3 train.py", "pytorch")), "--no-run",

@@ -17,11 +17,13 @@ from pathlib import Path, PurePosixPath
 from tpuops.check.callers import Reached, reached_names, unreached_owner
 from tpuops.check.file_rules import FILE_RULES
 from tpuops.check.findings import Finding
+from tpuops.check.hand_padding import in_collate_function
 from tpuops.check.host_loops import host_loop_notes
 from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.reach import CommandScope, a_test
 from tpuops.check.scopes import StepFinder
+from tpuops.check.settings import Settings
 from tpuops.check.settle import Anchor, Guess, Key, as_guess, counted_line, is_loop
 from tpuops.check.steps import Step
 from tpuops.check.traced import Place, traced, untraced_owner, why_untraced
@@ -164,12 +166,14 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
         if rule.id in _ignored_rules(module, line):
             ignored.add(key)
         elif key not in found.findings:
-            guess = _guess(rule.id, node, module, step, scope, reached)
+            guess = _guess(rule.id, node, module, step, scope, reached) or _far_file_rule(rule.id, node, module,
+                                                                                           scope, finder.settings)
             found.findings[key] = Finding(rule.id, rule.name, message, rule.hint, module.rel, line)
             found.anchors[key] = _anchor(module, node, step, guess)
             if guess:
                 found.guesses[key] = guess.why
-        elif key in found.guesses and not _guess(rule.id, node, module, step, scope, reached):
+        elif key in found.guesses and not _guess(rule.id, node, module, step, scope, reached) and \
+                not _far_file_rule(rule.id, node, module, scope, finder.settings):
             del found.guesses[key]
             found.anchors[key] = _anchor(module, node, step, None)
     for file, rule, line in list(found.findings):  # padding inside a step: the step's dynamic shape says it, once
@@ -198,6 +202,19 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
         return Guess("trace", "given a traced value, JAX raises here while tracing the step, so the first run "
                               "shows it; given a static one, it costs nothing")
     return None
+
+
+def _far_file_rule(rule: str, node: ast.AST, module: Module, scope: CommandScope, settings: Settings) -> Guess | None:
+    """Padding (XLA004) or float16 (XLA005) in a module the command's scripts import, not in a script: one of the
+    choices a library offers (a metric's processor, a generation helper, an export in float16), which the
+    training may not take; padding in a collate function or a collator feeds the batches, whatever the file."""
+    if rule not in {"XLA004", "XLA005"} or not scope.entries or module.rel in scope.entries:
+        return None
+    if rule == "XLA004" and isinstance(node, ast.Call) and in_collate_function(node, module, settings.collators):
+        return None
+    what = "padding" if rule == "XLA004" else "float16"
+    return Guess("reach", f"{what} in a module the command's scripts import, outside them and any collate "
+                          "function: the training may not take this path")
 
 
 @dataclass(frozen=True)
