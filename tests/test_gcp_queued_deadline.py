@@ -82,7 +82,7 @@ def test_a_wait_that_times_out_leaves_no_queued_resource(gcp: FakeGcp) -> None:
     assert (ZONE, f"{cluster}-qr") not in gcp.tpu.queued and (ZONE, f"{cluster}-tpu") not in gcp.tpu.nodes
 
 
-def interrupt_when_queued(gcp: FakeGcp, name: str, timeout: float = 30.0) -> threading.Thread:
+def interrupt_when_queued(gcp: FakeGcp, name: str, timeout: float = 300.0) -> threading.Thread:
     """Press Ctrl-C (KeyboardInterrupt in the main thread) once the fake holds the queued resource."""
 
     def watch() -> None:
@@ -104,7 +104,9 @@ def test_ctrl_c_while_waiting_deletes_the_queued_resource(gcp: FakeGcp) -> None:
     cloud = make_cloud(gcp.env, PROJECT)
     watcher = interrupt_when_queued(gcp, f"{cluster}-qr")
     with pytest.raises(KeyboardInterrupt):
-        create_queued_within(cloud.queued, f"{cluster}-qr", request_for(cluster), wait_seconds=60, cluster=cluster)
+        # (wait_seconds beyond the watcher's timeout: a loaded machine slow to send the request must not see the
+        # queued resource expire first)
+        create_queued_within(cloud.queued, f"{cluster}-qr", request_for(cluster), wait_seconds=600, cluster=cluster)
     watcher.join(timeout=5)
     assert (ZONE, f"{cluster}-qr") not in gcp.tpu.queued
     assert cloud.queued.find_queued({CLUSTER_LABEL: cluster}) == []

@@ -183,8 +183,21 @@ def _gpu_test(test: ast.AST) -> bool:
 
 
 def _tpu_test(test: ast.AST) -> bool:
-    """`if self.use_xla:`, `if args.tpu:`: the TPU takes the body, never the else."""
-    return not isinstance(test, ast.UnaryOp | ast.BoolOp) and any(_tpu_word(w.split(".")[-1]) for w in _words(test))
+    """`if self.use_xla:`, `if args.tpu:`, `if device == "xla":`: the TPU takes the body, never the else."""
+    return not isinstance(test, ast.UnaryOp | ast.BoolOp) and not _denies(test) and \
+        any(_tpu_word(w.split(".")[-1]) for w in _words(test))
+
+
+def _denies(test: ast.AST) -> bool:
+    """`args.tpu != True`, `accelerator != "tpu"`, `use_xla == False`: a comparison that holds when it is not
+    the TPU (a `!=` with anything but an off value, or an `==` with one)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    other = test.comparators[0]
+    off = isinstance(other, ast.Constant) and other.value in (False, None, 0)
+    if isinstance(test.ops[0], ast.NotEq | ast.IsNot | ast.NotIn):
+        return not off
+    return isinstance(test.ops[0], ast.Eq | ast.Is) and off
 
 
 def _tpu_skips(test: ast.AST) -> bool:
@@ -194,7 +207,7 @@ def _tpu_skips(test: ast.AST) -> bool:
         return any(_tpu_skips(part) for part in test.values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _tpu_test(test.operand)
-    return _gpu_test(test)
+    return _gpu_test(test) or (_denies(test) and mentions_tpu(test))
 
 
 COUNTER_WORDS = ("step", "iter", "epoch", "batch", "idx", "count", "update")
