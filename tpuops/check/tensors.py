@@ -188,6 +188,8 @@ class TensorValues:
                 return True  # fabric.to_device(batch.codes), send_to_device(batch, device)
         if self._object(func) or self.is_tensor(func) or any(w in last_name(func).lower() for w in MODEL_WORDS):
             return True  # calling a model or a loss object
+        if isinstance(func, ast.Attribute) and dotted(func.value) == "self" and func.attr.lower().endswith("loss"):
+            return True  # `self.loss(preds, targets)`: the module's loss object
         if self._object(call):
             return False
         if isinstance(func, ast.Call) and self._call(func):

@@ -1,7 +1,6 @@
 """A Lightning regressor: its training step runs under `fit`; its test and predict steps only when asked."""
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 
@@ -9,13 +8,14 @@ class Regressor(L.LightningModule):
     def __init__(self, width: int = 32) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 1))
+        self.loss = nn.MSELoss()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x).squeeze(-1)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        loss = F.mse_loss(self(x), y)
+        loss = self.loss(self(x), y)
         self.log("train/loss", loss, sync_dist=True)
         return loss
 
