@@ -123,3 +123,17 @@ def test_lightning_runs_its_test_hooks_only_when_asked_and_keras_in_fit_too() ->
         project = Project([Module.of("train.py", ast.parse(source), source)])
         places = traced(project, ("train.py",), Settings.of(project))
         assert (("train.py", "Net.test_step") in places) is tested, source
+
+
+def test_what_only_a_module_the_command_may_not_load_names_is_a_note(tmp_path: Path) -> None:
+    """A config builder (`build_from_cfg`) may load any module, so every file is linted; but the top-level code
+    of a demo app no script imports does not run: the model class only it names gives a note."""
+    write(tmp_path, {
+        "train.py": "from mmcv import build_from_cfg\nfrom models import fit\n\n"
+                    "fit(build_from_cfg(cfg), loader, optimizer)\n",
+        "models.py": LOOP.format(name="fit") + LOOP.format(name="demo_loop").split("\n", 3)[3],
+        "app.py": "from models import demo_loop\n\ndemo_loop(model, loader, optimizer)\n",
+    })
+    sure, noted = sure_and_noted(tmp_path, "python train.py")
+    assert sure == [("models.py", 10)]
+    assert noted == ["models.py:17"]

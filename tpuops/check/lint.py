@@ -157,7 +157,7 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
     ignored: set[Key] = set()
     off = {id(module) for module in finder.project.modules if off_the_tpu(module, scope)}  # once per file
     reached = cache(lambda: Reach(reached_names(finder.project, scope.entries, finder.settings),
-                                  traced(finder.project, scope.entries, finder.settings)))
+                                  traced(finder.project, scope.entries, finder.settings, scope.surely_runs)))
     for rule, module, node, message, step in _hits(finder, steps, legacy_node):
         if id(module) in off:
             continue

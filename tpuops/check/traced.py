@@ -12,7 +12,7 @@ turn. A finding in a definition reached only the first way is a note the run set
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tpuops.check.callers import Definition, called_by_a_framework, runs_on_import, walk_picked
 from tpuops.check.project import FunctionNode, Module, Project, dotted
@@ -25,10 +25,13 @@ LIGHTNING_ROOTS = frozenset({"pytorch_lightning", "lightning"})
 MAX_HOPS = 4  # `from pkg import Net` through pkg/__init__.py's `from .net import Net`, and so on
 
 
-def traced(project: Project, entries: Sequence[str], settings: Settings | None) -> frozenset[Place]:
-    """The top-level definitions the command's code reaches through resolved names (see the module's text)."""
+def traced(project: Project, entries: Sequence[str], settings: Settings | None,
+           surely_runs: Callable[[str], bool] = lambda rel: True) -> frozenset[Place]:
+    """The top-level definitions the command's code reaches through resolved names (see the module's text), from
+    the top-level code of the modules that surely run (`surely_runs`: not those a config or a computed name may
+    load)."""
     tracer = _Tracer(project, settings)
-    for module in project.modules:
+    for module in (m for m in project.modules if surely_runs(m.rel)):
         top_level = [s for s in module.tree.body if not isinstance(s, FunctionNode | ast.ClassDef)
                      and runs_on_import(s, module, entries)]
         tracer.visit(module, top_level)
