@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 
-from tpuops.check.hand_padding import fixes_the_length, in_collate_function
+from tpuops.check.hand_padding import fixes_the_length, in_collate_function, pads_to_longest_here
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
 from tpuops.check.regions import mentions_gpu, mentions_tpu
 from tpuops.check.settings import Settings
@@ -58,10 +58,19 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
         elif last_name(node.func) == "pad_sequence" and settings.torch_xla and not _in_forward(node, module) and \
                 not _padded_again(node, module):
             yield node, "pad_sequence pads each batch to its longest sequence"
+        elif settings.torch_xla and in_collate_function(node, module, settings.collators) and \
+                _pads_in_place(node, module):
+            yield node, f"{last_name(node.func)}() to the longest example of the batch pads each batch to its own " \
+                        "length"
         elif last_name(node.func) in settings.longest_padders and settings.torch_xla and \
                 in_collate_function(node, module, settings.collators) and not fixes_the_length(node):
             yield node, f"{last_name(node.func)}() pads the batch's examples to the longest of them: a new length " \
                         "per batch"
+
+
+def _pads_in_place(call: ast.Call, module: Module) -> bool:
+    function = module.enclosing_function(call)
+    return function is not None and pads_to_longest_here(call, function)
 
 
 def _spatial_padding(call: ast.Call) -> bool:

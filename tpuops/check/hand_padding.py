@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
-from tpuops.check.project import FunctionNode, Module, last_name
+from tpuops.check.project import FunctionNode, Module, dotted, last_name
 
 PAD_CALLS = {"pad", "zeros", "full", "ones", "empty", "new_full", "new_zeros", "stack"}
 LENGTH_WORDS = ("len", "max")  # a parameter that fixes the length (`maxlen=None`, `max_length`) when given
@@ -42,6 +42,30 @@ def fixes_the_length(call: ast.Call) -> bool:
     return len(call.args) > 1 or any(k.arg and any(w in k.arg.lower() for w in LENGTH_WORDS) for k in call.keywords)
 
 
+def pads_to_longest_here(call: ast.Call, function: FunctionNode) -> bool:
+    """`torch.zeros((n, max_len))`, `F.pad(spec, (0, max_len - spec.size(-1)))` in a collate function, where
+    `max_len` is the longest of the batch's examples (or computed from it): the padding itself."""
+    if last_name(call.func) not in PAD_CALLS:
+        return False
+    longest = _longest_names(function)
+    return bool(longest) and any(isinstance(n, ast.Name) and n.id in longest for n in ast.walk(call))
+
+
+def _longest_names(function: FunctionNode) -> set[str]:
+    """The names bound to the longest of the examples, or to what is computed from it (`padding = (0, longest -
+    x.size(-1))`)."""
+    assigns = [(node.targets[0].id, node.value) for node in ast.walk(function) if isinstance(node, ast.Assign)
+               and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)]
+    longest = {name for name, value in assigns if _longest_of(value)}
+    while longest:
+        more = {name for name, value in assigns if name not in longest and
+                any(isinstance(n, ast.Name) and n.id in longest for n in ast.walk(value))}
+        if not more:
+            break
+        longest |= more
+    return longest
+
+
 def _pads_to_longest(function: FunctionNode) -> bool:
     longest = {target.id for node in ast.walk(function) if isinstance(node, ast.Assign)
                for target in node.targets if isinstance(target, ast.Name) and _longest_of(node.value)}
@@ -64,7 +88,10 @@ def _passed_to_padding(function: FunctionNode, longest: set[str]) -> bool:
 
 def _longest_of(value: ast.AST) -> bool:
     """`max(len(x) for x in xs)`, `max([x.size(0) for x in xs])`, `max(x.shape[0] for x in xs)`,
-    `max(map(len, xs))`: the longest of the examples."""
+    `max(map(len, xs))`, `lengths.max()`, `mel_lengths.amax()`: the longest of the examples."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in {"max", "amax"} \
+            and not value.args and "len" in dotted(value.func.value).lower():
+        return True
     if not (isinstance(value, ast.Call) and last_name(value.func) == "max" and len(value.args) == 1):
         return False
     argument = value.args[0]
