@@ -66,8 +66,10 @@ class Worker0:
         return self.home / "tpuops" / self.cluster
 
     def log(self) -> list[dict]:
+        """The decisions written so far: complete lines only (the agent may be writing the next one as we read)."""
         path = self.base / "autostop.log"
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        complete = path.read_text().split("\n")[:-1] if path.exists() else []
+        return [json.loads(line) for line in complete]
 
     def actions(self) -> list[str]:
         return [entry["action"] for entry in self.log()]
