@@ -166,14 +166,12 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
         if rule.id in _ignored_rules(module, line):
             ignored.add(key)
         elif key not in found.findings:
-            guess = _guess(rule.id, node, module, step, scope, reached) or _far_file_rule(rule.id, node, module,
-                                                                                           scope, finder.settings)
+            guess = _guess(rule.id, node, module, step, scope, reached, finder.settings)
             found.findings[key] = Finding(rule.id, rule.name, message, rule.hint, module.rel, line)
             found.anchors[key] = _anchor(module, node, step, guess)
             if guess:
                 found.guesses[key] = guess.why
-        elif key in found.guesses and not _guess(rule.id, node, module, step, scope, reached) and \
-                not _far_file_rule(rule.id, node, module, scope, finder.settings):
+        elif key in found.guesses and not _guess(rule.id, node, module, step, scope, reached, finder.settings):
             del found.guesses[key]
             found.anchors[key] = _anchor(module, node, step, None)
     for file, rule, line in list(found.findings):  # padding inside a step: the step's dynamic shape says it, once
@@ -184,7 +182,7 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
 
 
 def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: CommandScope,
-           reached: Callable[[], Reach]) -> Guess | None:
+           reached: Callable[[], Reach], settings: Settings) -> Guess | None:
     """Why the source alone cannot make sure of a finding (it is then a note the run may settle), or None."""
     if not scope.surely_runs(module.rel):
         return Guess("reach", f"no script of the command imports {module.rel} by a name the source holds")
@@ -201,10 +199,10 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
     if step is not None and step.kind == "jax" and _fails_tracing(rule, node):
         return Guess("trace", "given a traced value, JAX raises here while tracing the step, so the first run "
                               "shows it; given a static one, it costs nothing")
-    return None
+    return _a_library_path(rule, node, module, scope, settings)
 
 
-def _far_file_rule(rule: str, node: ast.AST, module: Module, scope: CommandScope, settings: Settings) -> Guess | None:
+def _a_library_path(rule: str, node: ast.AST, module: Module, scope: CommandScope, settings: Settings) -> Guess | None:
     """Padding (XLA004) or float16 (XLA005) in a module the command's scripts import, not in a script: one of the
     choices a library offers (a metric's processor, a generation helper, an export in float16), which the
     training may not take; padding in a collate function or a collator feeds the batches, whatever the file."""

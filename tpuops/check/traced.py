@@ -122,18 +122,16 @@ class _Tracer:
                 self.waiting_in_modules.setdefault(name, []).append((home, definition))
 
     def _reach_class(self, module: Module, cls: ast.ClassDef) -> None:
-        self.visit(module, [s for s in cls.body if not isinstance(s, FunctionNode)])
-        for base in cls.bases:  # a base of ours: its methods run as the class's
-            name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
-            for home, definition in self._resolved(module, name, MAX_HOPS):
-                self.reach(home, definition)
-        for method in (s for s in cls.body if isinstance(s, FunctionNode)):
-            self.visit(module, method.decorator_list)
+        methods = [s for s in cls.body if isinstance(s, FunctionNode)]
+        # Its bases (whose methods run as its own), its body but its methods, and their decorators run with it.
+        self.visit(module, [*cls.bases, *(s for s in cls.body if s not in methods),
+                            *(d for method in methods for d in method.decorator_list)])
+        for method in methods:
             if self._called(module, method) or id(cls) in self.driven:
                 self._run_method(module, cls, method)
             else:
                 self.waiting.setdefault(method.name, []).append((module, cls, method))
-                run = _on_request(module, method)
+                run = _on_request(module, method.name)
                 if run and called_by_a_framework(method):
                     self.on_request.setdefault(run, []).append((module, cls, method))
 
@@ -142,7 +140,7 @@ class _Tracer:
         code asks for a test or a prediction run (`trainer.test(...)`)."""
         if method.name in self.attributes:
             return True
-        run = _on_request(module, method)
+        run = _on_request(module, method.name)
         return called_by_a_framework(method) and (not run or run in self.attributes)
 
     def _run_method(self, module: Module, cls: ast.ClassDef, method: FunctionNode) -> None:
@@ -204,12 +202,12 @@ class _Tracer:
                      if (rest := ".".join(parts[start:])) in self.full_names), None)
 
 
-def _on_request(module: Module, method: FunctionNode) -> str:
+def _on_request(module: Module, method: str) -> str:
     """The run a Lightning hook waits for (`test` for `test_step`), or "" (Keras runs its `test_step` in `fit`
     too, to validate)."""
     if not module.imports_any(LIGHTNING_ROOTS):
         return ""
-    return next((run for run, shapes in ON_REQUEST_HOOKS.items() if method.name.startswith(shapes)), "")
+    return next((run for run, shapes in ON_REQUEST_HOOKS.items() if method.startswith(shapes)), "")
 
 
 def untraced_owner(node: ast.AST, module: Module, places: frozenset[Place]) -> str | None:
@@ -229,9 +227,8 @@ def untraced_owner(node: ast.AST, module: Module, places: frozenset[Place]) -> s
 
 def why_untraced(owner: str, module: Module) -> str:
     """Why a definition `untraced_owner` named in `module` is only guessed to run, said for the user."""
-    method = owner.rsplit(".", 1)[-1]
-    run = next((run for run, shapes in ON_REQUEST_HOOKS.items() if method.startswith(shapes)), "")
-    if "." in owner and run and module.imports_any(LIGHTNING_ROOTS):
+    run = _on_request(module, owner.rsplit(".", 1)[-1]) if "." in owner else ""
+    if run:
         return f"Lightning calls {owner} only for trainer.{run}(...), which the command's code does not call"
     return f"no call of the command's code that its imports resolve reaches {owner} (its name may stand for " \
            "another definition, or a registry or a config call it)"
