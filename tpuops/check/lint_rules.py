@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from tpuops.check.host_reads import host_sync
 from tpuops.check.project import dotted, last_name, params_of
+from tpuops.check.pyvalues import none_default_params
 from tpuops.check.steps import Hit, Step
 from tpuops.check.tensors import TensorValues
 from tpuops.check.wrappers import keyword as _keyword
@@ -69,7 +70,8 @@ def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
     for node in nodes:
         if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert) and evident.is_tensor(node.test) and \
                 not _field_test(node.test, evident) and not _schedule_test(node.test) and \
-                not _truth_of_names(node.test, step, evident) and not _only_in_float16(node.test):
+                not _truth_of_names(node.test, step, evident) and not _only_in_float16(node.test) and \
+                not _mode_switch(node.test, step):
             word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
             yield node, f"Python `{word}` on a tensor value in {step.where}"
         elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
@@ -88,6 +90,18 @@ def _only_in_float16(test: ast.AST) -> bool:
         and isinstance(first.ops[0], ast.Eq | ast.Is) and last_name(first.comparators[0]) in {"float16", "half"}
 
 
+def _mode_switch(test: ast.AST, step: Step) -> bool:
+    """`if test == 1:` with `def forward(self, x, test=None)`: an optional argument compared with a number or a
+    string selects a mode; a tensor handed in that way is compared elementwise, not tested with `if`."""
+    if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and len(test.ops) == 1 and
+            isinstance(test.ops[0], ast.Eq | ast.NotEq) and isinstance(test.comparators[0], ast.Constant) and
+            isinstance(test.comparators[0].value, int | str) and step.module is not None):
+        return False
+    function = step.module.enclosing_function(test)
+    return function is not None and test.left.id in none_default_params(function) and \
+        not any(b.lineno < test.lineno for b in step.module.assigns_to(test.left.id, function))
+
+
 def _schedule_test(test: ast.AST) -> bool:
     """`if i % checkpoint_every == 0:`: a counter's schedule; a tensor's value is not tested with a modulo."""
     return isinstance(test, ast.Compare) and isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Mod)
@@ -95,8 +109,8 @@ def _schedule_test(test: ast.AST) -> bool:
 
 def _truth_of_names(test: ast.AST, step: Step, evident: TensorValues) -> bool:
     """`if train and use_dropout:`: each part is a name's truth (see below) or no tensor at all."""
-    if isinstance(test, ast.BoolOp):
-        return all(_truth_of_a_name(v, step) or _field_test(v, evident) or not evident.is_tensor(v)
+    if isinstance(test, ast.BoolOp):  # `(train and use_dropout) or force_ids is not None` too
+        return all(_truth_of_names(v, step, evident) or _field_test(v, evident) or not evident.is_tensor(v)
                    for v in test.values)
     return _truth_of_a_name(test, step)
 

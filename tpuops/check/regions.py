@@ -244,25 +244,37 @@ def loop_batch(loop: ast.AST, module: Module | None = None) -> frozenset[str]:
     target, iterable = loop.target, loop.iter
     if isinstance(iterable, ast.Name) and module is not None:
         iterable = _bound_call(iterable.id, loop, module) or iterable
-    while isinstance(iterable, ast.Call) and last_name(iterable.func) in {"tqdm", "iter", "trange"} and \
-            iterable.args:
-        iterable = iterable.args[0]  # tqdm(enumerate(loader)): a progress bar over the same items
-    if isinstance(iterable, ast.Call) and last_name(iterable.func) in {"range", "trange"}:
+    # `pbar = tqdm(range(n)) if rank == 0 else range(n)`: a counter either way
+    branches = [iterable.body, iterable.orelse] if isinstance(iterable, ast.IfExp) else [iterable]
+    if all(_python_items(branch) for branch in branches):
         return frozenset()
-    if isinstance(iterable, ast.List | ast.Tuple | ast.Set):
-        return frozenset()
+    iterable = _unwrapped(iterable)
     if isinstance(iterable, ast.Call) and last_name(iterable.func) == "enumerate" and \
             isinstance(target, ast.Tuple) and target.elts:
         target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
     return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
 
 
-def _bound_call(name: str, loop: ast.AST, module: Module) -> ast.Call | None:
-    """The call the loop's scope last binds `name` to before the loop, if any."""
+def _unwrapped(iterable: ast.AST) -> ast.AST:
+    while isinstance(iterable, ast.Call) and last_name(iterable.func) in {"tqdm", "iter"} and \
+            iterable.args:
+        iterable = iterable.args[0]  # tqdm(enumerate(loader)): a progress bar over the same items
+    return iterable
+
+
+def _python_items(iterable: ast.AST) -> bool:
+    """A range (also in a progress bar) or a literal list: Python values, not a batch."""
+    iterable = _unwrapped(iterable)
+    return (isinstance(iterable, ast.Call) and last_name(iterable.func) in {"range", "trange"}) or \
+        isinstance(iterable, ast.List | ast.Tuple | ast.Set)
+
+
+def _bound_call(name: str, loop: ast.AST, module: Module) -> ast.Call | ast.IfExp | None:
+    """The call (or the choice of two) the loop's scope last binds `name` to before the loop, if any."""
     scope = module.scope_of(loop)
     found = None
     for node in module.assigns_to(name, scope if isinstance(scope, FunctionNode) else None):
-        if node.lineno < loop.lineno and isinstance(node.value, ast.Call):
+        if node.lineno < loop.lineno and isinstance(node.value, ast.Call | ast.IfExp):
             found = node.value
     return found
 

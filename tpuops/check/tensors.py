@@ -163,7 +163,7 @@ class TensorValues:
             return False
         called = last_name(func)
         if called in MODULE_LOADERS | HOST_COPY_HELPERS or \
-                (called.startswith("is_") and called not in TENSOR_PREDICATES):
+                (called.startswith("is_") and called not in TENSOR_PREDICATES) or _layout_getter(called):
             return False
         if isinstance(func, ast.Name | ast.Attribute) and last_name(func) in self.python_calls:
             return False
@@ -330,3 +330,9 @@ def _keyed_target(target: ast.AST) -> bool:
     """`info["loss"] = ...`: a constant key of a named dict."""
     return isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and \
         isinstance(target.slice, ast.Constant)
+
+
+def _layout_getter(name: str) -> bool:
+    """`get_context_model_parallel_size()`, `get_data_parallel_rank()`: a process group's size or rank, a
+    Python int set at start-up (a model word in the name does not make it a model's call)."""
+    return name.startswith("get_") and name.endswith(("_size", "_rank", "_count"))
