@@ -22,6 +22,7 @@ from tpuops.check.host_loops import host_loop_notes
 from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.reach import CommandScope, a_test
+from tpuops.check.regions import switched_off
 from tpuops.check.scopes import StepFinder
 from tpuops.check.settings import Settings
 from tpuops.check.settle import Anchor, Guess, Key, as_guess, counted_line, is_loop
@@ -194,12 +195,26 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
     untraced = untraced_owner(node, module, reached().traced) if scope.entries else None
     if untraced is not None:
         return Guess("reach", why_untraced(untraced, module))
+    switch = _behind_a_switch(node, module, settings)
+    if switch is not None:
+        return Guess("reach", f"it runs only when `{ast.unparse(switch)}` is on, which the command leaves off")
     if step is not None and not step.sure:
         return Guess("step", f"{step.name} may not run every step")
     if step is not None and step.kind == "jax" and _fails_tracing(rule, node):
         return Guess("trace", "given a traced value, JAX raises here while tracing the step, so the first run "
                               "shows it; given a static one, it costs nothing")
     return _a_library_path(rule, node, module, scope, settings)
+
+
+def _behind_a_switch(node: ast.AST, module: Module, settings: Settings) -> ast.AST | None:
+    """The test of an `if` whose body holds `node` (the step loop itself, say, under `if args.debug_mode:`) and
+    that is off by default or as the command passes it; a step leaves such branches out of its own region."""
+    child = node
+    for ancestor in module.ancestors(node):
+        if isinstance(ancestor, ast.If) and child in ancestor.body and switched_off(ancestor.test, module, settings):
+            return ancestor.test
+        child = ancestor
+    return None
 
 
 def _a_library_path(rule: str, node: ast.AST, module: Module, scope: CommandScope, settings: Settings) -> Guess | None:

@@ -1,7 +1,10 @@
 """A class-conditional denoiser on PyTorch/XLA: every test here but two is on Python values."""
+import argparse
+
 import torch
 import torch.nn as nn
 import torch_xla.core.xla_model as xm
+import torch_xla.distributed.parallel_loader as pl
 from tqdm import tqdm
 
 from megatron_like import layout
@@ -38,8 +41,16 @@ class Denoiser(nn.Module):
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dump-batches", action="store_true")
+    args = parser.parse_args()
     device = xm.xla_device()
     model = Denoiser().to(device)
+    if args.dump_batches:
+        for batch in pl.MpDeviceLoader(torch.utils.data.DataLoader(torch.randn(64, 32), batch_size=8), device):
+            out = model(batch, torch.zeros(8, dtype=torch.long, device=device))
+            print(out.cpu().numpy())
+            xm.mark_step()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rank = xm.get_ordinal()
     ticks = tqdm(range(1000)) if rank == 0 else range(1000)
