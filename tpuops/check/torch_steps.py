@@ -117,7 +117,8 @@ class TorchXlaSteps:
     def _device_loader(self, expr: ast.AST, loop: ast.AST, module: Module, depth: int = 0) -> bool:
         """The loop iterates a device loader (`MpDeviceLoader(...)`, `pl.ParallelLoader(...).per_device_loader`,
         an Accelerate-prepared loader), directly, through a helper given it first (`log_every(loader, 100)`) or
-        through a name (`loader = tqdm(loader)` followed a few assignments deep, not forever)."""
+        through a name (`loader = tqdm(loader)` followed a few assignments deep, not forever). `loop`: where
+        `expr` is read (a loop, a call), or the function whose code reads it."""
         if depth > 4:
             return False
         while isinstance(expr, ast.Call) and last_name(expr.func) in {"enumerate", "tqdm", "iter", "zip"} \
@@ -130,7 +131,7 @@ class TorchXlaSteps:
             return bool(expr.args) and self._device_loader(expr.args[0], loop, module, depth + 1)
         if not isinstance(expr, ast.Name):
             return False
-        scope = module.scope_of(loop)
+        scope = loop if isinstance(loop, FunctionNode) else module.scope_of(loop)
         scope = scope if isinstance(scope, FunctionNode) else None
         for node in module.assigns:
             if scope is not None and not scope.lineno <= node.lineno <= (scope.end_lineno or 0):
@@ -142,7 +143,32 @@ class TorchXlaSteps:
                     return True
                 if called in {"tqdm", "enumerate"} and self._device_loader(node.value, loop, module, depth + 1):
                     return True
+                if self._returns_device_loader(node.value, node.targets, expr.id, module, depth):
+                    return True
         return scope is not None and self._given_device_loader(scope, expr.id, depth)
+
+    def _returns_device_loader(self, call: ast.Call, targets: list[ast.expr], name: str, module: Module,
+                               depth: int) -> bool:
+        """`_, train_loader, _ = build_datasets(cfg, device)` where the project's `build_datasets` returns
+        `pl.MpDeviceLoader(...)` (or a name bound to one) in that place of its tuple."""
+        target = targets[0] if len(targets) == 1 else None
+        place = None
+        if isinstance(target, ast.Tuple):
+            place = next((i for i, e in enumerate(target.elts) if isinstance(e, ast.Name) and e.id == name), None)
+            if place is None:
+                return False
+        for callee_module, callee in self.project.functions(call.func, module):
+            for node in ast.walk(callee):
+                if not isinstance(node, ast.Return) or node.value is None:
+                    continue
+                value = node.value
+                if place is not None:
+                    if not isinstance(value, ast.Tuple) or place >= len(value.elts):
+                        continue
+                    value = value.elts[place]
+                if self._device_loader(value, callee, callee_module, depth + 1):
+                    return True
+        return False
 
     def _given_device_loader(self, function: FunctionNode, param: str, depth: int) -> bool:
         """`def evaluate(self, dataloader)` called as `evaluator.evaluate(pl.MpDeviceLoader(...))` (or a name
