@@ -24,7 +24,7 @@ from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.reach import CommandScope, a_test
 from tpuops.check.regions import switched_off
 from tpuops.check.scopes import StepFinder
-from tpuops.check.settings import Settings
+from tpuops.check.settings import Settings, trainer_on_tpu
 from tpuops.check.settle import Anchor, Guess, Key, as_guess, counted_line, is_loop
 from tpuops.check.steps import Step
 from tpuops.check.traced import Place, traced, untraced_owner, why_untraced
@@ -284,7 +284,7 @@ def off_the_tpu(module: Module, scope: CommandScope) -> bool:
     imported = scope.files is not None and module.rel in scope.files  # (`from process.test_loop import test`)
     if module.rel not in scope.entries and (put_away or (a_test(module.rel) and not imported)):
         return True
-    if module.imports_any(XLA_FRAMEWORK_ROOTS):
+    if module.imports_any(XLA_FRAMEWORK_ROOTS) or trainer_on_tpu([module]):
         return False
     return any(last_name(call.func) == "cuda" or any(isinstance(a, ast.Constant) and a.value == "cuda"
                                                      for a in call.args) for call in module.calls)

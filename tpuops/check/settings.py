@@ -9,7 +9,7 @@ unknown), or the values the trainer's command passes (`python train.py --fp16`),
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tpuops.check.hand_padding import collate_names, longest_padders
@@ -43,7 +43,7 @@ class Settings:
                 settings._class_fields(cls_node)
         classes = set(settings.fields)
         settings.torch_xla = any(module.imports_any(TORCH_XLA_ROOTS) for module in project.modules) or \
-            _lightning_on_tpu(project)
+            _lightning_on_tpu(project) or trainer_on_tpu(project.modules)
         settings.longest_padders = longest_padders(project.modules)
         settings.collators = collate_names(project.modules)
         for module in project.modules:
@@ -202,3 +202,15 @@ def _lightning_on_tpu(project: Project) -> bool:
     return any("tpu" in name or "xla" in name for name in imported) or \
         any(isinstance(node, ast.Constant) and node.value == "tpu"
             for module in project.modules for node in ast.walk(module.tree))
+
+
+def trainer_on_tpu(modules: Iterable[Module]) -> bool:
+    """Hugging Face's Trainer given TPU cores (`tpu_num_cores`, an option of the script or a field set on its
+    TrainingArguments): it runs on PyTorch/XLA without importing it."""
+    modules = list(modules)
+    if not any(source.split(".")[0] == "transformers" and attribute in {"Trainer", "Seq2SeqTrainer"}
+               for module in modules for source, attribute in module.imported.values()):
+        return False
+    return any((isinstance(node, ast.Constant) and node.value in {"tpu_num_cores", "--tpu_num_cores"}) or
+               (isinstance(node, ast.keyword) and node.arg == "tpu_num_cores")
+               for module in modules for node in ast.walk(module.tree))
