@@ -200,6 +200,10 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
         return Guess("reach", f"it runs only when `{ast.unparse(switch)}` is on, which the command leaves off")
     if step is not None and not step.sure:
         return Guess("step", f"{step.name} may not run every step")
+    if step is not None and step.kind == "jax" and isinstance(node, ast.Call) and host_callback(node) and \
+            _after_its_scan(node, step, module):
+        return Guess("step", f"it follows the scan of {step.name}'s own updates, so it runs once per call of "
+                             f"{step.name}, which may train the whole run")
     if step is not None and step.kind == "jax" and _fails_tracing(rule, node):
         return Guess("trace", "given a traced value, JAX raises here while tracing the step, so the first run "
                               "shows it; given a static one, it costs nothing")
@@ -234,6 +238,18 @@ def _a_library_path(rule: str, node: ast.AST, module: Module, scope: CommandScop
 class Reach:
     by_name: Reached  # what the command's code may reach, by the names it holds
     traced: frozenset[Place]  # what it surely reaches, through names its imports resolve
+
+
+def _after_its_scan(call: ast.Call, step: Step, module: Module) -> bool:
+    """`jax.debug.callback(log, metrics)` in `train`'s own body after `lax.scan(_update_step, ...)` (PureJaxRL's
+    shape): the scan runs the updates; what follows it runs once per call of `train`."""
+    if step.node is None or module.enclosing_function(call) is not step.node:
+        return False
+    if not step.root and not step.how.startswith("called by "):
+        return False  # a function a scan runs (`used by` its caller) runs every update: so does its end
+    loops = {"scan", "fori_loop", "while_loop"}
+    return any(isinstance(n, ast.Call) and last_name(n.func) in loops and n.lineno < call.lineno and
+               module.enclosing_function(n) is step.node for n in ast.walk(step.node))
 
 
 def _fails_tracing(rule: str, node: ast.AST) -> bool:

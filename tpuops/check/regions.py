@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tpuops.check.project import FunctionNode, Module, dotted, last_name, params_of
+from tpuops.check.wrappers import calls_the_host, host_callback
 
 if TYPE_CHECKING:
     from tpuops.check.settings import Settings
@@ -26,10 +27,13 @@ def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.A
         return
     module, lazy = step.module, step.kind == "lazy"
     stack: list[ast.AST] = list(reversed(step.node.body)) if lazy else [step.node]
+    on_host = _host_callback_targets(step.node)
     while stack:
         node = stack.pop()
         if lazy and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
             continue
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in on_host:
+            continue  # `jax.debug.callback(log_metrics, metrics)`: log_metrics runs on the host, on copied values
         yield node
         if isinstance(node, ast.If):
             test = _named_test(node.test, module)
@@ -45,6 +49,26 @@ def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.A
         if lazy and isinstance(node, ast.Call) and last_name(node.func) == "add_step_closure":
             continue
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _host_callback_targets(step: ast.AST) -> set[str]:
+    """The functions a step hands to a host callback (`jax.debug.callback(f, x)`, `io_callback(partial(f, a),
+    None, x)`): the callback is the step's read; the function's body is host code."""
+    names = set()
+    for node in ast.walk(step):
+        if not isinstance(node, ast.Call):
+            continue
+        arguments = node.args
+        if last_name(node.func) == "partial" and arguments and calls_the_host(arguments[0]):
+            arguments = arguments[1:]  # `partial(jax.debug.callback, render_frames)`, called under a lax.cond
+        elif not host_callback(node):
+            continue
+        target = arguments[0] if arguments else None
+        if isinstance(target, ast.Call) and last_name(target.func) == "partial" and target.args:
+            target = target.args[0]
+        if target is not None:
+            names.add(last_name(target))
+    return names
 
 
 def _not_every_step(branch: ast.If, test: ast.AST, step: ast.AST, module: Module | None) -> bool:
@@ -207,7 +231,15 @@ def _tpu_skips(test: ast.AST) -> bool:
         return any(_tpu_skips(part) for part in test.values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _tpu_test(test.operand)
-    return _gpu_test(test) or (_denies(test) and mentions_tpu(test))
+    return _gpu_test(test) or _cpu_device_test(test) or (_denies(test) and mentions_tpu(test))
+
+
+def _cpu_device_test(test: ast.AST) -> bool:
+    """`if device.type == "cpu":` (`logits.device.type`): an XLA device's type is "xla", never "cpu"."""
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
+        isinstance(test.left, ast.Attribute) and test.left.attr == "type" and \
+        last_name(test.left.value).endswith("device") and \
+        isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == "cpu"
 
 
 COUNTER_WORDS = ("step", "iter", "epoch", "batch", "idx", "count", "update")

@@ -53,5 +53,10 @@ def is_false(value: ast.AST | None) -> bool:
 def host_callback(call: ast.Call) -> bool:
     """`jax.debug.print(...)`, `jax.debug.callback(f, x)`, `io_callback(f, None, x)`: from a compiled JAX step,
     a call to Python on the host each time the step runs."""
-    return dotted(call.func).split(".")[-2:] in (["debug", "print"], ["debug", "callback"]) or \
-        last_name(call.func) in HOST_CALLBACKS
+    return calls_the_host(call.func)
+
+
+def calls_the_host(function: ast.AST) -> bool:
+    """`jax.debug.callback`, `io_callback` & co, called or handed on (`partial(jax.debug.callback, f)`)."""
+    return dotted(function).split(".")[-2:] in (["debug", "print"], ["debug", "callback"]) or \
+        last_name(function) in HOST_CALLBACKS

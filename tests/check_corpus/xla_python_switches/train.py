@@ -60,6 +60,8 @@ def main():
         loss = (model(x, labels) - x).pow(2).mean()
         if layout.get_context_parallel_size() > 1:
             loss = loss / 2
+        if labels.device.type == "cpu":
+            print("labels", labels.numpy())
         loss.backward()
         xm.optimizer_step(opt)
         xm.rendezvous(f"tick_{tick}")
