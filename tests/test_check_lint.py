@@ -6,6 +6,7 @@ The sources are parsed, never imported: none of these tests needs a framework in
 from __future__ import annotations
 
 import ast
+import sys
 import textwrap
 from pathlib import Path
 
@@ -410,6 +411,10 @@ def test_a_file_that_does_not_parse_is_a_finding_not_a_crash(tmp_path: Path) -> 
     (tmp_path / "train.py").write_text("def broken(:\n")
     result = lint_tree(tmp_path)
     assert [(f.rule, f.file, f.line) for f in result.findings] == [("XLA000", "train.py", 1)]
+    # the grammar is the running Python's (3.12 parses f-strings 3.11 cannot): say which one read it
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert f"with Python {python}" in result.findings[0].message
+    assert "the Python the trainer is written for" in result.findings[0].hint
 
 
 def test_a_step_jitted_in_another_module_is_linted_where_it_is_defined(tmp_path: Path) -> None:

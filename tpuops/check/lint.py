@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import gc
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -122,7 +123,9 @@ def _unparsable(rel: str, source: str, err: SyntaxError) -> tuple[Finding, ast.M
                            "which Python cannot run; the rest was read without them", "remove the notebook lines, "
                            "or run the notebook's commands in the trainer's setup", rel,
                            source.count("\n", 0, first.start()) + 1), tree
-    return Finding("XLA000", "syntax", f"cannot parse: {err.msg}", "fix the syntax error", rel, err.lineno), \
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"  # (3.12 parses f-strings 3.11 cannot)
+    return Finding("XLA000", "syntax", f"cannot parse with Python {python}: {err.msg}", "fix the syntax error, or "
+                   "run `tpuops check` with the Python the trainer is written for", rel, err.lineno), \
         ast.Module(body=[], type_ignores=[])
 
 
