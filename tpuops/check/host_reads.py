@@ -152,12 +152,19 @@ def _kept_by_lightning(call: ast.Call, step: Step) -> bool:
     if own or not (receiver == "self" or receiver.endswith("result")):
         return False
     evaluating = any(word in step.name for word in ("val", "test", "eval"))
+    if _false_keyword(call, "on_step"):
+        return True  # accumulated on the device, reduced (and synced) once, at the epoch's end
     return not (_true_keyword(call, "sync_dist") or (evaluating and _true_keyword(call, "on_step")))
 
 
 def _true_keyword(call: ast.Call, name: str) -> bool:
     value = _keyword(call, name)
     return isinstance(value, ast.Constant) and value.value is True
+
+
+def _false_keyword(call: ast.Call, name: str) -> bool:
+    value = _keyword(call, name)
+    return isinstance(value, ast.Constant) and value.value is False
 
 
 def _copied_before(expr: ast.AST, step: Step, depth: int = 0) -> bool:

@@ -35,7 +35,9 @@ PYTHON_VALUED = {"device_count", "local_device_count", "process_index", "process
 PYTHON_PREFIXES = ("torch.utils.", "torch.cuda.", "torch.distributed.", "torch.backends.", "torch.optim.",
                    "tf.config.", "tf.distribute.", "tf.data.", "jax.config.", "jax.distributed.", "tf.io.")
 PYTHON_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "requires_grad", "is_cuda", "name", "rank", "training",
-                     "size_in_bytes", "sharding", "size"}  # (`x.size` uncalled: a JAX/NumPy array's element count)
+                     "size_in_bytes", "sharding", "size",  # (`x.size` uncalled: a JAX/NumPy array's element count)
+                     "num_processes", "process_index", "local_process_index", "is_main_process",
+                     "is_local_main_process"}  # (an Accelerator's: Python ints and bools)
 PYTHON_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "get_shape", "__len__", "element_size",
                   "keys", "rate", "global_rate", "format", "get_last_lr", "state_dict", "parameters",
                   "named_parameters", "train", "eval", "zero_grad", "ndimension", "nelement",
@@ -139,6 +141,8 @@ class TensorValues:
         name = last_name(value.func)
         if name[:1].isupper() and name not in TENSOR_CLASSES:
             return True
+        if name.startswith("get_") and name.endswith(MODEL_WORDS):
+            return True  # `self.get_adapter_module(name)`: a getter hands a module back (or None), not its output
         if name in {"from_pretrained", "compile", "prepare_model"}:
             return True
         receiver = value.func.value if isinstance(value.func, ast.Attribute) else None
