@@ -67,13 +67,11 @@ def _longest_names(function: FunctionNode) -> set[str]:
 
 
 def _pads_to_longest(function: FunctionNode) -> bool:
-    longest = {target.id for node in ast.walk(function) if isinstance(node, ast.Assign)
-               for target in node.targets if isinstance(target, ast.Name) and _longest_of(node.value)}
+    longest = _longest_names(function)
     if not longest:
         return False
-    return any(isinstance(node, ast.Call) and last_name(node.func) in PAD_CALLS and
-               any(isinstance(n, ast.Name) and n.id in longest for n in ast.walk(node))
-               for node in ast.walk(function)) or _passed_to_padding(function, longest)
+    return any(isinstance(node, ast.Call) and pads_to_longest_here(node, function) for node in ast.walk(function)) \
+        or _passed_to_padding(function, longest)
 
 
 def _passed_to_padding(function: FunctionNode, longest: set[str]) -> bool:

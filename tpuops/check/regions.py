@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tpuops.check.project import FunctionNode, Module, dotted, last_name, params_of
-from tpuops.check.wrappers import calls_the_host, host_callback
+from tpuops.check.wrappers import host_callback_target
 
 if TYPE_CHECKING:
     from tpuops.check.settings import Settings
@@ -52,23 +52,9 @@ def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.A
 
 
 def _host_callback_targets(step: ast.AST) -> set[str]:
-    """The functions a step hands to a host callback (`jax.debug.callback(f, x)`, `io_callback(partial(f, a),
-    None, x)`): the callback is the step's read; the function's body is host code."""
-    names = set()
-    for node in ast.walk(step):
-        if not isinstance(node, ast.Call):
-            continue
-        arguments = node.args
-        if last_name(node.func) == "partial" and arguments and calls_the_host(arguments[0]):
-            arguments = arguments[1:]  # `partial(jax.debug.callback, render_frames)`, called under a lax.cond
-        elif not host_callback(node):
-            continue
-        target = arguments[0] if arguments else None
-        if isinstance(target, ast.Call) and last_name(target.func) == "partial" and target.args:
-            target = target.args[0]
-        if target is not None:
-            names.add(last_name(target))
-    return names
+    """The functions a step hands to a host callback: the callback is the step's read; their body is host code."""
+    targets = (host_callback_target(n) for n in ast.walk(step) if isinstance(n, ast.Call))
+    return {last_name(t) for t in targets if t is not None}
 
 
 def _not_every_step(branch: ast.If, test: ast.AST, step: ast.AST, module: Module | None) -> bool:

@@ -47,7 +47,7 @@ from tpuops.check.settings import Settings
 from tpuops.check.steps import Step
 from tpuops.check.tensors import TensorValues
 from tpuops.check.torch_steps import RUNS_MODEL, TorchXlaSteps
-from tpuops.check.wrappers import calls_the_host, compiler, host_callback, is_false, keyword, wrapper_name
+from tpuops.check.wrappers import compiler, host_callback_target, is_false, keyword, wrapper_name
 
 TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial", "filter_value_and_grad",
               "filter_grad", "filter_vmap", "shard_map", "named_call", "custom_vjp", "custom_jvp", "pmap", "jit",
@@ -301,19 +301,11 @@ def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValue
 
 
 def _handed_to_a_host_callback(node: ast.AST, module: Module) -> bool:
-    """`io_callback(report, ...)`, `jax.debug.callback(log, x)`: the function runs in Python on the host, given
-    concrete values; it is not traced into the step."""
+    """`io_callback(report, ...)`, `jax.debug.callback(log, x)`, `partial(jax.debug.callback, log)`: the function
+    runs in Python on the host, given concrete values; it is not traced into the step."""
     parent = module.parent(node)
-    if not isinstance(parent, ast.Call) or not parent.args:
-        return False
-    if last_name(parent.func) == "partial":
-        if len(parent.args) > 1 and parent.args[1] is node and calls_the_host(parent.args[0]):
-            return True  # `partial(jax.debug.callback, render_frames)`
-        if parent.args[0] is node:  # `io_callback(partial(report, path), None, x)`
-            node, parent = parent, module.parent(parent)
-            if not isinstance(parent, ast.Call) or not parent.args:
-                return False
-    return parent.args[0] is node and host_callback(parent)
+    callers = (parent, module.parent(parent) if parent is not None else None)  # (`io_callback(partial(f, a), ...)`)
+    return any(isinstance(c, ast.Call) and host_callback_target(c) is node for c in callers)
 
 
 def _is_called(node: ast.AST, module: Module) -> bool:

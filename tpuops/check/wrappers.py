@@ -60,3 +60,18 @@ def calls_the_host(function: ast.AST) -> bool:
     """`jax.debug.callback`, `io_callback` & co, called or handed on (`partial(jax.debug.callback, f)`)."""
     return dotted(function).split(".")[-2:] in (["debug", "print"], ["debug", "callback"]) or \
         last_name(function) in HOST_CALLBACKS
+
+
+def host_callback_target(call: ast.Call) -> ast.AST | None:
+    """The function a call hands to the host, which runs it there on copied values: `f` of `jax.debug.callback(f,
+    x)`, of `io_callback(partial(f, a), None, x)` and of `partial(jax.debug.callback, f)` (called under a
+    `lax.cond`)."""
+    arguments = call.args
+    if last_name(call.func) == "partial" and arguments and calls_the_host(arguments[0]):
+        arguments = arguments[1:]
+    elif not host_callback(call):
+        return None
+    target = arguments[0] if arguments else None
+    if isinstance(target, ast.Call) and last_name(target.func) == "partial" and target.args:
+        target = target.args[0]
+    return target
