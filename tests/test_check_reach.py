@@ -211,23 +211,25 @@ train(model, loader, optimizer)
 """
 
 
-@pytest.mark.parametrize(("commands", "expected"), [
-    ([], []),  # the code's defaults: both switches off
-    (["python train.py --lr 1e-3"], []),
-    (["python train.py --debug"], [("XLA003", 20)]),
-    (["python train.py --fp16 --debug=false"], [("XLA005", 14)]),
+@pytest.mark.parametrize(("commands", "expected", "noted"), [
+    ([], [], []),  # the code's defaults: both switches off
+    (["python train.py --lr 1e-3"], [], []),
+    (["python train.py --debug"], [("XLA003", 20)], []),
+    (["python train.py --fp16 --debug=false"], [], [("XLA005", 14)]),  # float16 on: a note (the run decides)
 ])
 def test_a_switch_is_off_unless_the_command_turns_it_on(tmp_path: Path, commands: list[str],
-                                                         expected: list[tuple[str, int]]) -> None:
+                                                         expected: list[tuple[str, int]],
+                                                         noted: list[tuple[str, int]]) -> None:
     write(tmp_path, {"train.py": SWITCHED})
-    assert [(f.rule, f.line) for f in lint_tree(tmp_path, commands=commands).findings] == expected
+    result = lint_tree(tmp_path, commands=commands)
+    assert [(f.rule, f.line) for f in result.findings] == expected
+    assert [(n.rule, n.line) for n in result.advice] == noted
 
 
-def test_padding_in_a_function_nothing_the_command_runs_names_is_a_note(tmp_path: Path) -> None:
-    """A collate function only another script uses (an inference demo) runs in training only if something
-    reaches it by a name the source does not hold: a note; the one the training's loader calls keeps its
-    finding. Padding in an imported module outside any collate function is one of the paths a library offers
-    (a metric's processor, a generation helper): a note too."""
+def test_padding_is_a_note_that_says_why(tmp_path: Path) -> None:
+    """Padding to the longest is a note wherever it is: whether it changes shapes is in the data (the run counts
+    the compilations). A collate function only another script uses (an inference demo) runs in training only if
+    something reaches it by a name the source does not hold: its note says that first."""
     write(tmp_path, {
         "train.py": "from text import collate, encode_prompt\nloader = DataLoader(data, collate_fn=collate)\n"
                     "prompt = encode_prompt(tokenizer, 'hi')\n",
@@ -237,21 +239,23 @@ def test_padding_in_a_function_nothing_the_command_runs_names_is_a_note(tmp_path
         "demo.py": "from text import collate_for_demo\nprint(collate_for_demo(tokenizer, ['hi']))\n",
     })
     result = lint_tree(tmp_path, commands=["python train.py"])
-    assert [(f.file, f.line) for f in result.findings] == [("text.py", 2)]
-    assert [(n.file, n.line) for n in result.advice] == [("text.py", 6), ("text.py", 10)]
-    assert result.advice[0].message.endswith("(a guess: no code the command runs names collate_for_demo (a config "
+    data = "(a guess: padding to the longest changes the shape only if the examples' lengths differ; the run " \
+        "counts the compilations)"
+    assert result.findings == ()
+    assert [(n.file, n.line) for n in result.advice] == [("text.py", 2), ("text.py", 6), ("text.py", 10)]
+    assert result.advice[0].message.endswith(data) and result.advice[2].message.endswith(data)
+    assert result.advice[1].message.endswith("(a guess: no code the command runs names collate_for_demo (a config "
                                              "or a registry may build it))")
-    assert result.advice[1].message.endswith("(a guess: padding in a module the command's scripts import, outside "
-                                             "them and any collate function: the training may not take this path)")
-    assert [(f.file, f.line) for f in lint_tree(tmp_path).findings] == [("text.py", 2), ("text.py", 6),
-                                                                        ("text.py", 10)]
+    assert [(n.file, n.line) for n in lint_tree(tmp_path).advice] == [("text.py", 2), ("text.py", 6),
+                                                                     ("text.py", 10)]
 
 
 def test_a_step_in_a_class_only_a_config_or_a_registry_names_is_a_note(tmp_path: Path) -> None:
     """Hydra's `_target_: losses.FocalLoss` in a YAML file, `@registry.register_loss("focal")`: the source does
-    not say which of the loss classes runs, so what the lint finds in the ones it never names is a note; the loss
-    the trainer builds by name keeps its finding. A script whose own code calls none of its functions is driven
-    from outside (a notebook): all of them count."""
+    not say which of the loss classes runs, so what the lint finds in the ones it never names is a note saying
+    so; in the loss the trainer builds by name it is a note for being in a forward (only guessed to run every
+    step). A script whose own code calls none of its functions is driven from outside (a notebook): its loop's
+    read is a finding."""
     loss = ("import torch\n\n\nclass {name}(torch.nn.Module):\n    def forward(self, logits, target):\n"
             "        if target.sum() > 0:\n            return logits.mean()\n        return logits.sum()\n")
     write(tmp_path, {
@@ -265,9 +269,10 @@ def test_a_step_in_a_class_only_a_config_or_a_registry_names_is_a_note(tmp_path:
                       "        print(model(x).sum().item())\n",
     })
     result = lint_tree(tmp_path, commands=["python train.py", "python library.py"])
-    assert [(f.file, f.line) for f in result.findings] == [("library.py", 8), ("losses.py", 6)]
-    assert [(n.file, n.line) for n in result.advice] == [("losses.py", 14)]
-    assert "no code the command runs names FocalLoss" in result.advice[0].message
+    assert [(f.file, f.line) for f in result.findings] == [("library.py", 8)]
+    assert [(n.file, n.line) for n in result.advice] == [("losses.py", 6), ("losses.py", 14)]
+    assert "PlainLoss.forward is the model's forward" in result.advice[0].message  # a forward: only guessed
+    assert "no code the command runs names FocalLoss" in result.advice[1].message
 
 
 def test_a_trainer_a_setting_picks_by_text_is_reached_but_not_surely(tmp_path) -> None:

@@ -110,11 +110,16 @@ def test_a_trainer_that_cannot_start_is_one_finding_with_its_error(tmp_path: Pat
     assert "tpuops: error" not in result.stderr
 
 
+# a loss read to the host in the body of a PyTorch/XLA step loop: a finding the source alone is sure of
+READ_EVERY_STEP = "import torch_xla.core.xla_model as xm\n\nfor x in loader:\n    loss = model(x).sum()\n" \
+    "    loss.backward()\n    xm.optimizer_step(optimizer)\n    print(loss.item())\n"
+
+
 def test_no_run_lints_only_and_lint_findings_exit_1(tmp_path: Path) -> None:
-    code_dir(tmp_path, "import torch\nmodel = torch.nn.Linear(2, 2).half()\n")
+    code_dir(tmp_path, READ_EVERY_STEP)
     result = run_cli("check", str(spec_for(tmp_path, "python3 -c 'raise SystemExit(3)'")), "--no-run")
     assert result.returncode == 1
-    assert result.stdout.startswith("train.py:2: XLA005 fp16: `.half()`")
+    assert result.stdout.startswith("train.py:7: XLA003 host-sync: `.item()`"), result.stdout
     assert "ran" not in result.stdout  # --no-run: the failing command was never started
 
 
@@ -195,12 +200,12 @@ def test_notes_are_shown_and_do_not_fail_the_check(tmp_path: Path) -> None:
 
 
 def test_run_preflight_stops_before_anything_is_created(tmp_path: Path, tpuops_home: Path) -> None:
-    code_dir(tmp_path, "import torch\nx = torch.ones(2, dtype=torch.float16)\n")
+    code_dir(tmp_path, READ_EVERY_STEP)
     spec = spec_for(tmp_path, "python3 train.py")
     result = run_cli("run", str(spec), "--preflight")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(
-        "tpuops: error: preflight: train.py:2: XLA005 fp16: `torch.float16`")
+        "tpuops: error: preflight: train.py:7: XLA003 host-sync: `.item()`"), result.stderr
     assert not (tpuops_home / "clusters").exists() or not any((tpuops_home / "clusters").iterdir())
 
 

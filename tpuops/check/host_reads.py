@@ -134,6 +134,16 @@ def _reported(argument: ast.AST, call: ast.Call, step: Step, values: TensorValue
         (_true_keyword(call, "sync_dist") and values.evident.is_tensor(argument))
 
 
+def formats_a_value(node: ast.AST) -> bool:
+    """A read the rule reports for turning a value into text (an f-string, `%`, `.format()`, `str()`), not for
+    an explicit copy (`.item()`, `.cpu()`): the value is taken for a tensor by how the code uses it."""
+    if isinstance(node, ast.Call):
+        func = node.func
+        return (isinstance(func, ast.Name) and func.id in {"format", "str", "repr"}) or \
+            (isinstance(func, ast.Attribute) and func.attr == "format" and _is_text(func.value))
+    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod))
+
+
 def _formatted(expr: ast.AST) -> bool:
     """An f-string or `"..." % x`: the formatting is the read (reported by itself), not the call given its text."""
     return isinstance(expr, ast.JoinedStr | ast.BinOp)

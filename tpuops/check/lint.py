@@ -18,8 +18,8 @@ from pathlib import Path, PurePosixPath
 from tpuops.check.callers import Reached, reached_names, unreached_owner
 from tpuops.check.file_rules import FILE_RULES
 from tpuops.check.findings import Finding
-from tpuops.check.hand_padding import in_collate_function
 from tpuops.check.host_loops import host_loop_notes
+from tpuops.check.host_reads import formats_a_value
 from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
 from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.reach import CommandScope, a_test
@@ -203,6 +203,13 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
         return Guess("reach", f"it runs only when `{ast.unparse(switch)}` is on, which the command leaves off")
     if step is not None and not step.sure:
         return Guess("step", f"{step.name} may not run every step")
+    if step is not None and step.called:
+        return Guess("step", f"{step.name} is {step.how}: the source alone cannot show that this line runs in "
+                             "every step, on device tensors")
+    if step is not None and step.kind in {"lazy", "torch"} and \
+            (rule == "XLA001" or (rule == "XLA003" and formats_a_value(node))):
+        return Guess("value", "the value is taken for a device tensor by its name and use; the run sees whether "
+                              "reading it cuts the graph")
     if step is not None and step.kind == "jax" and isinstance(node, ast.Call) and host_callback(node) and \
             _after_its_scan(node, step, module):
         return Guess("step", f"it follows the scan of {step.name}'s own updates, so it runs once per call of "
@@ -210,7 +217,7 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
     if step is not None and step.kind == "jax" and _fails_tracing(rule, node):
         return Guess("trace", "given a traced value, JAX raises here while tracing the step, so the first run "
                               "shows it; given a static one, it costs nothing")
-    return _a_library_path(rule, node, module, scope, settings)
+    return _a_choice_of_the_data(rule) if step is None else None
 
 
 def _behind_a_switch(node: ast.AST, module: Module, settings: Settings) -> ast.AST | None:
@@ -224,17 +231,18 @@ def _behind_a_switch(node: ast.AST, module: Module, settings: Settings) -> ast.A
     return None
 
 
-def _a_library_path(rule: str, node: ast.AST, module: Module, scope: CommandScope, settings: Settings) -> Guess | None:
-    """Padding (XLA004) or float16 (XLA005) in a module the command's scripts import, not in a script: one of the
-    choices a library offers (a metric's processor, a generation helper, an export in float16), which the
-    training may not take; padding in a collate function or a collator feeds the batches, whatever the file."""
-    if rule not in {"XLA004", "XLA005"} or not scope.entries or module.rel in scope.entries:
-        return None
-    if rule == "XLA004" and isinstance(node, ast.Call) and in_collate_function(node, module, settings.collators):
-        return None
-    what = "padding" if rule == "XLA004" else "float16"
-    return Guess("reach", f"{what} in a module the command's scripts import, outside them and any collate "
-                          "function: the training may not take this path")
+def _a_choice_of_the_data(rule: str) -> Guess | None:
+    """Padding to the longest (XLA004) and float16 (XLA005), which file rules find anywhere: whether they cost the
+    TPU anything is not in the source. Padding changes shapes only if the examples' lengths differ (text cut to
+    fixed blocks, audio padded once, gives one shape); float16 is one of the paths code offers (a GPU branch, an
+    export, a library's option), which the training may not take."""
+    if rule == "XLA004":
+        return Guess("data", "padding to the longest changes the shape only if the examples' lengths differ; the "
+                             "run counts the compilations")
+    if rule == "XLA005":
+        return Guess("reach", "float16 is one of the paths the code offers; the run shows whether the training "
+                              "takes it")
+    return None
 
 
 @dataclass(frozen=True)
@@ -248,7 +256,7 @@ def _after_its_scan(call: ast.Call, step: Step, module: Module) -> bool:
     shape): the scan runs the updates; what follows it runs once per call of `train`."""
     if step.node is None or module.enclosing_function(call) is not step.node:
         return False
-    if not step.root and not step.how.startswith("called by "):
+    if not step.root and not step.called:
         return False  # a function a scan runs (`used by` its caller) runs every update: so does its end
     loops = {"scan", "fori_loop", "while_loop"}
     return any(isinstance(n, ast.Call) and last_name(n.func) in loops and n.lineno < call.lineno and

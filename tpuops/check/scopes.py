@@ -120,12 +120,14 @@ class StepFinder(TorchXlaSteps):
             known = self.steps.get(id(step.node))
             if known is not None:
                 if step.traced <= known.traced and step.guessed <= known.guessed | known.traced and \
-                        (known.root or not step.root) and (known.sure or not step.sure):
+                        (known.root or not step.root) and (known.sure or not step.sure) and \
+                        (step.called or not known.called):
                     continue
                 base = step if step.root and not known.root else known  # named as the step it is, not as a callee
                 traced = known.traced | step.traced
                 step = replace(base, traced=traced, guessed=(known.guessed | step.guessed) - traced,
-                               root=known.root or step.root, sure=known.sure or step.sure)
+                               root=known.root or step.root, sure=known.sure or step.sure,
+                               called=known.called and step.called)
             self.steps[id(step.node)] = step
             queue.extend(self._callees(step))
         return [*self.steps.values(), *self.library]
@@ -277,7 +279,7 @@ class StepFinder(TorchXlaSteps):
                                                 self._drives_steps(callee, callee_module)):
                         continue  # a step function of its own, or one running step loops (an epoch's `train`)
                     yield Step(callee.name, step.kind, f"called by {step.name}", callee_module, callee,
-                               frozenset(traced), frozenset(guessed), root=False, sure=step.sure)
+                               frozenset(traced), frozenset(guessed), root=False, sure=step.sure, called=True)
             elif step.kind != "lazy" and isinstance(node, ast.Name | ast.Attribute) and \
                     isinstance(getattr(node, "ctx", None), ast.Load) and not _is_called(node, module) and \
                     not _handed_to_a_host_callback(node, module):

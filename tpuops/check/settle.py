@@ -175,7 +175,7 @@ def _confirmed(note: Finding, anchor: Anchor, ran: Ran) -> str | None:
     """What the run showed of a note's guess, if it settled it: its file ran (reach), its line ran on most runs
     of its step (step), or JAX traced it without an error (trace: a static value, the note stays)."""
     count = _count(note, anchor, ran)
-    if count == 0:
+    if count == 0 or anchor.guess in {"value", "data"}:  # how often a line ran: not what a value is, nor lengths
         return None
     if anchor.guess == "trace":
         return "the preflight traced it without an error: a static value"
@@ -202,6 +202,23 @@ def _as_finding(note: Finding, evidence: str) -> Finding:
     """A note the run confirmed: its message without the guess `as_guess` added, with the run's evidence."""
     return replace(note, message=f"{note.message.partition(GUESS_MARK)[0]} ({evidence})",
                    hint=note.hint.removesuffix(f"; {CONFIRM_BY_RUN}"))
+
+
+def confirm_padding(notes: Sequence[Finding], anchors: Mapping[Key, Anchor], ran: Ran,
+                    run_findings: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """Padding to the longest is a note until the run shows its cost: the trainer's step was compiled again for
+    new shapes (the run's XLA101) and the padding line ran, so the examples' lengths differ (the findings it
+    confirmed, the notes left)."""
+    if not any(f.rule == "XLA101" for f in run_findings):
+        return [], list(notes)
+    confirmed, left = [], []
+    for note in notes:
+        anchor = anchors.get(finding_key(note))
+        if note.rule == "XLA004" and anchor is not None and anchor.guess == "data" and _count(note, anchor, ran):
+            confirmed.append(_as_finding(note, "the preflight ran it and compiled the step again for new shapes"))
+        else:
+            left.append(note)
+    return confirmed, left
 
 
 def merge_host_reads(findings: Sequence[Finding], notes: Sequence[Finding],

@@ -28,6 +28,9 @@ class Step:
     traced: frozenset[str] = frozenset()  # names that hold tensors from the start
     guessed: frozenset[str] = frozenset()  # parameters a caller passes a value only guessed to be a tensor
     root: bool = True  # False: reached only because a step calls it
+    # True: reached through a call in a step's code (a helper it calls, a model's forward, an optimizer's step),
+    # so only guessed to run every step, on device tensors; not one a step hands to a transform (`scan(body)`)
+    called: bool = False
     # False: the source alone cannot tell that it runs on the TPU every step (a loop that runs the model with no
     # step end: evaluation, or a loop over split names; a function that ends a step, called who knows how often)
     sure: bool = True

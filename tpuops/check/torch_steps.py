@@ -239,7 +239,8 @@ class TorchXlaSteps:
                         how = f"the model's forward, run by {step.name}" if not optimizer else \
                             f"the optimizer's step, run by {step.name}"
                         yield Step(f"{cls_node.name}.{method.name}", "lazy", how, module, method,
-                                   frozenset(params_of(method) - {"self"} - settings), root=False, sure=step.sure)
+                                   frozenset(params_of(method) - {"self"} - settings), root=False, sure=step.sure,
+                                   called=True)
 
 
 def _an_optimizer_step(call: ast.Call) -> bool:

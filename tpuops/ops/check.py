@@ -15,7 +15,15 @@ from tpuops.check.findings import CheckReport, Finding, RunRecord
 from tpuops.check.lines import LineCounts, line_counting_env
 from tpuops.check.lint import LintResult, lint_tree
 from tpuops.check.run import LastTraceback, Outcome, prepare_workspace, run_trainer, trainer_environment
-from tpuops.check.settle import Settled, files_to_count, merge_host_reads, ran_a_step, settle, settle_crash
+from tpuops.check.settle import (
+    Settled,
+    confirm_padding,
+    files_to_count,
+    merge_host_reads,
+    ran_a_step,
+    settle,
+    settle_crash,
+)
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops.specs import load_checked
 from tpuops.remote.base import LineHandler
@@ -58,6 +66,8 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
                              confirmed=settled.confirmed)
         noted = len(advice)
         findings, advice, run_findings = merge_host_reads(findings, advice, run_findings)
+        padding, advice = confirm_padding(advice, lint.anchors, counts.ran, run_findings)
+        findings += padding
         if len(advice) < noted:
             record = replace(record, confirmed=record.confirmed + noted - len(advice))
         findings += run_findings
