@@ -13,7 +13,16 @@ from tpuops.check.findings import Finding
 from tpuops.check.lines import LineCounts
 from tpuops.check.lint import lint_tree
 from tpuops.check.run import LastTraceback
-from tpuops.check.settle import Anchor, as_guess, counted_line, merge_host_reads, ran_a_step, settle, settle_crash
+from tpuops.check.settle import (
+    Anchor,
+    as_guess,
+    confirm_padding,
+    counted_line,
+    merge_host_reads,
+    ran_a_step,
+    settle,
+    settle_crash,
+)
 
 ITEM = Finding("XLA003", "host-sync", "`.item()` of `loss`", "log it every N steps", "train.py", 12)
 # the loop's first statement, line 9, runs once per iteration
@@ -91,6 +100,57 @@ def test_a_jax_line_traced_without_an_error_stays_a_note_saying_its_value_is_sta
     settled = settle([], [note], {("train.py", "XLA003", 12): traced}, counts({5: 1, 12: 1}), steps_ran=20)
     assert settled.findings == () and settled.confirmed == 0
     assert settled.notes[0].message.endswith("(the preflight traced it without an error: a static value)")
+
+
+def test_a_note_on_a_value_taken_for_a_tensor_is_not_settled_by_how_often_its_line_ran() -> None:
+    """`if loss > best:` or an f-string of `loss` on every iteration: the count says how often, not whether `loss`
+    is a device tensor; only the run's own XLA103 on the line does (merge_host_reads)."""
+    note = as_guess(ITEM, "the value is taken for a device tensor by its name and use")
+    anchors = {("train.py", "XLA003", 12): replace(LOOP, guess="value")}
+    settled = settle([], [note], anchors, counts({9: 20, 12: 20}), steps_ran=20)
+    assert settled.findings == () and settled.notes == (note,) and settled.confirmed == 0
+    findings, notes, _ = merge_host_reads([], [note], [Finding("XLA103", "host-read", "a read", "hint", "train.py",
+                                                               12)])
+    assert [f.line for f in findings] == [12] and notes == []
+
+
+def test_a_padding_note_is_a_finding_when_the_run_recompiled_and_ran_its_line() -> None:
+    pad = as_guess(Finding("XLA004", "pad-longest", "padding=True pads each batch to its longest example", "hint",
+                           "data.py", 7), "padding to the longest changes the shape only if the lengths differ")
+    anchors = {("data.py", "XLA004", 7): Anchor(statement_line=7, guess="data")}
+    ran = counts({7: 20}, file="data.py").ran
+    assert settle([], [pad], anchors, counts({7: 20}, file="data.py"), 20).notes == (pad,)  # ran: not enough
+    storm = [Finding("XLA101", "recompile", "`train_step` compiled 9 times", "hint", "train.py", 3)]
+    assert confirm_padding([pad], anchors, ran, []) == ([], [pad])  # no recompilation: the lengths are one
+    assert confirm_padding([pad], anchors, counts({}).ran, storm) == ([], [pad])  # the line never ran
+    confirmed, left = confirm_padding([pad], anchors, ran, storm)
+    assert left == [] and confirmed[0].message == "padding=True pads each batch to its longest example (the " \
+        "preflight ran it and compiled the step again for new shapes)"
+
+
+def test_a_read_in_a_models_forward_is_a_note_the_calls_of_the_forward_settle(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import torch\n"                                      # 1
+        "import torch_xla.core.xla_model as xm\n"             # 2
+        "\n"                                                  # 3
+        "class Net(torch.nn.Module):\n"                       # 4
+        "    def forward(self, x):\n"                         # 5
+        "        self.seen = x.max().item()\n"                # 6
+        "        return x.sum()\n"                            # 7
+        "\n"                                                  # 8
+        "def train(loader, opt):\n"                           # 9
+        "    model = Net()\n"                                 # 10
+        "    for batch in loader:\n"                          # 11
+        "        model(batch).backward()\n"                   # 12
+        "        xm.optimizer_step(opt)\n")                   # 13
+    result = lint_tree(tmp_path / "train.py")
+    assert result.findings == ()
+    assert [(n.line, n.rule) for n in result.advice] == [(6, "XLA003")]
+    assert "Net.forward is the model's forward" in result.advice[0].message
+    anchor = result.anchors[("train.py", "XLA003", 6)]
+    assert anchor == Anchor(6, "train.py", 6, lazy=True, loop=False, guess="step")
+    settled = settle([], list(result.advice), result.anchors, counts({6: 5}), steps_ran=5)
+    assert settled.findings[0].message.endswith("(the preflight ran it on 5 of 5 calls of its function)")
 
 
 def test_findings_without_an_anchor_stay_as_they_are() -> None:
