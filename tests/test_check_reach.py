@@ -253,8 +253,8 @@ def test_padding_is_a_note_that_says_why(tmp_path: Path) -> None:
 def test_a_step_in_a_class_only_a_config_or_a_registry_names_is_a_note(tmp_path: Path) -> None:
     """Hydra's `_target_: losses.FocalLoss` in a YAML file, `@registry.register_loss("focal")`: the source does
     not say which of the loss classes runs, so what the lint finds in the ones it never names is a note saying
-    so; in the loss the trainer builds by name it is a note for being in a forward (only guessed to run every
-    step). A script whose own code calls none of its functions is driven from outside (a notebook): its loop's
+    so; in the loss the trainer builds by name it is a note too (a branch in a forward, on a value only guessed
+    to be a tensor). A script whose own code calls none of its functions is driven from outside (a notebook): its loop's
     read is a finding."""
     loss = ("import torch\n\n\nclass {name}(torch.nn.Module):\n    def forward(self, logits, target):\n"
             "        if target.sum() > 0:\n            return logits.mean()\n        return logits.sum()\n")
@@ -271,7 +271,7 @@ def test_a_step_in_a_class_only_a_config_or_a_registry_names_is_a_note(tmp_path:
     result = lint_tree(tmp_path, commands=["python train.py", "python library.py"])
     assert [(f.file, f.line) for f in result.findings] == [("library.py", 8)]
     assert [(n.file, n.line) for n in result.advice] == [("losses.py", 6), ("losses.py", 14)]
-    assert "PlainLoss.forward is the model's forward" in result.advice[0].message  # a forward: only guessed
+    assert "taken for a device tensor by its name" in result.advice[0].message  # a branch in a forward: a guess
     assert "no code the command runs names FocalLoss" in result.advice[1].message
 
 

@@ -203,13 +203,13 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
         return Guess("reach", f"it runs only when `{ast.unparse(switch)}` is on, which the command leaves off")
     if step is not None and not step.sure:
         return Guess("step", f"{step.name} may not run every step")
+    if step is not None and step.kind in {"lazy", "torch"} and \
+            (rule == "XLA001" or (rule == "XLA003" and formats_a_value(node))):  # (how often it runs cannot tell)
+        return Guess("value", "the value is taken for a device tensor by its name and use; the run sees whether "
+                              "reading it cuts the graph")
     if step is not None and step.called:
         return Guess("step", f"{step.name} is {step.how}: the source alone cannot show that this line runs in "
                              "every step, on device tensors")
-    if step is not None and step.kind in {"lazy", "torch"} and \
-            (rule == "XLA001" or (rule == "XLA003" and formats_a_value(node))):
-        return Guess("value", "the value is taken for a device tensor by its name and use; the run sees whether "
-                              "reading it cuts the graph")
     if step is not None and step.kind == "jax" and isinstance(node, ast.Call) and host_callback(node) and \
             _after_its_scan(node, step, module):
         return Guess("step", f"it follows the scan of {step.name}'s own updates, so it runs once per call of "
@@ -217,7 +217,7 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
     if step is not None and step.kind == "jax" and _fails_tracing(rule, node):
         return Guess("trace", "given a traced value, JAX raises here while tracing the step, so the first run "
                               "shows it; given a static one, it costs nothing")
-    return _a_choice_of_the_data(rule) if step is None else None
+    return _padding_or_float16(rule) if step is None else None
 
 
 def _behind_a_switch(node: ast.AST, module: Module, settings: Settings) -> ast.AST | None:
@@ -231,7 +231,7 @@ def _behind_a_switch(node: ast.AST, module: Module, settings: Settings) -> ast.A
     return None
 
 
-def _a_choice_of_the_data(rule: str) -> Guess | None:
+def _padding_or_float16(rule: str) -> Guess | None:
     """Padding to the longest (XLA004) and float16 (XLA005), which file rules find anywhere: whether they cost the
     TPU anything is not in the source. Padding changes shapes only if the examples' lengths differ (text cut to
     fixed blocks, audio padded once, gives one shape); float16 is one of the paths code offers (a GPU branch, an
