@@ -104,10 +104,12 @@ def preflight_spec(tmp_path: Path, train_py: str) -> Path:
 def test_run_preflight_stops_at_the_lint_finding_without_running_the_trainer(tmp_path: Path,
                                                                              tpuops_home: Path) -> None:
     marker = tmp_path / "trainer-ran"
-    spec = preflight_spec(tmp_path, f"import torch\nopen({str(marker)!r}, 'w')\nx = torch.zeros(2).half()\n")
+    spec = preflight_spec(tmp_path, f"import torch_xla.core.xla_model as xm\nopen({str(marker)!r}, 'w')\n"
+                                    "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n"
+                                    "    xm.optimizer_step(optimizer)\n    print(loss.item())\n")
     done = run_cli("run", str(spec), "--preflight", timeout=60)
     assert done.returncode == 1, done.stderr
-    assert "preflight: train.py:3: XLA005 fp16" in done.stderr
+    assert "preflight: train.py:7: XLA003 host-sync" in done.stderr  # a read in the step loop's body
     assert not marker.exists()  # the lint decided: the trainer never ran
     assert nothing_created(tpuops_home)
 
