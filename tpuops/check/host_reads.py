@@ -56,7 +56,7 @@ def _stored_in_host_memory(node: ast.Assign | ast.AugAssign, step: Step, values:
     if not (values.on_host(array) or _bound_to_host_arrays(array, step.module)):
         return False
     value = node.value
-    return values.is_tensor(value) and not values.on_host(value) and not _copied_before(value, step)
+    return values.is_tensor(value) and not values.on_host(value) and not _copied_before(value, step, values)
 
 
 def _bound_to_host_arrays(array: ast.AST, module: Module) -> bool:
@@ -84,8 +84,8 @@ def _a_host_array(value: ast.AST) -> bool:
 def _on_the_device(expr: ast.AST, step: Step, values: TensorValues) -> bool:
     """Evidently a tensor (formatting a value only guessed to be one, a path or a counter, would be a false alarm),
     and not one in host memory: made there, or copied there above (`loss = loss.item()` ... `print(loss)`)."""
-    return values.evident.is_tensor(expr) and not values.on_host(expr) and not _copied_before(expr, step) and \
-        not _python_in_this_branch(expr, step)
+    return values.evident.is_tensor(expr) and not values.on_host(expr) and \
+        not _copied_before(expr, step, values) and not _python_in_this_branch(expr, step)
 
 
 def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str) -> Iterator[Hit]:
@@ -93,7 +93,7 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
     arguments = [*node.args, *(k.value for k in node.keywords)]
     if isinstance(func, ast.Attribute) and func.attr in HOST_COPIES and not node.args and \
             (step.kind != "lazy" or values.is_tensor(func.value)) and not values.on_host(func.value) and \
-            not _copied_before(func.value, step):
+            not _copied_before(func.value, step, values):
         yield node, f"`.{func.attr}()` in {step.where} copies the value to the host {every}"
     elif step.kind == "jax" and host_callback(node):
         yield node, f"`{dotted(func)}` in {step.where} calls back to the host {every}"
@@ -177,38 +177,42 @@ def _false_keyword(call: ast.Call, name: str) -> bool:
     return isinstance(value, ast.Constant) and value.value is False
 
 
-def _copied_before(expr: ast.AST, step: Step, depth: int = 0) -> bool:
+def _copied_before(expr: ast.AST, step: Step, values: TensorValues, depth: int = 0) -> bool:
     """`lens = mask.sum(1).cpu()` ... `lens[i].item()`, `logits = logits.cpu().numpy()` ... `logits.argmax()
-    .tolist()`, `acc = correct / total` with both read by `.item()` above: the name was last bound, above this
-    line, to a copy on the host (or arithmetic of such copies); reading it again waits for no device (the copy is
-    reported where it is made)."""
+    .tolist()`, `acc = correct / total` with both read by `.item()` above, `preds = gather(preds)` with `gather`
+    returning `xm.mesh_reduce(...)`: the name was last bound, above this line, to a copy on the host (or arithmetic
+    of such copies); reading it again waits for no device (the copy is reported where it is made)."""
     while isinstance(expr, ast.Subscript | ast.Call | ast.Attribute):
         expr = expr.value if not isinstance(expr, ast.Call) else expr.func
     if not isinstance(expr, ast.Name) or step.module is None or depth > 4:
         return False
     bound = step.module.bound_above(expr)
-    return bound is not None and _arithmetic_of_copies(bound.value, step, depth)
+    return bound is not None and _arithmetic_of_copies(bound.value, step, values, depth)
 
 
-def _arithmetic_of_copies(value: ast.AST, step: Step, depth: int) -> bool:
+def _arithmetic_of_copies(value: ast.AST, step: Step, values: TensorValues, depth: int) -> bool:
     if isinstance(value, ast.BinOp):
-        return all(isinstance(part, ast.Constant) or _arithmetic_of_copies(part, step, depth)
+        return all(isinstance(part, ast.Constant) or _arithmetic_of_copies(part, step, values, depth)
                    for part in (value.left, value.right))
     if isinstance(value, ast.Name):
-        return _copied_before(value, step, depth + 1)
-    return _a_host_copy(value)
+        return _copied_before(value, step, values, depth + 1)
+    return _a_host_copy(value, values)
 
 
-def _a_host_copy(value: ast.AST) -> bool:
-    """`x.detach().cpu()`, `x.cpu().numpy()`, `x.tolist()`: a call chain that copies to the host; or a dict or
-    list of such copies (`info = {k: v.mean().item() for k, v in info.items()}`)."""
+def _a_host_copy(value: ast.AST, values: TensorValues) -> bool:
+    """`x.detach().cpu()`, `x.cpu().numpy()`, `x.tolist()`: a call chain that copies to the host; what a helper
+    that copies (`xm.mesh_reduce(...)`, `to_numpy(x)`) or a project function returning such copies returns; or a
+    dict or list of such copies (`info = {k: v.mean().item() for k, v in info.items()}`)."""
     if isinstance(value, ast.DictComp):
-        return _a_host_copy(value.value)
+        return _a_host_copy(value.value, values)
     if isinstance(value, ast.ListComp):
-        return _a_host_copy(value.elt)
+        return _a_host_copy(value.elt, values)
     if isinstance(value, ast.Dict | ast.List | ast.Tuple):
         parts = value.values if isinstance(value, ast.Dict) else value.elts
-        return bool(parts) and all(_a_host_copy(p) or isinstance(p, ast.Constant) for p in parts)
+        return bool(parts) and all(_a_host_copy(p, values) or isinstance(p, ast.Constant) for p in parts)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) and \
+            (last_name(value.func) in HOST_COPY_HELPERS or last_name(value.func) in values.python_calls):
+        return True
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
         if value.func.attr in HOST_COPIES:
             return True
