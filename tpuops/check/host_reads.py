@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from tpuops.check.host_tensors import HOST_COPIES, made_on_host
 from tpuops.check.project import Module, dotted, last_name
 from tpuops.check.steps import Hit, Step
-from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues, tensor_test_subject
+from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues, returns_host_values, tensor_test_subject
 from tpuops.check.wrappers import host_callback
 from tpuops.check.wrappers import keyword as _keyword
 
@@ -210,8 +210,7 @@ def _a_host_copy(value: ast.AST, values: TensorValues) -> bool:
     if isinstance(value, ast.Dict | ast.List | ast.Tuple):
         parts = value.values if isinstance(value, ast.Dict) else value.elts
         return bool(parts) and all(_a_host_copy(p, values) or isinstance(p, ast.Constant) for p in parts)
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) and \
-            (last_name(value.func) in HOST_COPY_HELPERS or last_name(value.func) in values.python_calls):
+    if returns_host_values(value, values.python_calls):
         return True
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
         if value.func.attr in HOST_COPIES:

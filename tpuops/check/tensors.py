@@ -305,13 +305,19 @@ def tensor_test_subject(test: ast.AST) -> str | None:
     return test.args[0].id if tested else None
 
 
+def returns_host_values(value: ast.AST, python_calls: Container[str]) -> bool:
+    """A call handing back values on the host: `.item()`/`.tolist()`, a helper that copies (`xm.mesh_reduce`,
+    `to_numpy`), or a function of the project returning Python values (`step_and_reduce(...)`, `gather(preds)`
+    returning `xm.mesh_reduce` results)."""
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) and (
+        last_name(value.func) in python_calls or last_name(value.func) in {"item", "tolist"} | HOST_COPY_HELPERS)
+
+
 def _python_names(bindings: list[tuple[list[ast.AST], ast.AST]], python_calls: Container[str]) -> set[str]:
-    """Names every binding of which is what a function of the project returning Python values returns
-    (`loss, accuracy = step_and_reduce(...)` with `xm.mesh_reduce` results), or `.item()`/`.tolist()`."""
+    """Names every binding of which is what `returns_host_values` says hands back host values."""
     verdicts: dict[str, bool] = {}
     for targets, value in bindings:
-        python = isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) and (
-            last_name(value.func) in python_calls or last_name(value.func) in {"item", "tolist"} | HOST_COPY_HELPERS)
+        python = returns_host_values(value, python_calls)
         for name in (n for t in targets for n in _bound_names(t, containers=False)):
             verdicts[name] = verdicts.get(name, True) and python
     return {name for name, python in verdicts.items() if python}
