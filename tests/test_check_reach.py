@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tpuops.check.callers import reached_names
-from tpuops.check.entries import read_command
+from tpuops.check.entries import WORDS, read_command
 from tpuops.check.lint import lint_tree
 from tpuops.check.project import Module, Project
 from tpuops.check.settings import Settings
@@ -179,11 +179,11 @@ def test_a_test_file_the_command_runs_is_linted_and_an_unparsable_unused_file_is
 
 def test_the_options_a_command_passes_are_read_by_the_names_the_code_uses(tmp_path: Path) -> None:
     write(tmp_path, {"train.py": "", "run.sh": "python train.py --padding max_length --lr=3e-4\n"})
-    read = read_command("python train.py --fp16 --use-tpu=True --steps 10 -c x trainer.precision=bf16 --name run "
+    read = read_command("python train.py fit --fp16 --use-tpu=True --steps 10 -c x trainer.precision=bf16 --name run "
                         "&& bash run.sh", tmp_path)
     assert read.scripts == ("train.py",)
     assert read.options == {"fp16": {True}, "use_tpu": {True}, "steps": {10}, "precision": {"bf16"},
-                            "name": {"run"}, "padding": {"max_length"}, "lr": {3e-4}}
+                            "name": {"run"}, "padding": {"max_length"}, "lr": {3e-4}, WORDS: {"fit"}}
 
 
 SWITCHED = """
@@ -224,6 +224,69 @@ def test_a_switch_is_off_unless_the_command_turns_it_on(tmp_path: Path, commands
     result = lint_tree(tmp_path, commands=commands)
     assert [(f.rule, f.line) for f in result.findings] == expected
     assert [(n.rule, n.line) for n in result.advice] == noted
+
+
+SUBCOMMANDS = {
+    "main.py": """
+import argparse
+
+def train_cmd():
+    from training.trainer import fit
+    fit()
+
+def chat_cmd():
+    print("hello")
+
+parser = argparse.ArgumentParser()
+sub = parser.add_subparsers(dest="command")
+sub.add_parser("train")
+sub.add_parser("chat")
+args = parser.parse_args()
+if args.command == "train":
+    train_cmd()
+elif args.command == "chat":
+    chat_cmd()
+""",
+    "training/__init__.py": "",
+    "training/trainer.py": """
+import torch
+from core.accelerator import mark_step
+
+def fit(model, loader, optimizer):
+    for inputs, targets in loader:
+        loss = model(inputs.to("cuda" if torch.cuda.is_available() else "cpu")).mean()
+        loss.backward()
+        optimizer.step()
+        mark_step()
+        print(loss.item())
+""",
+    "core/__init__.py": "",
+    "core/accelerator.py": """
+_xm = None
+
+def load():
+    global _xm
+    import torch_xla.core.xla_model as xm
+    _xm = xm
+
+def mark_step():
+    if _xm is not None:
+        _xm.mark_step()
+""",
+}
+
+
+@pytest.mark.parametrize(("command", "sure"), [("python main.py train", True), ("python main.py chat", False)])
+def test_a_subcommand_the_command_names_picks_its_branch(tmp_path: Path, command: str, sure: bool) -> None:
+    """`python main.py train` runs the `train` subcommand's branch: its trainer's per-step read is a finding
+    (the trainer ends its steps through the project's `mark_step`, a lazily imported `_xm`, and mentions CUDA:
+    still a PyTorch/XLA loop). Another subcommand leaves the read a note: nothing the command runs reaches it."""
+    write(tmp_path, SUBCOMMANDS)
+    result = lint_tree(tmp_path, commands=[command])
+    found = [(f.file, f.rule, f.line) for f in result.findings]
+    noted = [(f.file, f.rule, f.line) for f in result.advice]
+    read = ("training/trainer.py", "XLA003", 11)
+    assert (read in found, read in noted) == (sure, not sure)
 
 
 def test_padding_is_a_note_that_says_why(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ OPERATORS = {"&&", "||", ";", "|", "&", "(", ")", ";;", "\n"}
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*=\S")  # Hydra's trainer.precision=bf16
 MAX_SCRIPT_DEPTH = 3  # a script calling a script calling a script: further is a loop or not a trainer
+WORDS = "<words>"  # the options' key for the words a command passes its script bare (`python main.py train`)
 
 
 @dataclass(frozen=True)
@@ -75,19 +76,27 @@ class _Reader:
 
     def read_options(self, words: list[str]) -> None:
         """`--fp16`, `--padding max_length`, `--use_tpu=True`, `trainer.precision=bf16` (Hydra): by the name
-        the code reads them as (`args.padding`, `FLAGS.use_tpu`, `cfg.trainer.precision`'s last part)."""
+        the code reads them as (`args.padding`, `FLAGS.use_tpu`, `cfg.trainer.precision`'s last part), and the
+        bare words under WORDS (a subcommand: `python main.py train`)."""
+        taken = -1  # the index of the word an option took as its value
         for index, word in enumerate(words):
             if word.startswith("--") and len(word) > 2:
                 name, equals, value = word[2:].partition("=")
                 if not equals:
                     following = words[index + 1] if index + 1 < len(words) else ""
                     value = following if following and not following.startswith("-") else "true"
+                    taken = index + 1 if value == following else taken
             elif OVERRIDE.match(word):
                 name, _, value = word.partition("=")
                 name = name.rsplit(".", 1)[-1]
+            elif word.startswith("-"):  # `-c x`: a short option's value, if it takes one, is the next word
+                taken = index + 1
+                continue
+            elif index != taken:
+                name, value = WORDS, word
             else:
                 continue
-            self.options.setdefault(name.replace("-", "_"), set()).add(_typed(value))
+            self.options.setdefault(name.replace("-", "_"), set()).add(value if name == WORDS else _typed(value))
 
     def run_shell_script(self, word: str, cwd: PurePosixPath, depth: int) -> None:
         script = _file(word, self.root, cwd)

@@ -105,7 +105,8 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool, commands: 
     everything = project if len(modules) == len(parsed) else Project(parsed)  # the run may reach any of them
     functions = {name: (defs[0][0].rel, defs[0][1].lineno) for name, defs in everything.definitions.items()}
     ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
-    advice = found.notes() + [n for m in modules if not off_the_tpu(m, scope)
+    lazy = {id(step.module) for step in steps if step.kind == "lazy"}
+    advice = found.notes() + [n for m in modules if not off_the_tpu(m, scope, ends_xla_steps=id(m) in lazy)
                         for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
     return LintResult(tuple(findings + found.sure()), len(modules), found.ignored, functions, tuple(ordered),
                       tuple(advice), scope, found.anchors)
@@ -159,7 +160,9 @@ class _Found:
 def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: CommandScope) -> _Found:
     found = _Found({}, {}, {}, 0)
     ignored: set[Key] = set()
-    off = {id(module) for module in finder.project.modules if off_the_tpu(module, scope)}  # once per file
+    lazy = {id(step.module) for step in steps if step.kind == "lazy"}
+    off = {id(module) for module in finder.project.modules  # once per file
+           if off_the_tpu(module, scope, ends_xla_steps=id(module) in lazy)}
     reached = cache(lambda: Reach(reached_names(finder.project, scope.entries, finder.settings),
                                   traced(finder.project, scope.entries, finder.settings, scope.surely_runs)))
     for rule, module, node, message, step in _hits(finder, steps, legacy_node):
@@ -170,12 +173,13 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
         if rule.id in _ignored_rules(module, line):
             ignored.add(key)
         elif key not in found.findings:
-            guess = _guess(rule.id, node, module, step, scope, reached, finder.settings)
+            guess = _guess(rule.id, node, module, step, scope, reached, finder.settings, finder.project)
             found.findings[key] = Finding(rule.id, rule.name, message, rule.hint, module.rel, line)
             found.anchors[key] = _anchor(module, node, step, guess)
             if guess:
                 found.guesses[key] = guess.why
-        elif key in found.guesses and not _guess(rule.id, node, module, step, scope, reached, finder.settings):
+        elif key in found.guesses and not _guess(rule.id, node, module, step, scope, reached, finder.settings,
+                                                  finder.project):
             del found.guesses[key]
             found.anchors[key] = _anchor(module, node, step, None)
     for file, rule, line in list(found.findings):  # padding inside a step: the step's dynamic shape says it, once
@@ -186,7 +190,7 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
 
 
 def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: CommandScope,
-           reached: Callable[[], Reach], settings: Settings) -> Guess | None:
+           reached: Callable[[], Reach], settings: Settings, project: Project) -> Guess | None:
     """Why the source alone cannot make sure of a finding (it is then a note the run may settle), or None."""
     if not scope.surely_runs(module.rel):
         return Guess("reach", f"no script of the command imports {module.rel} by a name the source holds")
@@ -198,7 +202,7 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
     untraced = untraced_owner(node, module, reached().traced) if scope.entries else None
     if untraced is not None:
         return Guess("reach", why_untraced(untraced, module))
-    switch = _behind_a_switch(node, module, settings)
+    switch = _behind_a_switch(node, module, settings, project)
     if switch is not None:
         return Guess("reach", f"it runs only when `{ast.unparse(switch)}` is on, which the command leaves off")
     if step is not None and not step.sure:
@@ -220,15 +224,24 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
     return _padding_or_float16(rule) if step is None else None
 
 
-def _behind_a_switch(node: ast.AST, module: Module, settings: Settings) -> ast.AST | None:
+def _behind_a_switch(node: ast.AST, module: Module, settings: Settings, project: Project | None = None) \
+        -> ast.AST | None:
     """The test of an `if` whose body holds `node` (the step loop itself, say, under `if args.debug_mode:`) and
-    that is off by default or as the command passes it; a step leaves such branches out of its own region."""
+    that is off by default or as the command passes it; a step leaves such branches out of its own region. Given
+    the `project`, also a switch around every call of the module-level function holding `node` (`if
+    args.private_output is not None: predict_private(...)`)."""
     child = node
     for ancestor in module.ancestors(node):
         if isinstance(ancestor, ast.If) and child in ancestor.body and switched_off(ancestor.test, module, settings):
             return ancestor.test
         child = ancestor
-    return None
+    function = module.enclosing_function(node)
+    if project is None or function is None or module.parents.get(id(function)) is not module.tree:
+        return None
+    calls = [(m, c) for m in project.modules for c in m.calls if last_name(c.func) == function.name and
+             any(f is function for _, f in project.functions(c.func, m))]
+    switches = [_behind_a_switch(call, m, settings) for m, call in calls]
+    return switches[0] if switches and all(switches) else None
 
 
 def _padding_or_float16(rule: str) -> Guess | None:
@@ -302,16 +315,17 @@ def _hits(finder: StepFinder, steps: list[Step],
                 yield rule, module, node, message, None
 
 
-def off_the_tpu(module: Module, scope: CommandScope) -> bool:
+def off_the_tpu(module: Module, scope: CommandScope, ends_xla_steps: bool = False) -> bool:
     """A file the training never runs on the TPU: a unit test (`tests/`, `test_*.py`, `*_test.py`) the command's
     scripts do not import, code put away (`archived/`, `deprecated/`, `unused/`), unless the trainer's command
     runs it as its script, or a GPU program (it moves work to CUDA and imports nothing of PyTorch/XLA, JAX,
-    TensorFlow or Accelerate)."""
+    TensorFlow or Accelerate, nor `ends_xla_steps`: calls a helper of the project that ends a PyTorch/XLA step,
+    `from core.accelerator import mark_step`, in its loops)."""
     put_away = {"test", "archive", "archived", "deprecated", "unused"} & set(PurePosixPath(module.rel).parts[:-1])
     imported = scope.files is not None and module.rel in scope.files  # (`from process.test_loop import test`)
     if module.rel not in scope.entries and (put_away or (a_test(module.rel) and not imported)):
         return True
-    if module.imports_any(XLA_FRAMEWORK_ROOTS) or trainer_on_tpu([module]):
+    if module.imports_any(XLA_FRAMEWORK_ROOTS) or trainer_on_tpu([module]) or ends_xla_steps:
         return False
     return any(last_name(call.func) == "cuda" or any(isinstance(a, ast.Constant) and a.value == "cuda"
                                                      for a in call.args) for call in module.calls)

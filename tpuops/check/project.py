@@ -14,6 +14,7 @@ FRAMEWORK_MODULES = ("jax", "torch", "torch_xla", "tensorflow", "flax", "optax",
                      "accelerate", "tf_keras")
 # What a module imports to train on PyTorch/XLA: Accelerate runs on it on a TPU without the script importing it.
 TORCH_XLA_ROOTS = frozenset({"torch_xla", "accelerate"})
+LIGHTNING_ROOTS = frozenset({"pytorch_lightning", "lightning"})
 KERAS_ROOTS = frozenset({"tensorflow", "keras", "tf_keras"})  # Keras 2 (in TensorFlow), Keras 3, or tf_keras
 
 

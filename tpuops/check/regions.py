@@ -68,7 +68,23 @@ def switched_off(test: ast.AST, module: Module, settings: Settings) -> bool:
     is off (False, None, 0, "") by default or as the command passes it. Not a function's parameter: its caller
     may pass it on."""
     parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
-    return any(_a_setting(part, module) and _all_off(settings.values(part, module)) for part in parts)
+    return any(_a_setting(part, module) and _all_off(settings.values(part, module)) or
+               _set_but_unset(part, module, settings) for part in parts)
+
+
+def _set_but_unset(test: ast.AST, module: Module, settings: Settings) -> bool:
+    """`if args.private_output is not None:` with the option left out (None by default, not passed); also through
+    a name every assignment of which reads such a setting (`out_dir = args.private_output`). Not a name that may
+    hold an object (`dpo = None`, then `dpo = DPO(...)` in a branch): what it holds is not a setting's value."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot) and
+            isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None):
+        return False
+    subject = test.left
+    if isinstance(subject, ast.Name):
+        assigned = module.assigns_to(subject.id, module.enclosing_function(subject))
+        if not assigned or not all(isinstance(a.value, ast.Attribute | ast.Subscript) for a in assigned):
+            return False
+    return _a_setting(subject, module) and settings.values(subject, module) == frozenset([None])
 
 
 def _a_setting(expr: ast.AST, module: Module) -> bool:
@@ -274,9 +290,10 @@ def loop_batch(loop: ast.AST, module: Module | None = None) -> frozenset[str]:
 
 
 def _unwrapped(iterable: ast.AST) -> ast.AST:
-    while isinstance(iterable, ast.Call) and last_name(iterable.func) in {"tqdm", "iter"} and \
-            iterable.args:
-        iterable = iterable.args[0]  # tqdm(enumerate(loader)): a progress bar over the same items
+    while isinstance(iterable, ast.NamedExpr) or (
+            isinstance(iterable, ast.Call) and last_name(iterable.func) in {"tqdm", "iter"} and iterable.args):
+        # `(pbar := tqdm(enumerate(loader)))`: a progress bar over the same items, kept under a name
+        iterable = iterable.value if isinstance(iterable, ast.NamedExpr) else iterable.args[0]
     return iterable
 
 

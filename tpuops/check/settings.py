@@ -12,6 +12,7 @@ import ast
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from tpuops.check.entries import WORDS
 from tpuops.check.hand_padding import collate_names, longest_padders
 from tpuops.check.project import TORCH_XLA_ROOTS, FunctionNode, Module, Project, defaults_of, last_name
 
@@ -50,6 +51,8 @@ class Settings:
             for call in module.calls:
                 if last_name(call.func) == "add_argument":
                     settings._option(call)
+                elif last_name(call.func) == "add_subparsers":
+                    settings._subcommands(call, module)
                 elif last_name(call.func).startswith("DEFINE_"):
                     settings._absl_flag(call)
                 elif last_name(call.func) in classes:
@@ -90,6 +93,23 @@ class Settings:
             default = None
         for name in names:
             self.options.setdefault(name, set()).add(default)
+
+    def _subcommands(self, call: ast.Call, module: Module) -> None:
+        """`sub = parser.add_subparsers(dest="command")` with `sub.add_parser("train")` & co: `args.command` is
+        the subcommand the trainer's command names (`python main.py train`), else any of them."""
+        dest = next((k.value.value for k in call.keywords if k.arg == "dest" and isinstance(k.value, ast.Constant)),
+                    None)
+        holder = module.parents.get(id(call))
+        if not isinstance(dest, str) or not (isinstance(holder, ast.Assign) and len(holder.targets) == 1 and
+                                             isinstance(holder.targets[0], ast.Name)):
+            return
+        names = {c.args[0].value for c in module.calls if last_name(c.func) == "add_parser" and c.args and
+                 isinstance(c.args[0], ast.Constant) and isinstance(c.func, ast.Attribute) and
+                 isinstance(c.func.value, ast.Name) and c.func.value.id == holder.targets[0].id}
+        self.options.setdefault(dest, set()).update(names)
+        chosen = names & self.given.get(WORDS, frozenset())
+        if chosen and dest not in self.given:
+            self.given = {**self.given, dest: frozenset(chosen)}
 
     def _absl_flag(self, call: ast.Call) -> None:
         """`flags.DEFINE_bool("use_mixed_precision", False, "...")`: read as `FLAGS.use_mixed_precision`."""

@@ -88,9 +88,10 @@ class TensorValues:
         self.python_names = _python_names(bindings, python_calls)
         self.bool_names: set[str] = set()
         self.objects: set[str] = set()  # models, loss objects, optimizers: called they give tensors, but are none
-        for targets, value in bindings:
-            if self._object(value) and len(targets) == 1 and isinstance(targets[0], ast.Name):
-                self.objects.add(targets[0].id)
+        single = [(targets[0].id, value) for targets, value in bindings
+                  if len(targets) == 1 and isinstance(targets[0], ast.Name)]
+        for _ in range(2):  # twice: `loss = LOSS_FN(x, y)` seen before `LOSS_FN = nn.CrossEntropyLoss()` calls it
+            self.objects = {name for name, value in single if self._object(value)}
         self.names -= self.objects
         # Dicts that hold tensors under some keys (`info["grad_norm"] = norm`) and counters under others
         # (`info["batch_idx"]`): key -> which keys hold tensors; a name bound whole to a tensor is dropped here.

@@ -251,7 +251,7 @@ def _an_optimizer_step(call: ast.Call) -> bool:
 
 def _is_xla(path: str) -> bool:
     root = path.split(".")[0]
-    return root == "xm" or "xla" in root.lower()
+    return root.lstrip("_") == "xm" or "xla" in root.lower()  # `_xm`: a module global set by a lazy import
 
 
 def _torch_module_base(base: ast.AST, module: Module) -> bool:

@@ -15,13 +15,12 @@ import ast
 from collections.abc import Callable, Sequence
 
 from tpuops.check.callers import Definition, called_by_a_framework, runs_on_import, walk_picked
-from tpuops.check.project import FunctionNode, Module, Project, dotted
+from tpuops.check.project import LIGHTNING_ROOTS, FunctionNode, Module, Project, dotted
 from tpuops.check.settings import Settings
 
 Place = tuple[str, str]  # (module.rel, name of a top-level definition or Class.method)
 # Hooks a framework calls only when asked for that run: Lightning's `trainer.test(...)`, `trainer.predict(...)`.
 ON_REQUEST_HOOKS = {"test": ("test_", "on_test_"), "predict": ("predict_", "on_predict_")}
-LIGHTNING_ROOTS = frozenset({"pytorch_lightning", "lightning"})
 MAX_HOPS = 4  # `from pkg import Net` through pkg/__init__.py's `from .net import Net`, and so on
 
 
