@@ -13,7 +13,9 @@ its commit into a temporary directory, runs the lint on it and scores:
 
 Both count findings (what fails `check`). Notes (what the lint reports without failing it: code only guessed to
 run every step, to be confirmed by the run) are counted apart: how many, how many on hazards, and the recall of
-findings and notes together. An unjudged note is listed as UNJUDGED (note).
+findings and notes together, and with only the notes `check` lists (those on code the command does not seem
+to run are counted in its summary, listed with `--all-notes`: "unlisted" here). An unjudged note is listed as
+UNJUDGED (note) or UNJUDGED (unlisted).
 
 Reported for the whole set and for each part, in the order the parts were judged (`fit` was judged before the
 rule changes of issue 33 and used to make them; each later part was judged before any change it prompted; from
@@ -49,6 +51,7 @@ class Tally:
     found: set[Site] = field(default_factory=set)
     hazards: set[Site] = field(default_factory=set)
     noted: set[Site] = field(default_factory=set)  # notes: what the lint reports without failing check
+    unlisted: set[Site] = field(default_factory=set)  # of them, those on code the command does not seem to run
 
     @property
     def precision(self) -> float:
@@ -61,11 +64,16 @@ class Tally:
     def line(self, name: str) -> str:
         right = len(self.found & self.hazards)
         reported = len((self.found | self.noted) & self.hazards)
-        notes = f"{len(self.noted)} note(s), {len(self.noted & self.hazards)} right"
-        with_notes = f"{reported / len(self.hazards):.2f}" if self.hazards else "1.00"
+        listed = len((self.found | (self.noted - self.unlisted)) & self.hazards)
+        notes = (f"{len(self.noted)} note(s), {len(self.noted & self.hazards)} right ({len(self.unlisted)} in code "
+                 f"not run, {len(self.unlisted & self.hazards)} right)")
         return (f"{name:9} precision {self.precision:.2f} ({right} of {len(self.found)} findings right), "
                 f"recall {self.recall:.2f} ({right} of {len(self.hazards)} hazards found); {notes}; "
-                f"recall with notes {with_notes} ({reported})")
+                f"recall with notes {self._share(reported)} ({reported}), with listed notes {self._share(listed)} "
+                f"({listed})")
+
+    def _share(self, count: int) -> str:
+        return f"{count / len(self.hazards):.2f}" if self.hazards else "1.00"
 
 
 def git_dir(mirror: Path, repo: str) -> Path:
@@ -88,7 +96,8 @@ def extract(git: Path, commit: str, path: str, into: Path) -> bool:
     return (into / path).exists()
 
 
-Reported = tuple[str, int, str, str, bool]  # file (relative to the repository), line, rule, message, a note
+Reported = tuple[str, int, str, str, str]  # file (relative to the repository), line, rule, message, kind
+FINDING, NOTE, UNLISTED = "", "note", "unlisted"  # the kinds: a note unlisted is on code the command does not run
 
 
 def lint(into: Path, path: str, commands: list[str]) -> list[Reported]:
@@ -101,8 +110,15 @@ def lint(into: Path, path: str, commands: list[str]) -> list[Reported]:
     root = into / path
     base = Path(path) if root.is_dir() else Path(path).parent
     result = lint_tree(root, commands=commands) if commands else lint_tree(root)
-    reported = [(f, False) for f in result.findings] + [(n, True) for n in getattr(result, "advice", ())]
-    return [(str(base / (f.file or "")), f.line or 0, f.rule, f.message, note) for f, note in reported
+    notes, unlisted = list(getattr(result, "advice", ())), []
+    try:
+        from tpuops.check.settle import split_unreached
+        notes, unlisted = split_unreached(notes, result.anchors)
+    except ImportError:  # an older lint (--tpuops) lists every note
+        pass
+    reported = [(f, FINDING) for f in result.findings] + [(n, NOTE) for n in notes] + \
+        [(n, UNLISTED) for n in unlisted]
+    return [(str(base / (f.file or "")), f.line or 0, f.rule, f.message, kind) for f, kind in reported
             if f.rule != "XLA000"]
 
 
@@ -156,16 +172,19 @@ def score(mirror: Path, doc: dict, show: bool, commands: dict[str, list[str]]) -
             sources = {f: text.splitlines() for f, text in temp_sources.items()}
         judged = {(j["rule"], j["file"], j["line"]): j for j in trainer.get("lines", [])}
         findings = on_judged_lines(findings, judged, sources_of(temp_sources))
-        found = {(trainer["id"], rule, file, line) for file, line, rule, _, note in findings if not note}
-        noted = {(trainer["id"], rule, file, line) for file, line, rule, _, note in findings if note} - found
+        found = {(trainer["id"], rule, file, line) for file, line, rule, _, kind in findings if kind == FINDING}
+        noted = {(trainer["id"], rule, file, line) for file, line, rule, _, kind in findings if kind} - found
+        unlisted = {(trainer["id"], rule, file, line) for file, line, rule, _, kind in findings
+                    if kind == UNLISTED} - found
         hazards = {(trainer["id"], r, f, n) for (r, f, n), j in judged.items() if j["hazard"]}
         for part in ("all", trainer["part"]):
             tallies[part].found |= found
             tallies[part].noted |= noted
+            tallies[part].unlisted |= unlisted
             tallies[part].hazards |= hazards
         for file, line, rule, message, note in findings:
             judgement = judged.get((rule, file, line))
-            kind = " (note)" if note else ""
+            kind = f" ({note})" if note else ""
             if judgement is None:
                 print(f"UNJUDGED{kind} {trainer['id']} {file}:{line}: {rule} {message}")
             elif show:

@@ -172,7 +172,8 @@ def check(python: str, spec: Path, env: dict[str, str], extra: list[str], timeou
 
 def reported(report: dict, base: PurePosixPath) -> list[Reported]:
     """The lint's findings and notes in a report, as bench/check_realworld.py's `lint` gives them."""
-    found = [(f, False) for f in report["findings"]] + [(f, True) for f in report["advice"]]
+    notes = report["advice"] + report.get("unreached", [])
+    found = [(f, False) for f in report["findings"]] + [(f, True) for f in notes]
     return [(str(base / (f["file"] or "")), f["line"] or 0, f["rule"], f["message"], note)
             for f, note in found if f["rule"] in LINT_RULES]
 

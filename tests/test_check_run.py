@@ -199,6 +199,36 @@ def test_notes_are_shown_and_do_not_fail_the_check(tmp_path: Path) -> None:
     assert report["ok"] is True and [a["line"] for a in report["advice"]] == [8]
 
 
+def test_notes_on_code_the_command_does_not_run_are_counted_and_listed_on_demand(tmp_path: Path) -> None:
+    """A read in a function the command's code never names is a note (a config may still call it), but one of
+    dozens in a big repository: the report counts them in one line and lists them with --all-notes."""
+    code = code_dir(tmp_path, """
+        import torch_xla.core.xla_model as xm
+        from debug_tools import show_losses
+
+        for batch in loader:
+            loss = model(batch).sum()
+            loss.backward()
+            xm.optimizer_step(optimizer)
+        """)
+    (code / "debug_tools.py").write_text("import torch_xla.core.xla_model as xm\n\n\ndef show_losses(loader):\n"
+                                         "    for x in loader:\n        loss = model(x).sum()\n"
+                                         "        xm.mark_step()\n        print(loss.item())\n")
+    spec = spec_for(tmp_path, "python3 train.py")
+    result = run_cli("check", str(spec), "--no-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "note XLA003" not in result.stdout
+    assert "1 more note(s) in code the command does not seem to run (debug_tools.py): `--all-notes` lists them" \
+        in result.stdout
+    assert "check: 1 note(s) in code not run (" in result.stdout
+    listed = run_cli("check", str(spec), "--no-run", "--all-notes")
+    assert listed.stdout.startswith("debug_tools.py:8: note XLA003 host-sync: `.item()`"), listed.stdout
+    assert "no code the command runs names show_losses" in listed.stdout
+    assert "check: 1 note(s) to confirm (" in listed.stdout
+    report = json.loads(run_cli("check", str(spec), "--no-run", "--json").stdout)
+    assert report["advice"] == [] and [(n["file"], n["line"]) for n in report["unreached"]] == [("debug_tools.py", 8)]
+
+
 def test_run_preflight_stops_before_anything_is_created(tmp_path: Path, tpuops_home: Path) -> None:
     code_dir(tmp_path, READ_EVERY_STEP)
     spec = spec_for(tmp_path, "python3 train.py")

@@ -101,6 +101,7 @@ class CheckReport:
     steps_found: tuple[Mapping[str, object], ...] = ()  # the compiled steps the lint recognised
     advice: tuple[Finding, ...] = ()  # notes that do not fail the check: likely costs to confirm by measuring
     scope: CommandScope = CommandScope()  # the files the trainer's command runs, which the lint read
+    unreached: tuple[Finding, ...] = ()  # notes on code the command does not seem to run: counted, listed on demand
 
     @property
     def exit_code(self) -> int:
@@ -119,4 +120,5 @@ class CheckReport:
                 "scripts": list(self.scope.entries), "files_not_run": list(self.scope.left_out),
                 "ignored": self.ignored, "steps_found": [dict(s) for s in self.steps_found], "notes": self.notes,
                 "findings": [f.as_dict() for f in self.findings], "advice": [f.as_dict() for f in self.advice],
+                "unreached": [f.as_dict() for f in self.unreached],
                 "run": None if self.run is None else self.run.as_dict()}

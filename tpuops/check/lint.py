@@ -193,18 +193,18 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
            reached: Callable[[], Reach], settings: Settings, project: Project) -> Guess | None:
     """Why the source alone cannot make sure of a finding (it is then a note the run may settle), or None."""
     if not scope.surely_runs(module.rel):
-        return Guess("reach", f"no script of the command imports {module.rel} by a name the source holds")
+        return Guess("unreached", f"no script of the command imports {module.rel} by a name the source holds")
     owner = unreached_owner(node, module, reached().by_name) if scope.entries else None
     if owner is not None and owner[1]:
-        return Guess("reach", f"the command's code names {owner[0]} only in a branch a setting's value picks")
+        return Guess("unreached", f"the command's code names {owner[0]} only in a branch a setting's value picks")
     if owner is not None:
-        return Guess("reach", f"no code the command runs names {owner[0]} (a config or a registry may build it)")
+        return Guess("unreached", f"no code the command runs names {owner[0]} (a config or a registry may build it)")
     untraced = untraced_owner(node, module, reached().traced) if scope.entries else None
     if untraced is not None:
-        return Guess("reach", why_untraced(untraced, module))
+        return Guess("unreached", why_untraced(untraced, module))
     switch = _behind_a_switch(node, module, settings, project)
     if switch is not None:
-        return Guess("reach", f"it runs only when `{ast.unparse(switch)}` is on, which the command leaves off")
+        return Guess("unreached", f"it runs only when `{ast.unparse(switch)}` is on, which the command leaves off")
     if step is not None and not step.sure:
         return Guess("step", f"{step.name} may not run every step")
     if step is not None and step.kind in {"lazy", "torch"} and \

@@ -41,9 +41,11 @@ class Anchor:
 
 @dataclass(frozen=True)
 class Guess:
-    """Why a finding is only a note: "reach" (its file runs only if a module loaded by a computed name is it),
-    "step" (its code is only guessed to run every step), "trace" (in a JAX step: an error at tracing if the
-    value is traced, nothing if it is static)."""
+    """Why a finding is only a note: "unreached" (nothing the command runs reaches its code by a name the source
+    holds, or only behind a switch the command leaves off), "reach" (float16: one of the paths the code offers),
+    "step" (its code is only guessed to run every step), "value" (a value only taken for a tensor), "data"
+    (padding, whose cost is in the data), "trace" (in a JAX step: an error at tracing if the value is traced,
+    nothing if it is static)."""
 
     kind: str
     why: str
@@ -191,6 +193,17 @@ def _confirmed(note: Finding, anchor: Anchor, ran: Ran) -> str | None:
 
 CONFIRM_BY_RUN = "`tpuops check` without --no-run runs the trainer and decides it"
 GUESS_MARK = " (a guess: "
+
+
+def split_unreached(notes: Sequence[Finding], anchors: Mapping[Key, Anchor]) -> tuple[list[Finding], list[Finding]]:
+    """The notes to list, and those on code the command does not seem to run (what the run did not settle of
+    them): a report counts the latter and lists them only when asked."""
+    listed: list[Finding] = []
+    unreached: list[Finding] = []
+    for note in notes:
+        anchor = anchors.get((note.file or "", note.rule, note.line or 0))
+        (unreached if anchor is not None and anchor.guess == "unreached" else listed).append(note)
+    return listed, unreached
 
 
 def as_guess(finding: Finding, why: str) -> Finding:

@@ -35,6 +35,8 @@ def check(
     timeout: str = typer.Option("5m", "--timeout", help="End the trainer (its whole process group) after this."),
     no_run: bool = typer.Option(False, "--no-run", help="Only lint the source; do not run the trainer."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not show the trainer's output while it runs."),
+    all_notes: bool = typer.Option(False, "--all-notes", help="Also list the notes on code the command does not "
+                                   "seem to run (counted in the summary otherwise)."),
     json_: bool = JSON_OPTION,
 ) -> None:
     """Preflight SPEC's trainer before paying for a TPU: lint it for XLA breakers, then run it for a few steps
@@ -49,21 +51,23 @@ def check(
     if json_:
         print_json(report.as_dict())
     else:
-        print_report(report)
+        print_report(report, all_notes)
     raise typer.Exit(report.exit_code)
 
 
-def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
+def print_report(report, all_notes: bool = False) -> None:  # noqa: ANN001  (CheckReport)
     for finding in report.findings:
         where = f"{finding.where}: " if finding.where else ""
         console.print(f"{where}{finding.rule} {finding.name}: {finding.message}", markup=False)
         for detail in finding.details:
             console.print(f"    {detail}", markup=False)
         console.print(f"    fix: {finding.hint}", markup=False)
-    for note in report.advice:  # advice: does not fail the check
+    for note in (*report.advice, *(report.unreached if all_notes else ())):  # notes: they do not fail the check
         where = f"{note.where}: " if note.where else ""
         console.print(f"{where}note {note.rule} {note.name}: {note.message}", markup=False)
         console.print(f"    to do or confirm: {note.hint}", markup=False)
+    if report.unreached and not all_notes:
+        console.print(_unreached_text(report.unreached), markup=False)
     summary = f"{report.files_linted} file(s) linted{_scope_text(report.scope)}"
     if report.steps_found:
         names = [f"{s['name']} ({s['how']})" for s in report.steps_found[:MAX_STEPS_SHOWN]]
@@ -80,8 +84,19 @@ def print_report(report) -> None:  # noqa: ANN001  (CheckReport)
                     f"{run.duration:.1f} s, {run.compilations} compilation(s) of its functions{rate}")
     verdicts = [f"{len(report.findings)} finding(s)"] if report.findings else []
     verdicts += report.notes
-    verdicts += [f"{len(report.advice)} note(s) to confirm"] if report.advice else []
+    notes = len(report.advice) + (len(report.unreached) if all_notes else 0)
+    verdicts += [f"{notes} note(s) to confirm"] if notes else []
+    verdicts += [f"{len(report.unreached)} note(s) in code not run"] if report.unreached and not all_notes else []
     console.print(f"check: {'; '.join(verdicts) or 'clean'} ({summary})", markup=False)
+
+
+def _unreached_text(notes) -> str:  # noqa: ANN001  (Findings)
+    """One line for the notes on code the command does not seem to run: how many, where, how to see them."""
+    files = list(dict.fromkeys(note.file for note in notes if note.file))
+    shown = ", ".join(files[:MAX_STEPS_SHOWN]) + (f" and {len(files) - MAX_STEPS_SHOWN} more" if len(files) >
+                                                  MAX_STEPS_SHOWN else "")
+    return (f"{len(notes)} more note(s) in code the command does not seem to run ({shown}): "
+            "`--all-notes` lists them; name the script that runs it in trainer.command to have it checked")
 
 
 def _scope_text(scope) -> str:  # noqa: ANN001  (CommandScope)

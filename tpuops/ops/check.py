@@ -23,6 +23,7 @@ from tpuops.check.settle import (
     ran_a_step,
     settle,
     settle_crash,
+    split_unreached,
 )
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.ops.specs import load_checked
@@ -71,8 +72,9 @@ def check_spec(spec_path: str | Path, options: CheckOptions = CheckOptions(),
         if len(advice) < noted:
             record = replace(record, confirmed=record.confirmed + noted - len(advice))
         findings += run_findings
+    listed, unreached = split_unreached(advice, lint.anchors)
     return CheckReport(str(spec_path), lint.files, tuple(findings), record, lint.ignored,
-                       tuple(lint.steps_found), tuple(advice), lint.scope)
+                       tuple(lint.steps_found), tuple(listed), lint.scope, tuple(unreached))
 
 
 def _settled_by_run(lint: LintResult, record: RunRecord, counts: LineCounts,
