@@ -238,9 +238,7 @@ def _behind_a_switch(node: ast.AST, module: Module, settings: Settings, project:
     function = module.enclosing_function(node)
     if project is None or function is None or module.parents.get(id(function)) is not module.tree:
         return None
-    calls = [(m, c) for m in project.modules for c in m.calls if last_name(c.func) == function.name and
-             any(f is function for _, f in project.functions(c.func, m))]
-    switches = [_behind_a_switch(call, m, settings) for m, call in calls]
+    switches = [_behind_a_switch(call, m, settings) for m, call in project.callers(function)]
     return switches[0] if switches and all(switches) else None
 
 

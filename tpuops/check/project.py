@@ -258,6 +258,20 @@ class Project:
         return found
 
     @cached_property
+    def calls_by_name(self) -> dict[str, list[tuple[Module, ast.Call]]]:
+        """Every call of the project, by the last name of what it calls (`f` of `self.f(...)`), module by module."""
+        found: dict[str, list[tuple[Module, ast.Call]]] = {}
+        for module in self.modules:
+            for call in module.calls:
+                found.setdefault(last_name(call.func), []).append((module, call))
+        return found
+
+    def callers(self, function: FunctionNode) -> list[tuple[Module, ast.Call]]:
+        """The project's calls that name `function` (as `functions` resolves their callee)."""
+        return [(module, call) for module, call in self.calls_by_name.get(function.name, [])
+                if any(callee is function for _, callee in self.functions(call.func, module))]
+
+    @cached_property
     def roots(self) -> set[str]:
         """The first parts of the names an import of one of the project's modules starts with ("" for a relative
         import)."""

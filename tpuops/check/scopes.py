@@ -84,7 +84,6 @@ class StepFinder(TorchXlaSteps):
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
     _forwards_queued: set[bool] = field(default_factory=set)  # the `sure` of the steps that queued forwards
     _on_xla: set[int] | None = None  # modules that run on the XLA device (torch_xla's, and those given its device)
-    _calls_by_name: dict[str, list[tuple[Module, ast.Call]]] | None = None  # every call of the project, by name
 
     def values(self, step: Step) -> TensorValues:
         """The tensor inference for a step (cached: a function with several step loops is read once)."""

@@ -90,8 +90,12 @@ class TensorValues:
         self.objects: set[str] = set()  # models, loss objects, optimizers: called they give tensors, but are none
         single = [(targets[0].id, value) for targets, value in bindings
                   if len(targets) == 1 and isinstance(targets[0], ast.Name)]
-        for _ in range(2):  # twice: `loss = LOSS_FN(x, y)` seen before `LOSS_FN = nn.CrossEntropyLoss()` calls it
-            self.objects = {name for name, value in single if self._object(value)}
+        # To a fixed point, whatever the order the bindings come in: `loss = LOSS_FN(x, y)` calls an object when
+        # `LOSS_FN = nn.CrossEntropyLoss()` comes after it in that order; `net = model` names one.
+        for _ in range(4):
+            before, self.objects = self.objects, {name for name, value in single if self._object(value)}
+            if self.objects == before:
+                break
         self.names -= self.objects
         # Dicts that hold tensors under some keys (`info["grad_norm"] = norm`) and counters under others
         # (`info["batch_idx"]`): key -> which keys hold tensors; a name bound whole to a tensor is dropped here.

@@ -40,7 +40,6 @@ class TorchXlaSteps:
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]]  # loops, calls
     _forwards_queued: set[bool]  # the `sure` of the steps that queued the model's forwards (see _model_forwards)
     _on_xla: set[int] | None  # modules that run on the XLA device (decided once)
-    _calls_by_name: dict[str, list[tuple[Module, ast.Call]]] | None  # every call of the project, by name (once)
 
     def ends_step(self, function: FunctionNode, module: Module) -> bool:
         """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
@@ -179,14 +178,7 @@ class TorchXlaSteps:
         position = params.index(param) if param in params else None
         if position is not None and params[:1] in (["self"], ["cls"]):
             position -= 1
-        if self._calls_by_name is None:
-            self._calls_by_name = {}
-            for module in self.project.modules:
-                for call in module.calls:
-                    self._calls_by_name.setdefault(last_name(call.func), []).append((module, call))
-        for module, call in self._calls_by_name.get(function.name, []):
-            if not any(callee is function for _, callee in self.project.functions(call.func, module)):
-                continue
+        for module, call in self.project.callers(function):
             given = [k.value for k in call.keywords if k.arg == param]
             if position is not None and 0 <= position < len(call.args):
                 given.append(call.args[position])
