@@ -61,8 +61,11 @@ class TorchXlaSteps:
             for module in self.project.modules:
                 for call in module.calls:
                     name = last_name(call.func)
+                    alias = _step_end_alias(call, module)
                     if name in XLA_STEP_ENDS and _is_xla(dotted(call.func)):
                         self._ends_at(call, module, f"{dotted(call.func)}()", ender_names)
+                    elif alias:
+                        self._ends_at(call, module, f"{name}() ({name} = {alias})", ender_names)
                     elif name in ender_names:
                         callee = next((c for m, c in self.project.functions(call.func, module)
                                        if id(c) in self._enders and not self._drives_steps(c, m)), None)
@@ -91,9 +94,16 @@ class TorchXlaSteps:
         return ""
 
     def trains_itself(self, loop: ast.AST, module: Module) -> bool:
-        """The loop's own body (not a loop inside it) takes an optimizer step (`xm.optimizer_step(optimizer)`,
-        `optimizer.step()`): a training loop, even if it runs an evaluation loop every N steps."""
-        return any(module.context[id(call)][1] is loop and _an_optimizer_step(call) for call in module.calls)
+        """The loop's own body (not a loop inside it, but for one over its optimizers: `for opt in optimizers:
+        opt.step()`) takes an optimizer step (`xm.optimizer_step(optimizer)`, `optimizer.step()`): a training loop,
+        even if it runs an evaluation loop every N steps, or a loop of micro-steps before it."""
+        for call in module.calls:
+            inner = module.context[id(call)][1]
+            if inner is loop and _an_optimizer_step(call):
+                return True
+            if inner is not None and module.context[id(inner)][1] is loop and _steps_each_optimizer(inner, call):
+                return True
+        return False
 
     def runs_on_xla(self, module: Module) -> bool:
         """The module uses PyTorch/XLA (or Accelerate), or imports one of the project's functions that give the XLA
@@ -239,6 +249,28 @@ def _an_optimizer_step(call: ast.Call) -> bool:
     name = last_name(call.func)
     receiver = dotted(call.func.value).lower() if isinstance(call.func, ast.Attribute) else ""
     return name == "optimizer_step" or (name == "step" and "optim" in receiver)
+
+
+def _steps_each_optimizer(loop: ast.AST, call: ast.Call) -> bool:
+    """`for opt in optimizers: opt.step()`: the call steps each optimizer the loop takes."""
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and "optim" in dotted(loop.iter).lower()):
+        return False
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "step" and \
+        isinstance(call.func.value, ast.Name) and call.func.value.id == loop.target.id
+
+
+def _step_end_alias(call: ast.Call, module: Module) -> str:
+    """`synchronize = xm.mark_step` (one of its bindings, in the call's function or the module's own code) ...
+    `synchronize()`: the step end a name is bound to, or ""."""
+    if not isinstance(call.func, ast.Name):
+        return ""
+    scopes = {module.enclosing_function(call), None}
+    for scope in scopes:
+        for assign in module.assigns_to(call.func.id, scope):
+            path = dotted(assign.value) if isinstance(assign.value, ast.Attribute) else ""
+            if last_name(assign.value) in XLA_STEP_ENDS and path and _is_xla(path):
+                return path
+    return ""
 
 
 def _is_xla(path: str) -> bool:
