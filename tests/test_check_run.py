@@ -218,7 +218,7 @@ def test_notes_on_code_the_command_does_not_run_are_counted_and_listed_on_demand
     result = run_cli("check", str(spec), "--no-run")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "note XLA003" not in result.stdout
-    assert "1 more note(s) in code the command does not seem to run (debug_tools.py): `--all-notes` lists them" \
+    assert "1 note(s) in code the command does not seem to run (debug_tools.py): `--all-notes` lists them" \
         in result.stdout
     assert "check: 1 note(s) in code not run (" in result.stdout
     listed = run_cli("check", str(spec), "--no-run", "--all-notes")

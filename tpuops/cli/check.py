@@ -95,8 +95,8 @@ def _unreached_text(notes) -> str:  # noqa: ANN001  (Findings)
     files = list(dict.fromkeys(note.file for note in notes if note.file))
     shown = ", ".join(files[:MAX_STEPS_SHOWN]) + (f" and {len(files) - MAX_STEPS_SHOWN} more" if len(files) >
                                                   MAX_STEPS_SHOWN else "")
-    return (f"{len(notes)} more note(s) in code the command does not seem to run ({shown}): "
-            "`--all-notes` lists them; name the script that runs it in trainer.command to have it checked")
+    return (f"{len(notes)} note(s) in code the command does not seem to run ({shown}): `--all-notes` lists them, "
+            "each with why")
 
 
 def _scope_text(scope) -> str:  # noqa: ANN001  (CommandScope)
