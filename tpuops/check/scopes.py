@@ -47,7 +47,7 @@ from tpuops.check.returns import TensorReturning
 from tpuops.check.settings import Settings
 from tpuops.check.steps import Step
 from tpuops.check.tensors import TensorValues
-from tpuops.check.torch_steps import RUNS_MODEL, TorchXlaSteps
+from tpuops.check.torch_steps import RUNS_BACKWARD, RUNS_MODEL, TorchXlaSteps
 from tpuops.check.wrappers import compiler, host_callback_target, is_false, keyword, wrapper_name
 
 TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial", "filter_value_and_grad",
@@ -189,7 +189,10 @@ class StepFinder(TorchXlaSteps):
                 continue
             if how == RUNS_MODEL and self._calls_a_driver(loop, module):
                 continue  # `for shard in shards: train_shard(model, shard)`: it drives the step loops, is none
-            if how == RUNS_MODEL:  # no step end: whether it iterates batches or, say, split names is a guess
+            if how == RUNS_MODEL and self.backpropagates(loop, module):  # a training step's micro-steps
+                yield Step(f"loop at line {loop.lineno}", "lazy", RUNS_BACKWARD, module, loop,
+                           guessed=loop_batch(loop, module))
+            elif how == RUNS_MODEL:  # no step end: whether it iterates batches or, say, split names is a guess
                 yield Step(f"loop at line {loop.lineno}", "lazy", how, module, loop, guessed=loop_batch(loop, module),
                            sure=False)
             elif how:

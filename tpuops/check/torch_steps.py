@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 XLA_STEP_ENDS = {"mark_step", "sync", "optimizer_step"}
 DEVICE_LOADERS = {"MpDeviceLoader", "per_device_loader", "ParallelLoader"}
 RUNS_MODEL = "each iteration runs the model on the XLA device (a loop with no step end, e.g. evaluation)"
+RUNS_BACKWARD = "each iteration runs the model and its backward pass on the XLA device (a training step's micro-steps)"
 
 
 class TorchXlaSteps:
@@ -104,6 +105,11 @@ class TorchXlaSteps:
             if inner is not None and module.context[id(inner)][1] is loop and _steps_each_optimizer(inner, call):
                 return True
         return False
+
+    def backpropagates(self, loop: ast.AST, module: Module) -> bool:
+        """The loop's own body calls `backward` (`loss.backward()`, `accelerator.backward(loss)`): training, which
+        runs in every step, unlike an evaluation loop (gradient accumulation's micro-steps, say)."""
+        return any(module.context[id(call)][1] is loop and last_name(call.func) == "backward" for call in module.calls)
 
     def runs_on_xla(self, module: Module) -> bool:
         """The module uses PyTorch/XLA (or Accelerate), or imports one of the project's functions that give the XLA
