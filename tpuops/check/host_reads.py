@@ -153,7 +153,9 @@ def _kept_by_lightning(call: ast.Call, step: Step) -> bool:
     """`self.log("loss", loss)`, `result.log_dict(logs)` in a LightningModule: Lightning keeps the tensor on the
     device and reads it when it writes its logger (every `log_every_n_steps`, or at the epoch's end); not so with
     `sync_dist=True` (a reduction across the cores through the host, every call) or `on_step=True` in an
-    evaluation step (written after every batch)."""
+    evaluation step (written after every batch). In an evaluation step `self.log`'s `on_step` is off unless
+    given: what it logs, synced or not, is reduced once, at the epoch's end (Lightning 1.4 on; an `EvalResult`
+    of Lightning 0.9 and 1.0 syncs where it is logged)."""
     func = call.func
     if not (isinstance(func, ast.Attribute) and func.attr in {"log", "log_dict"}):
         return False
@@ -162,7 +164,9 @@ def _kept_by_lightning(call: ast.Call, step: Step) -> bool:
     if own or not (receiver == "self" or receiver.endswith("result")):
         return False
     evaluating = any(word in step.name for word in ("val", "test", "eval"))
-    if _false_keyword(call, "on_step"):
+    per_step = _true_keyword(call, "on_step") if evaluating and receiver == "self" else \
+        not _false_keyword(call, "on_step")
+    if not per_step:
         return True  # accumulated on the device, reduced (and synced) once, at the epoch's end
     return not (_true_keyword(call, "sync_dist") or (evaluating and _true_keyword(call, "on_step")))
 

@@ -140,8 +140,8 @@ class TorchXlaSteps:
                 and expr.args:
             expr = expr.args[0]
         if isinstance(expr, ast.Call):
-            if last_name(expr.func) in DEVICE_LOADERS:
-                return True
+            if last_name(expr.func) in DEVICE_LOADERS or self._returns_device_loader(expr, [], "", module, depth):
+                return True  # (or `device_batches(batches)`, a function of the project returning one)
             # `metric_logger.log_every(loader, 100)`: a progress helper yielding the device loader's batches
             return bool(expr.args) and self._device_loader(expr.args[0], loop, module, depth + 1)
         if not isinstance(expr, ast.Name):
@@ -157,6 +157,9 @@ class TorchXlaSteps:
                 if called in DEVICE_LOADERS or (called == "prepare" and "accel" in dotted(node.value.func)):
                     return True
                 if called in {"tqdm", "enumerate"} and self._device_loader(node.value, loop, module, depth + 1):
+                    return True
+                # `progress = progress_bar(itr, ...)`: a helper wrapping the device loader, as iterated directly
+                if node.value.args and self._device_loader(node.value.args[0], loop, module, depth + 1):
                     return True
                 if self._returns_device_loader(node.value, node.targets, expr.id, module, depth):
                     return True
