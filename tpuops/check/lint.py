@@ -105,9 +105,8 @@ def _lint_tree(root: Path, exclude: Sequence[str], legacy_node: bool, commands: 
     everything = project if len(modules) == len(parsed) else Project(parsed)  # the run may reach any of them
     functions = {name: (defs[0][0].rel, defs[0][1].lineno) for name, defs in everything.definitions.items()}
     ordered = sorted(steps, key=lambda s: (s.module.rel if s.module else "", s.line))
-    lazy = {id(step.module) for step in steps if step.kind == "lazy"}
-    advice = found.notes() + [n for m in modules if not off_the_tpu(m, scope, ends_xla_steps=id(m) in lazy)
-                        for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
+    advice = found.notes() + [n for m in modules if id(m) not in found.off
+                              for n in host_loop_notes(m) if n.rule not in _ignored_rules(m, n.line or 0)]
     return LintResult(tuple(findings + found.sure()), len(modules), found.ignored, functions, tuple(ordered),
                       tuple(advice), scope, found.anchors)
 
@@ -145,6 +144,7 @@ class _Found:
     anchors: dict[Key, Anchor]
     guesses: dict[Key, str]  # found only where the source cannot be sure -> why it is a guess
     ignored: int
+    off: set[int]  # the modules off the TPU (`off_the_tpu`), decided once per file
 
     def sure(self) -> list[Finding]:
         return [f for key, f in self._ordered() if key not in self.guesses]
@@ -158,11 +158,11 @@ class _Found:
 
 
 def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: CommandScope) -> _Found:
-    found = _Found({}, {}, {}, 0)
-    ignored: set[Key] = set()
     lazy = {id(step.module) for step in steps if step.kind == "lazy"}
-    off = {id(module) for module in finder.project.modules  # once per file
+    off = {id(module) for module in finder.project.modules
            if off_the_tpu(module, scope, ends_xla_steps=id(module) in lazy)}
+    found = _Found({}, {}, {}, 0, off)
+    ignored: set[Key] = set()
     reached = cache(lambda: Reach(reached_names(finder.project, scope.entries, finder.settings),
                                   traced(finder.project, scope.entries, finder.settings, scope.surely_runs)))
     for rule, module, node, message, step in _hits(finder, steps, legacy_node):

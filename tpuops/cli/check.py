@@ -26,6 +26,7 @@ RULES_HELP = (
 
 
 MAX_STEPS_SHOWN = 3
+MAX_FILES_SHOWN = 3
 
 
 @app.command(epilog=RULES_HELP)
@@ -93,8 +94,8 @@ def print_report(report, all_notes: bool = False) -> None:  # noqa: ANN001  (Che
 def _unreached_text(notes) -> str:  # noqa: ANN001  (Findings)
     """One line for the notes on code the command does not seem to run: how many, where, how to see them."""
     files = list(dict.fromkeys(note.file for note in notes if note.file))
-    shown = ", ".join(files[:MAX_STEPS_SHOWN]) + (f" and {len(files) - MAX_STEPS_SHOWN} more" if len(files) >
-                                                  MAX_STEPS_SHOWN else "")
+    more = len(files) - MAX_FILES_SHOWN
+    shown = ", ".join(files[:MAX_FILES_SHOWN]) + (f" and {more} more" if more > 0 else "")
     return (f"{len(notes)} note(s) in code the command does not seem to run ({shown}): `--all-notes` lists them, "
             "each with why")
 
