@@ -1,6 +1,7 @@
 """`tpuops check` of every shipped example spec passes on a small machine (2 cores, 24 GB): the templates shrink
 to a toy configuration of the same structure under TPUOPS_PREFLIGHT=1, so a v4-32 or BERT-base configuration
-runs its real step code here in seconds, with no finding and an honest step count.
+runs its real step code here in seconds, with no finding, an honest step count and its step compiled once or
+twice, not again and again. Every template is behind one of them, so this is also the templates' check.
 
 Heavy: each example skips when its framework is not installed. A few steps each: the compilations dominate.
 """
@@ -38,3 +39,5 @@ def test_every_shipped_example_passes_check_here(spec: Path) -> None:
     assert report["findings"] == [] and run["exit_code"] == 0 and not run["timed_out"]
     assert not run["ignored_max_steps"], report["notes"]
     assert run["steps_ran"] in (None, STEPS), run
+    if "charlm" not in spec.read_text():
+        assert 1 <= run["compilations"] <= 3, run  # the step compiled (and not again and again)

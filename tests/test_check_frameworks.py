@@ -1,7 +1,8 @@
-"""`tpuops check` with the real frameworks on CPU under XLA: every template passes; a ragged-batch variant of a
-template and trainers of the corpus (tests/check_corpus) fail, naming the step function, the argument paths and
-shapes that changed (JAX, TensorFlow), the compilations as the framework counted them, the steps that really ran
-and a tensor read after every step (PyTorch/XLA counters).
+"""`tpuops check` with the real frameworks on CPU under XLA (that every template passes is test_check_examples'
+job: each shipped example runs one): a ragged-batch variant of a template and trainers of the corpus
+(tests/check_corpus) fail, naming the step function, the argument paths and shapes that changed (JAX, TensorFlow),
+the compilations as the framework counted them, the steps that really ran and a tensor read after every step
+(PyTorch/XLA counters).
 
 Heavy: each test skips when its framework is not installed (CI installs JAX, TensorFlow, torch + torch-xla).
 Models and step counts are tiny: the suite runs on 2 cores.
@@ -19,14 +20,13 @@ from tests.helpers import require_module, run_cli, write_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "examples" / "data" / "quickstart.txt"
-STEPS = "6"
+STEPS = "4"
 TEMPLATES = {  # framework: (template, the flags that make its model tiny, the module it needs)
-    "jax": ("jax", "--dim 32 --layers 1 --heads 2 --block-size 32 --batch-size 4", "jax"),
     "pytorch": ("pytorch_xla", "--dim 32 --layers 1 --heads 2 --block-size 32 --batch-size 4", "torch_xla"),
-    "tensorflow": ("tensorflow", "--dim 32 --layers 1 --heads 2 --max-len 64 --batch-size 4", "tensorflow"),
 }
-RAGGED = {  # the template's line that makes fixed-size blocks, and a ragged one (length varies with the step)
-    "pytorch": ("tokens[s : s + args.block_size + 1]", "tokens[s : s + args.block_size + 1 - step % 5]"),
+RAGGED = {  # the template's line that makes fixed-size blocks, and a ragged one (length varies with the step):
+    # four lengths in four steps, one more than a storm needs (compiles.RECOMPILE_LIMIT)
+    "pytorch": ("tokens[s : s + args.block_size + 1]", "tokens[s : s + args.block_size + 1 - step % 4]"),
 }
 CHECK_CORPUS = ROOT / "tests" / "check_corpus"
 
@@ -64,16 +64,6 @@ def one_file_trainer(tmp_path: Path, framework: str, source: str, files: dict[st
         code: {{path: {code}}}
         trainer: {{framework: {framework}, command: python3 train.py}}
         """)
-
-
-@pytest.mark.heavy
-@pytest.mark.parametrize("framework", list(TEMPLATES))
-def test_template_passes_check(tmp_path: Path, framework: str) -> None:
-    code, report = check_template(tmp_path, framework)
-    assert (code, report["findings"]) == (0, [])
-    run = report["run"]
-    assert run["exit_code"] == 0 and not run["timed_out"]
-    assert 1 <= run["compilations"] <= 3  # the step compiled (and not again and again)
 
 
 def ragged_copy(tmp_path: Path, framework: str) -> Path:
