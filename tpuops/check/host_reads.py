@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from tpuops.check.host_tensors import HOST_COPIES, made_on_host
+from tpuops.check.host_tensors import HOST_COPIES, made_on_host, moves_to_the_host
 from tpuops.check.project import Module, dotted, last_name
 from tpuops.check.steps import Hit, Step
 from tpuops.check.tensors import HOST_COPY_HELPERS, TensorValues, returns_host_values, tensor_test_subject
@@ -95,6 +95,10 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
             (step.kind != "lazy" or values.is_tensor(func.value)) and not values.on_host(func.value) and \
             not _copied_before(func.value, step, values):
         yield node, f"`.{func.attr}()` in {step.where} copies the value to the host {every}"
+    elif step.kind in {"lazy", "torch"} and moves_to_the_host(node) and isinstance(func, ast.Attribute) and \
+            (step.kind != "lazy" or values.is_tensor(func.value)) and not values.on_host(func.value) and \
+            not _copied_before(func.value, step, values):
+        yield node, f"`.to(\"cpu\")` in {step.where} copies the value to the host {every}"
     elif step.kind == "jax" and host_callback(node):
         yield node, f"`{dotted(func)}` in {step.where} calls back to the host {every}"
     elif isinstance(func, ast.Name) and func.id in {"float", "int", "bool"} and node.args and \
@@ -217,7 +221,7 @@ def _a_host_copy(value: ast.AST, values: TensorValues) -> bool:
     if returns_host_values(value, values.python_calls):
         return True
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-        if value.func.attr in HOST_COPIES:
+        if value.func.attr in HOST_COPIES or moves_to_the_host(value):
             return True
         value = value.func.value
     return False

@@ -72,7 +72,7 @@ class HostTensors:
         if isinstance(func, ast.Attribute) and func.attr in HOST_COPIES:
             return True
         if isinstance(func, ast.Attribute) and func.attr in DEVICE_MOVES:
-            return bool(call.args) and isinstance(call.args[0], ast.Constant) and call.args[0].value == "cpu"
+            return moves_to_the_host(call)
         if dotted(func).startswith("torch."):
             return made_on_host(call) or self._of_host_values(arguments)
         if isinstance(func, ast.Attribute) and self.on_host(func.value):  # `steps.long()`, `idx.sum(0)`
@@ -83,6 +83,16 @@ class HostTensors:
         """An op given a host tensor and Python values (not only Python values: `torch.stack(losses)` of a list
         filled with device tensors is on the device)."""
         return any(self.on_host(a) for a in arguments) and all(self._host_or_python(a) for a in arguments)
+
+
+def moves_to_the_host(call: ast.Call) -> bool:
+    """`x.to("cpu")`, `x.to(device="cpu")`, `x.to(torch.device("cpu"))`: a copy to host memory, like `x.cpu()`."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "to"):
+        return False
+    device = next((k.value for k in call.keywords if k.arg == "device"), call.args[0] if call.args else None)
+    if isinstance(device, ast.Call) and dotted(device.func) in {"torch.device", "device"} and device.args:
+        device = device.args[0]
+    return isinstance(device, ast.Constant) and device.value == "cpu"
 
 
 def made_on_host(call: ast.Call) -> bool:

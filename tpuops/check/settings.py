@@ -144,6 +144,9 @@ class Settings:
         return UNKNOWN
 
     def _name(self, name: ast.Name, module: Module, depth: int) -> frozenset[object]:
+        iterated = self._iterated(name, module, depth)
+        if iterated:
+            return iterated
         function = module.enclosing_function(name)
         found: set[object] = set()
         if function is not None:
@@ -161,6 +164,23 @@ class Settings:
                                                         for t in node.targets):
                     found |= self.values(node.value, module, depth + 1)
         return frozenset(found)
+
+    def _iterated(self, name: ast.Name, module: Module, depth: int) -> frozenset[object]:
+        """`for split in SPLITS:` with `SPLITS = ["train", "dev"]` (or the list written in the loop): the name takes
+        every element in turn, so each branch an element picks runs."""
+        loop = next((a for a in module.ancestors(name) if isinstance(a, ast.For) and
+                     isinstance(a.target, ast.Name) and a.target.id == name.id), None)
+        if loop is None:
+            return UNKNOWN
+        elements = loop.iter
+        if isinstance(elements, ast.Name):
+            bound = [n.value for n in module.assigns_to(elements.id, module.enclosing_function(loop)) or
+                     module.assigns_to(elements.id, None)]
+            elements = bound[0] if len(bound) == 1 else elements
+        if not isinstance(elements, ast.List | ast.Tuple | ast.Set):
+            return UNKNOWN
+        found = [self.values(e, module, depth + 1) for e in elements.elts]
+        return frozenset().union(*found) if found and all(found) else UNKNOWN
 
     def _attribute(self, attribute: ast.Attribute, module: Module, depth: int) -> frozenset[object]:
         """`self.padding`: the enclosing class's field; `args.padding`: the annotated class, else any field or

@@ -15,7 +15,8 @@ import ast
 from collections.abc import Callable, Sequence
 
 from tpuops.check.callers import Definition, called_by_a_framework, runs_on_import, walk_picked
-from tpuops.check.project import LIGHTNING_ROOTS, FunctionNode, Module, Project, dotted
+from tpuops.check.entries import WORDS
+from tpuops.check.project import LIGHTNING_ROOTS, FunctionNode, Module, Project, dotted, last_name
 from tpuops.check.settings import Settings
 
 Place = tuple[str, str]  # (module.rel, name of a top-level definition or Class.method)
@@ -41,9 +42,34 @@ def traced(project: Project, entries: Sequence[str], settings: Settings | None,
         for statement in module.tree.body:  # decorators and bases run on import too
             if isinstance(statement, FunctionNode | ast.ClassDef):
                 tracer.visit(module, [*statement.decorator_list, *getattr(statement, "bases", [])])
-                if statement.decorator_list and module.rel in entries:
+                if statement.decorator_list and module.rel in entries or _named_command(statement, settings):
                     tracer.reach(module, statement)  # `@hydra.main`, `@app.command()`: the library calls it
     return tracer.run()
+
+
+def _named_command(definition: FunctionNode | ast.ClassDef, settings: Settings | None) -> bool:
+    """`@group.command(name="train")` (Click, Typer) on a function the trainer's command names by a bare word
+    (`python -m pkg.cli training train`): the library runs it, wherever the module that registers it is."""
+    words = settings.given.get(WORDS, frozenset()) if settings is not None else frozenset()
+    if not words or isinstance(definition, ast.ClassDef):
+        return False
+    for decorator in definition.decorator_list:
+        if isinstance(decorator, ast.Call) and last_name(decorator.func) == "command":
+            given = next((k.value for k in decorator.keywords if k.arg == "name"),
+                         decorator.args[0] if decorator.args else None)
+            name = given.value if isinstance(given, ast.Constant) else _click_name(definition.name)
+            if name in words:
+                return True
+    return False
+
+
+def _click_name(function: str) -> str:
+    """The name Click and Typer give a command from its function: `train_cmd` -> `train`, `run_all` -> `run-all`."""
+    for suffix in ("_command", "_cmd", "_group", "_grp"):
+        if function.endswith(suffix):
+            function = function[: -len(suffix)]
+            break
+    return function.replace("_", "-")
 
 
 def _calls_its_own(module: Module, top_level: Sequence[ast.stmt]) -> bool:
