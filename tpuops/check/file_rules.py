@@ -6,7 +6,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 
-from tpuops.check.hand_padding import fixes_the_length, in_collate_function, pads_to_longest_here
+from tpuops.check.hand_padding import (
+    fixes_the_length,
+    in_collate_function,
+    lists_padded_to_longest,
+    pads_to_longest_here,
+)
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
 from tpuops.check.regions import mentions_gpu, mentions_tpu
 from tpuops.check.settings import Settings
@@ -66,6 +71,18 @@ def pad_longest(module: Module, settings: Settings) -> Iterator[Hit]:
                 in_collate_function(node, module, settings.collators) and not fixes_the_length(node):
             yield node, f"{last_name(node.func)}() pads the batch's examples to the longest of them: a new length " \
                         "per batch"
+    if settings.torch_xla:
+        yield from _lists_padded_in_collate(module, settings)
+
+
+def _lists_padded_in_collate(module: Module, settings: Settings) -> Iterator[Hit]:
+    seen: set[int] = set()
+    for function in (d for defs in module.defs.values() for d in defs):
+        for node in lists_padded_to_longest(function):
+            if id(node) not in seen and in_collate_function(node, module, settings.collators):
+                seen.add(id(node))
+                yield node, "a list padded by hand to the longest example of the batch (`[pad] * (longest - " \
+                            "len(x))`) gives each batch its own length"
 
 
 def _pads_in_place(call: ast.Call, module: Module) -> bool:

@@ -7,7 +7,7 @@ function. Every batch then has its own length, and a compiled step a new shape (
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
 
@@ -27,9 +27,9 @@ def collate_names(modules: Iterable[Module]) -> frozenset[str]:
                      if k.arg == "collate_fn" and last_name(k.value))
 
 
-def in_collate_function(call: ast.Call, module: Module, collators: frozenset[str]) -> bool:
+def in_collate_function(node: ast.AST, module: Module, collators: frozenset[str]) -> bool:
     """Inside a collate function: one handed over as `collate_fn=`, one named for it, or a collator class's."""
-    for ancestor in module.ancestors(call):
+    for ancestor in module.ancestors(node):
         if isinstance(ancestor, FunctionNode) and (ancestor.name in collators or "collate" in ancestor.name.lower()):
             return True
         if isinstance(ancestor, ast.ClassDef) and "collat" in ancestor.name.lower():
@@ -49,6 +49,17 @@ def pads_to_longest_here(call: ast.Call, function: FunctionNode) -> bool:
         return False
     longest = _longest_names(function)
     return bool(longest) and any(isinstance(n, ast.Name) and n.id in longest for n in ast.walk(call))
+
+
+def lists_padded_to_longest(function: FunctionNode) -> Iterator[ast.BinOp]:
+    """`ids + [pad_id] * (longest - len(ids))`: a Python list padded by hand to the batch's longest example."""
+    longest = _longest_names(function)
+    for node in ast.walk(function) if longest else ():
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and \
+                any(isinstance(side, ast.List) for side in (node.left, node.right)):
+            count = node.right if isinstance(node.left, ast.List) else node.left
+            if any(isinstance(n, ast.Name) and n.id in longest for n in ast.walk(count)):
+                yield node
 
 
 def _longest_names(function: FunctionNode) -> set[str]:
@@ -86,13 +97,15 @@ def _passed_to_padding(function: FunctionNode, longest: set[str]) -> bool:
 
 def _longest_of(value: ast.AST) -> bool:
     """`max(len(x) for x in xs)`, `max([x.size(0) for x in xs])`, `max(x.shape[0] for x in xs)`,
-    `max(map(len, xs))`, `lengths.max()`, `mel_lengths.amax()`: the longest of the examples."""
+    `max(map(len, xs))`, `max(seq_lengths)`, `lengths.max()`, `mel_lengths.amax()`: the longest of the examples."""
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in {"max", "amax"} \
             and not value.args and "len" in dotted(value.func.value).lower():
         return True
     if not (isinstance(value, ast.Call) and last_name(value.func) == "max" and len(value.args) == 1):
         return False
     argument = value.args[0]
+    if isinstance(argument, ast.Name):
+        return "len" in argument.id.lower()  # `max(seq_lengths)`: the lengths of the batch's examples
     if isinstance(argument, ast.Call) and last_name(argument.func) == "map" and argument.args:
         return last_name(argument.args[0]) == "len"
     if isinstance(argument, ast.GeneratorExp | ast.ListComp):

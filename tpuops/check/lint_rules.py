@@ -74,10 +74,60 @@ def tensor_branch(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
                 not _mode_switch(node.test, step):
             word = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
             yield node, f"Python `{word}` on a tensor value in {step.where}"
+        elif step.kind in {"lazy", "torch"} and isinstance(node, ast.If | ast.While) and \
+                _sizes_a_data_shaped_result(node.test, step, values):
+            yield node, f"Python `if` on the size of a result whose shape depends on the data (boolean-mask " \
+                        f"indexing, nonzero) in {step.where}: only the device knows it, so the host waits for it"
         elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                 node.func.id in {"max", "min"} and node.func.id not in step.module.defs and \
                 any(evident.is_tensor(a) for a in node.args):
             yield node, f"Python `{node.func.id}()` of a tensor in {step.where} compares its values on the host"
+
+
+# Calls that keep the number of elements of what they are called on: `torch.nonzero(m).squeeze()` is as long
+# as the nonzero result.
+COUNT_KEEPING = {"squeeze", "flatten", "view", "reshape", "long", "float", "int", "detach", "contiguous", "t"}
+
+
+def _sizes_a_data_shaped_result(test: ast.AST, step: Step, values: TensorValues) -> bool:
+    """`if len(kept) == 0:` with `kept = y[y != ignore_index]`, `if rows.numel() == 0:` with `rows =
+    torch.nonzero(mask).squeeze()`: the size of a result whose shape depends on the data."""
+    return any(subject is not None and _data_shaped(subject, step, values)
+               for subject in map(_sized, ast.walk(test)))
+
+
+def _sized(node: ast.AST) -> ast.AST | None:
+    """What `len(x)`, `x.numel()`, `x.nelement()`, `x.size(0)` or `x.shape[0]` measures."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" and node.args:
+        return node.args[0]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in {"numel", "nelement", "size"}:
+        return node.func.value
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
+        return node.value.value
+    return None
+
+
+def _indexed_by_data_shaped(node: ast.Subscript, step: Step, values: TensorValues) -> bool:
+    """`logits[mask_indices]` or `x[idx] = y` with `mask_indices = torch.nonzero(mask, as_tuple=True)`: indices a
+    name holds, as many as the data makes."""
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    return values.is_tensor(node.value) and \
+        any(isinstance(p, ast.Name) and _data_shaped(p, step, values) for p in parts)
+
+
+def _data_shaped(expr: ast.AST, step: Step, values: TensorValues, depth: int = 0) -> bool:
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in COUNT_KEEPING:
+        expr = expr.func.value
+    if isinstance(expr, ast.Call) and last_name(expr.func) in DYNAMIC_SHAPE_CALLS:
+        method = isinstance(expr.func, ast.Attribute) and values.is_tensor(expr.func.value)
+        return (values.framework_call(expr) or method) and not any(k.arg == "size" for k in expr.keywords)
+    if isinstance(expr, ast.Subscript) and _masked(expr, values):
+        return values.evident.is_tensor(expr.value) and not values.on_host(expr.value)
+    if isinstance(expr, ast.Name) and step.module is not None and depth < 3:
+        bound = step.module.bound_above(expr)
+        return bound is not None and _data_shaped(bound.value, step, values, depth + 1)
+    return False
 
 
 def _only_in_float16(test: ast.AST) -> bool:
@@ -169,6 +219,10 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
                 yield node, f"`{name}` by a tensor of counts in {step.where}: its length is their sum, the data's"
         elif _masked(node, values):
             yield node, f"boolean-mask indexing in {step.where}: the result's shape depends on the data"
+        elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Subscript) and \
+                _indexed_by_data_shaped(node, step, values):
+            yield node, f"indexing by indices whose number depends on the data (`nonzero`, a mask) in " \
+                        f"{step.where}: so does the result's shape"
         elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Subscript) and _sliced_by_data(node, step, values):
             yield node, f"a slice bounded by a value read from a tensor (or drawn at random) in {step.where}: " \
                         "a new graph for each new bound"

@@ -46,6 +46,9 @@ PYTHON_BUILTINS = {"len", "int", "float", "bool", "str", "range", "enumerate", "
                    "repr", "format", "type", "hasattr", "getattr", "callable", "id", "hash", "open", "super",
                    "iter", "next", "sorted", "reversed", "vars", "dir", "zip"}
 DEVICE_MOVES = {"to_device", "send_to_device", "move_to_device"}
+# Methods that shape a tensor again and keep its dtype: of a boolean mask, a boolean mask.
+MASK_KEEPING = {"view", "reshape", "squeeze", "unsqueeze", "expand", "expand_as", "flatten", "contiguous", "permute",
+                "transpose", "detach", "repeat"}
 TORCH_TENSOR_METHODS = {"detach", "contiguous", "unsqueeze", "masked_fill", "bfloat16", "requires_grad_"}
 # Helpers (the trainer's or a library's, e.g. pytorch_toolbelt's `to_numpy`) named for copying a tensor to the
 # host: what they return is a host value.
@@ -263,10 +266,14 @@ class TensorValues:
             return self.is_bool(expr.operand)
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitAnd | ast.BitOr | ast.BitXor):
             return self.is_bool(expr.left) or self.is_bool(expr.right)
+        if isinstance(expr, ast.Subscript):
+            return self.is_bool(expr.value)  # `mask[:n, :, 2:]`: part of a mask
         if isinstance(expr, ast.Call):
             name = last_name(expr.func)
             if name in self.bool_calls:
                 return True  # a mask one of the trainer's functions makes
+            if isinstance(expr.func, ast.Attribute) and name in MASK_KEEPING:
+                return self.is_bool(expr.func.value)  # `mask.unsqueeze(-1)`: the same mask, shaped again
             return (name.startswith("logical_") or name in {"isnan", "isinf", "isfinite", "bool", "not_equal",
                                                             "equal", "greater", "less", "eq", "ne", "gt", "lt"}) \
                 and self.is_tensor(expr)

@@ -42,7 +42,7 @@ def traced(project: Project, entries: Sequence[str], settings: Settings | None,
         for statement in module.tree.body:  # decorators and bases run on import too
             if isinstance(statement, FunctionNode | ast.ClassDef):
                 tracer.visit(module, [*statement.decorator_list, *getattr(statement, "bases", [])])
-                if statement.decorator_list and module.rel in entries or _named_command(statement, settings):
+                if (statement.decorator_list and module.rel in entries) or _named_command(statement, settings):
                     tracer.reach(module, statement)  # `@hydra.main`, `@app.command()`: the library calls it
     return tracer.run()
 
@@ -54,12 +54,13 @@ def _named_command(definition: FunctionNode | ast.ClassDef, settings: Settings |
     if not words or isinstance(definition, ast.ClassDef):
         return False
     for decorator in definition.decorator_list:
-        if isinstance(decorator, ast.Call) and last_name(decorator.func) == "command":
-            given = next((k.value for k in decorator.keywords if k.arg == "name"),
-                         decorator.args[0] if decorator.args else None)
-            name = given.value if isinstance(given, ast.Constant) else _click_name(definition.name)
-            if name in words:
-                return True
+        call = decorator if isinstance(decorator, ast.Call) else None
+        if last_name(call.func if call else decorator) != "command":
+            continue
+        given = next((k.value for k in call.keywords if k.arg == "name"), call.args[0] if call.args else None) \
+            if call else None
+        if (given.value if isinstance(given, ast.Constant) else _click_name(definition.name)) in words:
+            return True
     return False
 
 
