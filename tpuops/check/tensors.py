@@ -46,6 +46,8 @@ PYTHON_BUILTINS = {"len", "int", "float", "bool", "str", "range", "enumerate", "
                    "repr", "format", "type", "hasattr", "getattr", "callable", "id", "hash", "open", "super",
                    "iter", "next", "sorted", "reversed", "vars", "dir", "zip"}
 DEVICE_MOVES = {"to_device", "send_to_device", "move_to_device"}
+# An Accelerator's collectives: given a device tensor, they hand back one (on a TPU, xm.all_gather's).
+ACCELERATOR_COLLECTIVES = {"gather", "gather_for_metrics", "reduce", "pad_across_processes"}
 # Methods that shape a tensor again and keep its dtype: of a boolean mask, a boolean mask.
 MASK_KEEPING = {"view", "reshape", "squeeze", "unsqueeze", "expand", "expand_as", "flatten", "contiguous", "permute",
                 "transpose", "detach", "repeat"}
@@ -191,6 +193,8 @@ class TensorValues:
                 return True
             if func.attr == "generate" and self._object(func.value):
                 return True  # a model's generated token ids
+            if func.attr in ACCELERATOR_COLLECTIVES and "accelerator" in dotted(func.value).lower() and call.args:
+                return self.is_tensor(call.args[0])  # gathered across the cores, still on the device
             if func.attr in TORCH_TENSOR_METHODS and not (isinstance(func.value, ast.Name) and
                                                           func.value.id in self.python_names):
                 return True  # what no Python value or NumPy array has
