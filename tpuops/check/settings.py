@@ -232,15 +232,16 @@ def _annotation(function: FunctionNode | None, name: str) -> str:
 
 
 def _lightning_on_tpu(project: Project) -> bool:
-    """Lightning with a TPU accelerator named somewhere (`accelerator="tpu"`, `TPUSpawnStrategy`, `XLAStrategy`):
-    it runs on PyTorch/XLA without importing it."""
+    """Lightning with a TPU accelerator named somewhere (`accelerator="tpu"`, `tpu_cores=`, `TPUSpawnStrategy`,
+    `XLAStrategy`): it runs on PyTorch/XLA without importing it."""
     if not any(root.lower() in {"pytorch_lightning", "lightning"} for module in project.modules
                for root in module.imported_roots):
         return False
     imported = [f"{source}.{attribute or ''}".lower() for module in project.modules
                 for source, attribute in module.imported.values()]
     return any("tpu" in name or "xla" in name for name in imported) or \
-        any(isinstance(node, ast.Constant) and node.value == "tpu"
+        any((isinstance(node, ast.Constant) and node.value == "tpu") or
+            (isinstance(node, ast.keyword) and node.arg in {"tpu_cores", "num_tpu_cores"})  # Lightning 0.x, 1.x
             for module in project.modules for node in ast.walk(module.tree))
 
 
