@@ -263,7 +263,7 @@ class TensorValues:
     def is_bool(self, expr: ast.AST) -> bool:
         """A boolean tensor: a comparison of tensors, logical_*/isnan/..., x.bool(), or a name holding one."""
         if isinstance(expr, ast.Name):  # a tensor named `mask`, `target_mask`: a boolean mask, as masks are
-            return expr.id in self.bool_names or (expr.id.lower().endswith("mask") and self.is_tensor(expr))
+            return expr.id in self.bool_names or (expr.id.lower().endswith(("mask", "masks")) and self.is_tensor(expr))
         if isinstance(expr, ast.Compare):
             return self.is_tensor(expr)
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert | ast.Not):
