@@ -10,11 +10,11 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.http import SHUTDOWN_POLL_S, Faults, Request, error_body
+from tests.fakes.http import SHUTDOWN_POLL_S, Faults, QuietServer, Request, error_body
 
 CREATE_ONLY_FIELDS = ("location", "labels", "iamConfiguration", "storageClass")
 
@@ -26,7 +26,7 @@ class GcsFront:
         self.faults = Faults()
         self.requests: list[Request] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = QuietServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,),
                                         name="fake-gcs", daemon=True)
