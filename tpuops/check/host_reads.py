@@ -91,14 +91,10 @@ def _on_the_device(expr: ast.AST, step: Step, values: TensorValues) -> bool:
 def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str) -> Iterator[Hit]:
     func = node.func
     arguments = [*node.args, *(k.value for k in node.keywords)]
-    if isinstance(func, ast.Attribute) and func.attr in HOST_COPIES and not node.args and \
-            (step.kind != "lazy" or values.is_tensor(func.value)) and not values.on_host(func.value) and \
-            not _copied_before(func.value, step, values):
-        yield node, f"`.{func.attr}()` in {step.where} copies the value to the host {every}"
-    elif step.kind in {"lazy", "torch"} and moves_to_the_host(node) and isinstance(func, ast.Attribute) and \
-            (step.kind != "lazy" or values.is_tensor(func.value)) and not values.on_host(func.value) and \
-            not _copied_before(func.value, step, values):
-        yield node, f"`.to(\"cpu\")` in {step.where} copies the value to the host {every}"
+    copy = _copy_to_host(node, step)
+    if copy and isinstance(func, ast.Attribute) and (step.kind != "lazy" or values.is_tensor(func.value)) and \
+            not values.on_host(func.value) and not _copied_before(func.value, step, values):
+        yield node, f"{copy} in {step.where} copies the value to the host {every}"
     elif step.kind == "jax" and host_callback(node):
         yield node, f"`{dotted(func)}` in {step.where} calls back to the host {every}"
     elif isinstance(func, ast.Name) and func.id in {"float", "int", "bool"} and node.args and \
@@ -121,6 +117,17 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
             not _kept_by_lightning(node, step) and any(_reported(a, node, step, values) for a in arguments):
         # (a traced JAX/TF function prints a placeholder once, while it is traced: no cost per step)
         yield node, f"`{last_name(func)}` of a tensor in {step.where} reads the tensor {every}"
+
+
+def _copy_to_host(call: ast.Call, step: Step) -> str:
+    """How the call copies its receiver to the host (`` `.item()` ``, `` `.cpu()` ``, PyTorch's `` `.to("cpu")` ``),
+    or ""."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return ""
+    if func.attr in HOST_COPIES and not call.args:
+        return f"`.{func.attr}()`"
+    return '`.to("cpu")`' if step.kind in {"lazy", "torch"} and moves_to_the_host(call) else ""
 
 
 def _a_tokenizer(func: ast.AST) -> bool:

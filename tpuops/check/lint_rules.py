@@ -120,8 +120,7 @@ def _data_shaped(expr: ast.AST, step: Step, values: TensorValues, depth: int = 0
     while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in COUNT_KEEPING:
         expr = expr.func.value
     if isinstance(expr, ast.Call) and last_name(expr.func) in DYNAMIC_SHAPE_CALLS:
-        method = isinstance(expr.func, ast.Attribute) and values.is_tensor(expr.func.value)
-        return (values.framework_call(expr) or method) and not any(k.arg == "size" for k in expr.keywords)
+        return _dynamic_shape_call(expr, values)
     if isinstance(expr, ast.Subscript) and _masked(expr, values):
         return values.evident.is_tensor(expr.value) and not values.on_host(expr.value)
     if isinstance(expr, ast.Name) and step.module is not None and depth < 3:
@@ -201,8 +200,7 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
         if isinstance(node, ast.Call):
             name = last_name(node.func)
             method = isinstance(node.func, ast.Attribute) and values.is_tensor(node.func.value)
-            sized = any(k.arg == "size" for k in node.keywords)  # jnp.nonzero(x, size=k): a fixed shape
-            if name in DYNAMIC_SHAPE_CALLS and (values.framework_call(node) or method) and not sized:
+            if _dynamic_shape_call(node, values):
                 yield node, f"`{name}` in {step.where}: its output shape depends on the data"
             elif name in STEP_PADDING_CALLS and step.kind in {"lazy", "torch"}:
                 yield node, f"`{name}` in {step.where} pads to this step's longest sequence: a new shape per step"
@@ -226,6 +224,14 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
         elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Subscript) and _sliced_by_data(node, step, values):
             yield node, f"a slice bounded by a value read from a tensor (or drawn at random) in {step.where}: " \
                         "a new graph for each new bound"
+
+
+def _dynamic_shape_call(call: ast.Call, values: TensorValues) -> bool:
+    """`torch.nonzero(m)`, `x.masked_select(m)`, `tf.boolean_mask(...)`: a framework's call whose output shape
+    depends on the data (not `jnp.nonzero(x, size=k)`, a fixed shape)."""
+    method = isinstance(call.func, ast.Attribute) and values.is_tensor(call.func.value)
+    return last_name(call.func) in DYNAMIC_SHAPE_CALLS and (values.framework_call(call) or method) and \
+        not any(k.arg == "size" for k in call.keywords)
 
 
 def _repeats_by_data(call: ast.Call, method: bool, values: TensorValues) -> bool:
