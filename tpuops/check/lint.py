@@ -28,7 +28,7 @@ from tpuops.check.scopes import StepFinder
 from tpuops.check.settings import Settings, trainer_on_tpu
 from tpuops.check.settle import Anchor, Guess, Key, as_guess, counted_line, is_loop
 from tpuops.check.steps import Step
-from tpuops.check.traced import Place, traced, untraced_owner, why_untraced
+from tpuops.check.traced import Traced, traced, untraced_owner, why_untraced
 from tpuops.check.wrappers import host_callback
 from tpuops.remote.manifest import scan_tree
 
@@ -199,7 +199,10 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
         return Guess("unreached", f"the command's code names {owner[0]} only in a branch a setting's value picks")
     if owner is not None:
         return Guess("unreached", f"no code the command runs names {owner[0]} (a config or a registry may build it)")
-    untraced = untraced_owner(node, module, reached().traced) if scope.entries else None
+    untraced = untraced_owner(node, module, reached().traced.surely.__contains__) if scope.entries else None
+    if untraced is not None and untraced_owner(node, module, reached().traced.reaches) is None:
+        return Guess("base", f"the command's code reaches {untraced} only through the base of a class defined on "
+                             "import, which a registry or a config may build")
     if untraced is not None:
         return Guess("unreached", why_untraced(untraced, module))
     switch = _behind_a_switch(node, module, settings, project)
@@ -259,7 +262,7 @@ def _padding_or_float16(rule: str) -> Guess | None:
 @dataclass(frozen=True)
 class Reach:
     by_name: Reached  # what the command's code may reach, by the names it holds
-    traced: frozenset[Place]  # what it surely reaches, through names its imports resolve
+    traced: Traced  # what it surely reaches, through names its imports resolve
 
 
 def _after_its_scan(call: ast.Call, step: Step, module: Module) -> bool:

@@ -42,7 +42,8 @@ class Anchor:
 @dataclass(frozen=True)
 class Guess:
     """Why a finding is only a note: "unreached" (nothing the command runs reaches its code by a name the source
-    holds, or only behind a switch the command leaves off), "reach" (float16: one of the paths the code offers),
+    holds, or only behind a switch the command leaves off), "base" (reached only through the base of a class
+    defined on import), "reach" (float16: one of the paths the code offers),
     "step" (its code is only guessed to run every step), "value" (a value only taken for a tensor), "data"
     (padding, whose cost is in the data), "trace" (in a JAX step: an error at tracing if the value is traced,
     nothing if it is static)."""

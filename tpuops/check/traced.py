@@ -7,12 +7,18 @@ narrower: the definition a name resolves to as Python would look it up (the modu
 `from m import x` / `import m` ... `m.x` names), starting from the code that runs when the scripts run (their
 top-level code and that of what they import) and going on through what reached functions and classes name in
 turn. A finding in a definition reached only the first way is a note the run settles.
+
+A class defined on import is not yet used: `class Seq2SeqLM(PreTrainedModel, GenerationMixin)` in a module the
+trainer imports for another class makes no instance, so the methods of its bases run only if something names the
+class. What the tracer reaches only once such bases count is kept apart (`Traced.through_bases`): a registry or a
+config may build that class, so a finding there is a note the user sees, not one of the code the command skips.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from tpuops.check.callers import Definition, called_by_a_framework, runs_on_import, walk_picked
 from tpuops.check.entries import WORDS
@@ -25,12 +31,22 @@ ON_REQUEST_HOOKS = {"test": ("test_", "on_test_"), "predict": ("predict_", "on_p
 MAX_HOPS = 4  # `from pkg import Net` through pkg/__init__.py's `from .net import Net`, and so on
 
 
+@dataclass(frozen=True)
+class Traced:
+    surely: frozenset[Place]  # reached through names the command's code uses
+    through_bases: frozenset[Place]  # reached only through the bases of classes defined on import
+
+    def reaches(self, place: Place) -> bool:
+        return place in self.surely or place in self.through_bases
+
+
 def traced(project: Project, entries: Sequence[str], settings: Settings | None,
-           surely_runs: Callable[[str], bool] = lambda rel: True) -> frozenset[Place]:
+           surely_runs: Callable[[str], bool] = lambda rel: True) -> Traced:
     """The top-level definitions the command's code reaches through resolved names (see the module's text), from
     the top-level code of the modules that surely run (`surely_runs`: not those a config or a computed name may
     load)."""
     tracer = _Tracer(project, settings)
+    bases: list[tuple[Module, list[ast.expr]]] = []
     for module in (m for m in project.modules if surely_runs(m.rel)):
         top_level = [s for s in module.tree.body if not isinstance(s, FunctionNode | ast.ClassDef)
                      and runs_on_import(s, module, entries)]
@@ -39,12 +55,16 @@ def traced(project: Project, entries: Sequence[str], settings: Settings | None,
             for statement in tracer.top[id(module)].values():  # a script driven from outside: any may run
                 tracer.driven.add(id(statement))
                 tracer.reach(module, statement)
-        for statement in module.tree.body:  # decorators and bases run on import too
+        for statement in module.tree.body:  # decorators run on import too
             if isinstance(statement, FunctionNode | ast.ClassDef):
-                tracer.visit(module, [*statement.decorator_list, *getattr(statement, "bases", [])])
+                tracer.visit(module, statement.decorator_list)
+                bases.append((module, getattr(statement, "bases", [])))
                 if (statement.decorator_list and module.rel in entries) or _named_command(statement, settings):
                     tracer.reach(module, statement)  # `@hydra.main`, `@app.command()`: the library calls it
-    return tracer.run()
+    surely = tracer.run()
+    for module, heads in bases:
+        tracer.visit(module, heads)
+    return Traced(surely, tracer.run() - surely)
 
 
 def _named_command(definition: FunctionNode | ast.ClassDef, settings: Settings | None) -> bool:
@@ -236,18 +256,18 @@ def _on_request(module: Module, method: str) -> str:
     return next((run for run, shapes in ON_REQUEST_HOOKS.items() if method.startswith(shapes)), "")
 
 
-def untraced_owner(node: ast.AST, module: Module, places: frozenset[Place]) -> str | None:
+def untraced_owner(node: ast.AST, module: Module, reached: Callable[[Place], bool]) -> str | None:
     """The top-level function or class around `node`, or the method of that class, if no resolved name reaches
     it (None for top-level code)."""
     path = [a for a in module.ancestors(node) if isinstance(a, FunctionNode | ast.ClassDef)][::-1]
     if not path or module.parent(path[0]) is not module.tree:
         return None
     outermost = path[0]
-    if (module.rel, outermost.name) not in places:
+    if not reached((module.rel, outermost.name)):
         return outermost.name
     if isinstance(outermost, ast.ClassDef) and len(path) > 1 and module.parent(path[1]) is outermost:
         method = f"{outermost.name}.{path[1].name}"
-        return None if (module.rel, method) in places else method
+        return None if reached((module.rel, method)) else method
     return None
 
 
