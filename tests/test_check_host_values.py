@@ -7,6 +7,7 @@ import textwrap
 
 from tpuops.check.project import Module, Project
 from tpuops.check.pyvalues import python_valued_functions
+from tpuops.check.returns import TensorReturning
 from tpuops.check.tensors import TensorValues
 
 
@@ -104,3 +105,56 @@ def test_the_last_binding_above_a_line_is_the_last_in_the_source() -> None:
                 isinstance(n.ctx, ast.Load) and n.lineno == 7)
     bound = module.bound_above(read)
     assert bound is not None and bound.lineno == 6
+
+
+def test_self_calls_take_what_the_class_own_method_returns_whatever_other_classes_of_the_name_return() -> None:
+    """Two classes define `_norms`: the loop's returns device tensors, the half-precision helper's NumPy floats.
+    Decided by the name alone, neither verdict holds for both; `self._norms()` in each class runs its own."""
+    source = textwrap.dedent("""
+        import numpy as np
+        import torch
+
+        class Loop:
+            def step(self, batch):
+                grad_norm, weight_norm = self._norms()
+                loss = self.score(batch)
+                return grad_norm, weight_norm, loss
+
+            def _norms(self):
+                return torch.stack(self.grads).norm(), torch.stack(self.weights).norm()
+
+        class Helper:
+            def report(self):
+                grad_norm, weight_norm = self._norms()
+                return grad_norm, weight_norm
+
+            def _norms(self):
+                return np.sqrt(self.grad_sum), np.sqrt(self.weight_sum)
+        """)
+    module = Module.of("train.py", ast.parse(source), source)
+    project = Project([module])
+    python = python_valued_functions(project)
+    returning = TensorReturning(project, python)
+    assert "_norms" not in returning.tensors and "_norms" not in python
+    for cls_name, on_device in (("Loop", True), ("Helper", False)):
+        cls = next(n for n in module.tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+        function = cls.body[0]
+        values = TensorValues(module.bindings.get(id(function), []), module.aliases, (), python, guesses=False,
+                              tensor_calls=returning.tensors, own_method=returning.own_method(module, cls))
+        assert values.is_tensor(name_in(function, "grad_norm")) is on_device, cls_name
+        assert values.is_tensor(name_in(function, "weight_norm")) is on_device, cls_name
+    assert returning.own_method(module, None)("_norms") is None
+
+
+def test_a_getter_of_a_model_hands_the_model_back_not_its_output() -> None:
+    """`self.get_model()` returns the model (LLaVA's `get_model().get_vision_tower()`), so what is read off it is
+    no tensor; calling the model gives one."""
+    values, function = scope_values("""
+        def encode(self, images):
+            tower = self.get_model().get_vision_tower()
+            side = tower.num_patches_per_side
+            features = self.model(images)
+            return side, features
+        """, {"images"})
+    assert not values.is_tensor(name_in(function, "tower")) and not values.is_tensor(name_in(function, "side"))
+    assert values.is_tensor(name_in(function, "features"))

@@ -134,10 +134,10 @@ def _true(node: ast.AST) -> bool:
 
 def python_valued_functions(project: Project) -> DecidedByName:
     """The project's functions whose every return is a Python value."""
-    return DecidedByName(project, lambda _, function: _returns_python(function))
+    return DecidedByName(project, lambda _, function: returns_python(function))
 
 
-def _returns_python(function: FunctionNode) -> bool:
+def returns_python(function: FunctionNode) -> bool:
     returns = [n for n in own_nodes(function) if isinstance(n, ast.Return)]
     if not returns or any(r.value is None for r in returns):
         return False

@@ -9,7 +9,7 @@ import ast
 from collections.abc import Callable, Container
 
 from tpuops.check.project import FunctionNode, Module, Project
-from tpuops.check.pyvalues import DecidedByName, own_nodes
+from tpuops.check.pyvalues import DecidedByName, own_nodes, returns_python
 from tpuops.check.tensors import TensorValues
 
 
@@ -24,6 +24,22 @@ class TensorReturning:
         self._inferred: dict[int, TensorValues] = {}
         self.tensors = DecidedByName(project, lambda m, d: self._returns(m, d, TensorValues.is_tensor))
         self.masks = DecidedByName(project, lambda m, d: self._returns(m, d, TensorValues.is_bool))
+
+    def own_method(self, module: Module, cls: ast.ClassDef | None) -> Callable[[str], bool | None]:
+        """What `self.name()` returns in a method of `cls`: Python runs `cls`'s own `name`, whatever the other
+        definitions of that name return (a mixed-precision helper's `_compute_norms` returning NumPy floats
+        beside the loop's returning tensors). True: tensors, False: Python values, None: not evident, or not a
+        method of `cls`."""
+        methods = {s.name: s for s in cls.body if isinstance(s, FunctionNode)} if cls is not None else {}
+
+        def returns(name: str) -> bool | None:
+            method = methods.get(name)
+            if method is None:
+                return None
+            if self._returns(module, method, TensorValues.is_tensor):
+                return True
+            return False if returns_python(method) else None
+        return returns
 
     def _returns(self, module: Module, function: FunctionNode, kind: Callable[[TensorValues, ast.AST], bool]) -> bool:
         returns = [n.value for n in own_nodes(function) if isinstance(n, ast.Return) and n.value is not None]

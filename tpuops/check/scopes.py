@@ -96,10 +96,13 @@ class StepFinder(TorchXlaSteps):
             if self._python_calls is None or self._returning is None:
                 self._python_calls = python_valued_functions(self.project)
                 self._returning = TensorReturning(self.project, self._python_calls)
+            cls = step.module.parent(scope)
             self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
                                              step.traced, self._python_calls, guessed=step.guessed,
                                              tensor_calls=self._returning.tensors, bool_calls=self._returning.masks,
-                                             static=self.static_fields)
+                                             static=self.static_fields,
+                                             own_method=self._returning.own_method(
+                                                 step.module, cls if isinstance(cls, ast.ClassDef) else None))
         return self._values[key]
 
     @cached_property

@@ -15,7 +15,7 @@ the rules that would report a Python value as a tensor (a branch, a formatted va
 from __future__ import annotations
 
 import ast
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 
 from tpuops.check.host_tensors import HostTensors
 from tpuops.check.project import dotted, last_name
@@ -78,8 +78,10 @@ class TensorValues:
                  traced: Iterable[str] = (), python_calls: Container[str] = frozenset(),
                  guesses: bool = True, guessed: Iterable[str] = (),
                  tensor_calls: Container[str] = frozenset(), containers: bool = True,
-                 bool_calls: Container[str] = frozenset(), static: Container[str] = frozenset()) -> None:
+                 bool_calls: Container[str] = frozenset(), static: Container[str] = frozenset(),
+                 own_method: Callable[[str], bool | None] = lambda name: None) -> None:
         self.aliases = aliases
+        self.own_method = own_method  # `self.name()`: what the enclosing class's own method returns (returns.py)
         self.static = static  # attributes declared static in the project's JAX structures: Python values
         self.tensor_calls = tensor_calls  # the project's functions that return tensors (returns.py)
         self.bool_calls = bool_calls  # and those that return boolean tensors (masks)
@@ -127,7 +129,7 @@ class TensorValues:
             if len(self.names) + len(self.bool_names) + sum(map(len, self.keyed.values())) == before:
                 break
         self.evident = TensorValues(bindings, aliases, traced, python_calls, guesses=False, tensor_calls=tensor_calls,
-                                    bool_calls=bool_calls, static=static) if guesses else self
+                                    bool_calls=bool_calls, static=static, own_method=own_method) if guesses else self
         self._bindings, self._traced = bindings, set(traced)
         self._host: HostTensors | None = None
 
@@ -151,7 +153,7 @@ class TensorValues:
         name = last_name(value.func)
         if name[:1].isupper() and name not in TENSOR_CLASSES:
             return True
-        if name.startswith("get_") and name.endswith(MODEL_WORDS):
+        if _a_getter(name):
             return True  # `self.get_adapter_module(name)`: a getter hands a module back (or None), not its output
         if name in {"from_pretrained", "compile", "prepare_model"}:
             return True
@@ -179,6 +181,9 @@ class TensorValues:
         if called in MODULE_LOADERS | HOST_COPY_HELPERS or \
                 (called.startswith("is_") and called not in TENSOR_PREDICATES) or _layout_getter(called):
             return False
+        own = self.own_method(func.attr) if isinstance(func, ast.Attribute) and dotted(func.value) == "self" else None
+        if own is not None:
+            return own
         if isinstance(func, ast.Name | ast.Attribute) and last_name(func) in self.python_calls:
             return False
         if isinstance(func, ast.Name | ast.Attribute) and last_name(func) in self.tensor_calls:
@@ -202,8 +207,9 @@ class TensorValues:
                 return True
             if func.attr in DEVICE_MOVES and call.args:
                 return True  # fabric.to_device(batch.codes), send_to_device(batch, device)
-        if self._object(func) or self.is_tensor(func) or any(w in last_name(func).lower() for w in MODEL_WORDS):
-            return True  # calling a model or a loss object
+        if self._object(func) or self.is_tensor(func) or \
+                (any(w in last_name(func).lower() for w in MODEL_WORDS) and not _a_getter(last_name(func))):
+            return True  # calling a model or a loss object (`self.get_model()` hands the model back instead)
         if isinstance(func, ast.Attribute) and dotted(func.value) == "self" and func.attr.lower().endswith("loss"):
             return True  # `self.loss(preds, targets)`: the module's loss object
         if self._object(call):
@@ -319,6 +325,11 @@ def tensor_test_subject(test: ast.AST) -> str | None:
     tested = last_name(test.func) == "is_tensor" or (
         last_name(test.func) == "isinstance" and len(test.args) == 2 and last_name(test.args[1]) == "Tensor")
     return test.args[0].id if tested else None
+
+
+def _a_getter(name: str) -> bool:
+    """`get_model`, `get_adapter_module`: a function handing back a model or a module, not its output."""
+    return name.startswith("get_") and name.endswith(MODEL_WORDS)
 
 
 def returns_host_values(value: ast.AST, python_calls: Container[str]) -> bool:
