@@ -269,7 +269,7 @@ class TensorValues:
     def is_bool(self, expr: ast.AST) -> bool:
         """A boolean tensor: a comparison of tensors, logical_*/isnan/..., x.bool(), or a name holding one."""
         if isinstance(expr, ast.Name):  # a tensor named `mask`, `target_mask`: a boolean mask, as masks are
-            return expr.id in self.bool_names or (expr.id.lower().endswith(("mask", "masks")) and self.is_tensor(expr))
+            return expr.id in self.bool_names or (_a_mask_name(expr.id) and self.is_tensor(expr))
         if isinstance(expr, ast.Compare):
             return self.is_tensor(expr)
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert | ast.Not):
@@ -325,6 +325,12 @@ def tensor_test_subject(test: ast.AST) -> str | None:
     tested = last_name(test.func) == "is_tensor" or (
         last_name(test.func) == "isinstance" and len(test.args) == 2 and last_name(test.args[1]) == "Tensor")
     return test.args[0].id if tested else None
+
+
+def _a_mask_name(name: str) -> bool:
+    """`mask`, `target_masks`, and a replay batch's `dones` (`values[dones] = 0.0` in a DQN loss): the names
+    boolean tensors go by."""
+    return name.lower().endswith(("mask", "masks")) or name.lower() in {"done", "dones", "terminal", "terminals"}
 
 
 def _a_getter(name: str) -> bool:
