@@ -226,6 +226,15 @@ def test_a_switch_is_off_unless_the_command_turns_it_on(tmp_path: Path, commands
     assert [(n.rule, n.line) for n in result.advice] == noted
 
 
+@pytest.mark.parametrize(("commands", "expected"), [([], []), (["python train.py --debug"], [("XLA003", 20)])])
+def test_a_switch_read_with_getattr_and_a_default_is_the_same_switch(tmp_path: Path, commands: list[str],
+                                                                     expected: list[tuple[str, int]]) -> None:
+    """`if getattr(args, "debug", False):` reads the option `--debug` where it is set, else the default."""
+    write(tmp_path, {"train.py": SWITCHED.replace("if args.debug:", 'if getattr(args, "debug", False):')})
+    result = lint_tree(tmp_path, commands=commands)
+    assert [(f.rule, f.line) for f in result.findings] == expected and result.advice == ()
+
+
 SUBCOMMANDS = {
     "main.py": """
 import argparse

@@ -162,3 +162,13 @@ def test_a_mixin_reached_only_as_a_base_of_a_class_defined_on_import_is_a_listed
         listed[0].message
     (tmp_path / "train.py").write_text("from models import Seq2Seq\n\nSeq2Seq().generate(prompts)\n")
     assert sure_and_noted(tmp_path, "python train.py") == ([("generation.py", line)], [])
+
+
+def test_a_step_function_made_by_a_factory_and_called_per_batch_is_a_step_though_it_runs_step_loops() -> None:
+    """`step = make_gan_step(...)` ... `step(real)` for each batch of a device loader: the function the factory
+    returns is resolved, and though it runs a loop of discriminator steps, what follows them (both losses read
+    with `.item()`) runs every batch; `evaluate`, a loop over a held-out loader run once per epoch, stays quiet."""
+    case = Path(__file__).parent / "check_corpus" / "xla_gan_step_factory"
+    result = lint_tree(case, commands=["python train.py"])
+    assert [(n.file, n.line) for n in result.advice] == [("gan_steps.py", 21)] and result.findings == ()
+    assert "gan_step is called by loop at line 19" in result.advice[0].message

@@ -303,7 +303,7 @@ class Project:
                 target = self.module_named(star, module)
                 if target is not None and expr.id in target.defs:
                     return [(target, d) for d in target.defs[expr.id]]
-            return []
+            return self._made_by_a_factory(expr, module)
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
             owner = expr.value.id
             if owner in {"self", "cls"}:
@@ -319,6 +319,20 @@ class Project:
                 isinstance(expr.value.value, ast.Name) and expr.value.value.id == "self":
             return self._attribute_methods(expr.value.attr, expr.attr, expr, module)
         return []
+
+    def _made_by_a_factory(self, name: ast.Name, module: Module) -> list[tuple[Module, FunctionNode]]:
+        """`train = train_fns.GAN_training_function(G, D, config)` ... `train(x, y)`: the function the factory
+        returns, defined inside it."""
+        found: list[tuple[Module, FunctionNode]] = []
+        for targets, value in module.bindings.get(id(module.enclosing_function(name) or module.tree), []):
+            if not isinstance(value, ast.Call) or [dotted(t) for t in targets] != [name.id] or \
+                    dotted(value.func) == name.id:
+                continue
+            for factory_module, factory in self.functions(value.func, module):
+                inner = {d.name: d for d in ast.walk(factory) if isinstance(d, FunctionNode) and d is not factory}
+                found += [(factory_module, inner[r.value.id]) for r in ast.walk(factory)
+                          if isinstance(r, ast.Return) and isinstance(r.value, ast.Name) and r.value.id in inner]
+        return found
 
     def _attribute_methods(self, attribute: str, method: str, expr: ast.AST,
                            module: Module) -> list[tuple[Module, FunctionNode]]:

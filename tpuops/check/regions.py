@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tpuops.check.project import FunctionNode, Module, dotted, last_name, params_of
+from tpuops.check.settings import attribute_read
 from tpuops.check.wrappers import host_callback_target
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def _set_but_unset(test: ast.AST, module: Module, settings: Settings) -> bool:
 
 
 def _a_setting(expr: ast.AST, module: Module) -> bool:
-    if isinstance(expr, ast.Attribute | ast.Subscript):
+    if isinstance(expr, ast.Attribute | ast.Subscript) or attribute_read(expr) is not None:
         return True
     function = module.enclosing_function(expr)
     return isinstance(expr, ast.Name) and (function is None or expr.id not in params_of(function))

@@ -47,7 +47,7 @@ from tpuops.check.returns import TensorReturning
 from tpuops.check.settings import Settings
 from tpuops.check.steps import Step
 from tpuops.check.tensors import TensorValues
-from tpuops.check.torch_steps import RUNS_BACKWARD, RUNS_MODEL, TorchXlaSteps
+from tpuops.check.torch_steps import RUNS_BACKWARD, RUNS_MODEL, TorchXlaSteps, backpropagated
 from tpuops.check.wrappers import compiler, host_callback_target, is_false, keyword, wrapper_name
 
 TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial", "filter_value_and_grad",
@@ -97,8 +97,10 @@ class StepFinder(TorchXlaSteps):
                 self._python_calls = python_valued_functions(self.project)
                 self._returning = TensorReturning(self.project, self._python_calls)
             cls = step.module.parent(scope)
+            traced = step.traced | backpropagated(scope, step.module) if step.kind in {"lazy", "torch"} else \
+                step.traced
             self._values[key] = TensorValues(step.module.bindings.get(id(scope), []), step.module.aliases,
-                                             step.traced, self._python_calls, guessed=step.guessed,
+                                             traced, self._python_calls, guessed=step.guessed,
                                              tensor_calls=self._returning.tensors, bool_calls=self._returning.masks,
                                              static=self.static_fields,
                                              own_method=self._returning.own_method(
@@ -292,7 +294,8 @@ class StepFinder(TorchXlaSteps):
                 for callee_module, callee in self.project.functions(node.func, module):
                     traced, guessed = _call_site_tensors(node, callee, values)
                     if step.kind == "lazy" and (self.ends_step(callee, callee_module) or
-                                                self._drives_steps(callee, callee_module)):
+                                                self._drives_steps(callee, callee_module)) and \
+                            not self.a_batch_step(step, callee, callee_module):
                         continue  # a step function of its own, or one running step loops (an epoch's `train`)
                     yield Step(callee.name, step.kind, f"called by {step.name}", callee_module, callee,
                                frozenset(traced), frozenset(guessed), root=False, sure=step.sure, called=True)
@@ -305,6 +308,9 @@ class StepFinder(TorchXlaSteps):
                         partial_traced(partial, callee, isinstance(node, ast.Attribute), values.is_tensor)
                     yield Step(callee.name, step.kind, f"used by {step.name}", callee_module, callee,
                                frozenset(traced), root=False, sure=step.sure)
+
+
+
 
 
 def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValues) -> tuple[set[str], set[str]]:

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 
 from tpuops.check.entries import WORDS
 from tpuops.check.hand_padding import collate_names, longest_padders
-from tpuops.check.project import TORCH_XLA_ROOTS, FunctionNode, Module, Project, defaults_of, last_name
+from tpuops.check.project import (
+    TORCH_XLA_ROOTS,
+    FunctionNode,
+    Module,
+    Project,
+    defaults_of,
+    last_name,
+)
 
 UNKNOWN: frozenset[object] = frozenset()
 # How scripts name the dataclasses their command line fills (HfArgumentParser's DataTrainingArguments & co).
@@ -134,6 +141,10 @@ class Settings:
             return self._name(expr, module, depth)
         if isinstance(expr, ast.Attribute):
             return self._attribute(expr, module, depth)
+        read = attribute_read(expr)
+        if read is not None:  # `getattr(config, "DEBUG", False)`: config.DEBUG where it is set, else the default
+            found = self._attribute(read, module, depth)
+            return found | self.values(expr.args[2], module, depth + 1) if found else UNKNOWN
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and \
                 isinstance(expr.slice, ast.Constant):
             key = str(expr.slice.value)
@@ -255,3 +266,11 @@ def trainer_on_tpu(modules: Iterable[Module]) -> bool:
     return any((isinstance(node, ast.Constant) and node.value in {"tpu_num_cores", "--tpu_num_cores"}) or
                (isinstance(node, ast.keyword) and node.arg == "tpu_num_cores")
                for module in modules for node in ast.walk(module.tree))
+
+
+def attribute_read(expr: ast.AST) -> ast.Attribute | None:
+    """`getattr(config, "DEBUG", False)` read as `config.DEBUG` (placed where the call is), or None."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" and \
+            len(expr.args) == 3 and isinstance(expr.args[1], ast.Constant) and isinstance(expr.args[1].value, str):
+        return ast.copy_location(ast.Attribute(value=expr.args[0], attr=expr.args[1].value, ctx=ast.Load()), expr)
+    return None

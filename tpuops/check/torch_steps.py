@@ -46,6 +46,15 @@ class TorchXlaSteps:
         """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
         return id(function) in self._enders
 
+    def a_batch_step(self, step: Step, callee: FunctionNode, module: Module) -> bool:
+        """A function called for each batch of a device loader that ends a step and also runs step loops of its
+        own (a GAN's `train(x, y)`: a loop of discriminator steps, then the generator's): what it does outside
+        those loops runs every step, unlike an epoch's `train` that runs them over a loader."""
+        loop = step.node
+        return isinstance(loop, ast.For | ast.AsyncFor) and step.module is not None and \
+            self._device_loader(loop.iter, loop, step.module) and self.ends_step(callee, module) and \
+            self._drives_steps(callee, module)
+
     def _find_step_ends(self) -> None:
         """From the calls up: a boundary call (xm.mark_step() & co) ends a step for the loop right around it, or,
         outside any loop, for its function; a call to such a function does the same, to a fixed point."""
@@ -296,3 +305,11 @@ def _torch_module_base(base: ast.AST, module: Module) -> bool:
     source = module.imported.get(dotted(base).split(".")[0], ("", None))[0]
     return source.startswith("transformers") and not name.startswith(("TF", "Flax")) and \
         (name.endswith(("PreTrainedModel", "Model")) or "For" in name)
+
+
+def backpropagated(scope: ast.AST, module: Module) -> frozenset[str]:
+    """Names whose `.backward()` the scope calls (`G_loss.backward()`): tensors, whatever made them (not the
+    `accelerator` of `accelerator.backward(loss)`, given the tensor)."""
+    return frozenset(call.func.value.id for call in module.calls
+                     if module.context[id(call)][0] is scope and isinstance(call.func, ast.Attribute) and
+                     call.func.attr == "backward" and isinstance(call.func.value, ast.Name) and not call.args)
