@@ -310,9 +310,6 @@ class StepFinder(TorchXlaSteps):
                                frozenset(traced), root=False, sure=step.sure)
 
 
-
-
-
 def _call_site_tensors(call: ast.Call, callee: FunctionNode, values: TensorValues) -> tuple[set[str], set[str]]:
     """The callee's parameters the call passes tensors: evidently, and only by a guess (which `values.evident`
     leaves out, so that a guessed tensor does not make the callee's counters and settings tensors)."""

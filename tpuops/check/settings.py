@@ -14,14 +14,7 @@ from dataclasses import dataclass, field
 
 from tpuops.check.entries import WORDS
 from tpuops.check.hand_padding import collate_names, longest_padders
-from tpuops.check.project import (
-    TORCH_XLA_ROOTS,
-    FunctionNode,
-    Module,
-    Project,
-    defaults_of,
-    last_name,
-)
+from tpuops.check.project import TORCH_XLA_ROOTS, FunctionNode, Module, Project, defaults_of, last_name
 
 UNKNOWN: frozenset[object] = frozenset()
 # How scripts name the dataclasses their command line fills (HfArgumentParser's DataTrainingArguments & co).
