@@ -199,7 +199,7 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
         return Guess("unreached", f"the command's code names {owner[0]} only in a branch a setting's value picks")
     if owner is not None:
         return Guess("unreached", f"no code the command runs names {owner[0]} (a config or a registry may build it)")
-    untraced = untraced_owner(node, module, reached().traced.surely.__contains__) if scope.entries else None
+    untraced = untraced_owner(node, module, reached().traced.surely_reaches) if scope.entries else None
     if untraced is not None and untraced_owner(node, module, reached().traced.reaches) is None:
         return Guess("base", f"the command's code reaches {untraced} only through the base of a class defined on "
                              "import, which a registry or a config may build")

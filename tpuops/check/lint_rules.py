@@ -119,7 +119,7 @@ def _indexed_by_data_shaped(node: ast.Subscript, step: Step, values: TensorValue
 def _data_shaped(expr: ast.AST, step: Step, values: TensorValues, depth: int = 0) -> bool:
     while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in COUNT_KEEPING:
         expr = expr.func.value
-    if isinstance(expr, ast.Call) and last_name(expr.func) in DYNAMIC_SHAPE_CALLS:
+    if isinstance(expr, ast.Call):
         return _dynamic_shape_call(expr, values)
     if isinstance(expr, ast.Subscript) and _masked(expr, values):
         return values.evident.is_tensor(expr.value) and not values.on_host(expr.value)

@@ -295,7 +295,7 @@ class StepFinder(TorchXlaSteps):
                     traced, guessed = _call_site_tensors(node, callee, values)
                     if step.kind == "lazy" and (self.ends_step(callee, callee_module) or
                                                 self._drives_steps(callee, callee_module)) and \
-                            not self.a_batch_step(step, callee, callee_module):
+                            not self._a_batch_step(step, callee, callee_module):
                         continue  # a step function of its own, or one running step loops (an epoch's `train`)
                     yield Step(callee.name, step.kind, f"called by {step.name}", callee_module, callee,
                                frozenset(traced), frozenset(guessed), root=False, sure=step.sure, called=True)

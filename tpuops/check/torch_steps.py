@@ -46,7 +46,7 @@ class TorchXlaSteps:
         """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
         return id(function) in self._enders
 
-    def a_batch_step(self, step: Step, callee: FunctionNode, module: Module) -> bool:
+    def _a_batch_step(self, step: Step, callee: FunctionNode, module: Module) -> bool:
         """A function called for each batch of a device loader that ends a step and also runs step loops of its
         own (a GAN's `train(x, y)`: a loop of discriminator steps, then the generator's): what it does outside
         those loops runs every step, unlike an epoch's `train` that runs them over a loader."""

@@ -36,6 +36,9 @@ class Traced:
     surely: frozenset[Place]  # reached through names the command's code uses
     through_bases: frozenset[Place]  # reached only through the bases of classes defined on import
 
+    def surely_reaches(self, place: Place) -> bool:
+        return place in self.surely
+
     def reaches(self, place: Place) -> bool:
         return place in self.surely or place in self.through_bases
 
