@@ -88,6 +88,32 @@ def test_helpers_returning_averages_and_math_of_them_return_python_numbers() -> 
     assert "validate" in python and "validate_on_device" not in python
 
 
+def test_a_dict_of_python_values_is_a_python_value() -> None:
+    """A step that hands back `{"loss": float(loss.item()), "lr": ...}` (or `{}`) returns Python values; one that
+    hands back the loss tensor in its dict, or a dict it filled after making it empty, does not."""
+    source = textwrap.dedent("""
+        def train(model, images, optimizer):
+            loss = model(images)
+            out = {"loss": float(loss.item()), "steps": 1}
+            return out
+
+        def dummy(images):
+            return {}
+
+        def train_on_device(model, images):
+            loss = model(images)
+            return {"loss": loss, "steps": 1}
+
+        def losses(model, images):
+            terms = {}
+            terms["loss"] = model(images)
+            return terms
+        """)
+    python = python_valued_functions(Project([Module.of("train.py", ast.parse(source), source)]))
+    assert "train" in python and "dummy" in python
+    assert "train_on_device" not in python and "losses" not in python
+
+
 def test_the_last_binding_above_a_line_is_the_last_in_the_source() -> None:
     """The module's one walk does not visit statements in source order; `bound_above` must still give the
     binding nearest above."""

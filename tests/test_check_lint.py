@@ -100,6 +100,35 @@ CASES = [
             xm.mark_step()
             return y
         """),
+    ("XLA002", TORCH_HEAD + """
+        def evaluate(model, loader):
+            for inputs in loader:
+                scores = model(inputs)
+                hits = (scores > 0.5).any(dim=1)  # a reduction over one axis keeps a mask over the others
+                picks = scores.argmax(dim=1)
+                picks[~hits] = -1
+                xm.mark_step()
+        """, TORCH_HEAD + """
+        def evaluate(model, loader, class_ids):
+            for inputs in loader:
+                labels = torch.tensor(class_ids)  # made on the host
+                kinds = torch.unique(labels)  # on the host: no device shape
+                scores = model(inputs)[:, :len(kinds)]
+                xm.mark_step()
+        """),
+    ("XLA002", TORCH_HEAD + """
+        def decode(model, loader):
+            for tokens_BxT, padding_mask_BxT in loader:  # a mask by its name, behind its shape suffix
+                logits_BxTxV = model(tokens_BxT)
+                logits_BxTxV[padding_mask_BxT] = 0.0
+                xm.mark_step()
+        """, TORCH_HEAD + """
+        def decode(model, loader):
+            for tokens_BxT, positions_BxT in loader:
+                logits_BxTxV = model(tokens_BxT)
+                picked_BxTxV = logits_BxTxV[positions_BxT]
+                xm.mark_step()
+        """),
     ("XLA003", TORCH_HEAD + """
         def train_step(model, batch):
             loss = model(batch).mean()

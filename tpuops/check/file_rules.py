@@ -10,6 +10,7 @@ from tpuops.check.hand_padding import (
     fixes_the_length,
     in_collate_function,
     lists_padded_to_longest,
+    longest_taken,
     pads_to_longest_here,
 )
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
@@ -83,6 +84,11 @@ def _lists_padded_in_collate(module: Module, settings: Settings) -> Iterator[Hit
                 seen.add(id(node))
                 yield node, "a list padded by hand to the longest example of the batch (`[pad] * (longest - " \
                             "len(x))`) gives each batch its own length"
+        for assign in longest_taken(function):
+            if id(assign) not in seen and in_collate_function(assign, module, settings.collators):
+                seen.add(id(assign))
+                yield assign, f"{ast.unparse(assign.targets[0])} takes the batch's longest example, and the collate " \
+                              "function pads to it: a new length per batch"
 
 
 def _pads_in_place(call: ast.Call, module: Module) -> bool:

@@ -11,7 +11,9 @@ from collections.abc import Iterable, Iterator
 
 from tpuops.check.project import FunctionNode, Module, dotted, last_name
 
-PAD_CALLS = {"pad", "zeros", "full", "ones", "empty", "new_full", "new_zeros", "stack"}
+# (`torch.LongTensor(len(batch), max_len)` then `.zero_()`: the legacy constructors make the padded batch too)
+PAD_CALLS = {"pad", "zeros", "full", "ones", "empty", "new_full", "new_zeros", "stack", "FloatTensor", "LongTensor",
+             "IntTensor", "BoolTensor"}
 LENGTH_WORDS = ("len", "max")  # a parameter that fixes the length (`maxlen=None`, `max_length`) when given
 
 
@@ -62,6 +64,16 @@ def lists_padded_to_longest(function: FunctionNode) -> Iterator[ast.BinOp]:
                 yield node
 
 
+def longest_taken(function: FunctionNode) -> Iterator[ast.Assign]:
+    """`max_len = max(len(x) for x in batch)` in a function that pads to it: where each batch's length is set."""
+    if not _pads_to_longest(function) and next(lists_padded_to_longest(function), None) is None:
+        return
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
+                _longest_of(node.value):
+            yield node
+
+
 def _longest_names(function: FunctionNode) -> set[str]:
     """The names bound to the longest of the examples, or to what is computed from it (`padding = (0, longest -
     x.size(-1))`)."""
@@ -97,12 +109,17 @@ def _passed_to_padding(function: FunctionNode, longest: set[str]) -> bool:
 
 def _longest_of(value: ast.AST) -> bool:
     """`max(len(x) for x in xs)`, `max([x.size(0) for x in xs])`, `max(x.shape[0] for x in xs)`,
-    `max(map(len, xs))`, `max(seq_lengths)`, `lengths.max()`, `mel_lengths.amax()`: the longest of the examples."""
+    `max(map(len, xs))`, `max(seq_lengths)`, `lengths.max()`, `mel_lengths.amax()`, `max(xs, key=...)`: the longest
+    of the examples."""
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in {"max", "amax"} \
             and not value.args and "len" in dotted(value.func.value).lower():
         return True
+    if isinstance(value, ast.Subscript):  # `max(batch, key=...)[0]`: a part of the longest example
+        return _longest_of(value.value)
     if not (isinstance(value, ast.Call) and last_name(value.func) == "max" and len(value.args) == 1):
         return False
+    if any(k.arg == "key" for k in value.keywords):
+        return True  # `max(batch, key=lambda item: item[0].size(0))`: the longest example itself
     argument = value.args[0]
     if isinstance(argument, ast.Name):
         return "len" in argument.id.lower()  # `max(seq_lengths)`: the lengths of the batch's examples

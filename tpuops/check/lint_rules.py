@@ -230,8 +230,11 @@ def _dynamic_shape_call(call: ast.Call, values: TensorValues) -> bool:
     """`torch.nonzero(m)`, `x.masked_select(m)`, `tf.boolean_mask(...)`: a framework's call whose output shape
     depends on the data (not `jnp.nonzero(x, size=k)`, a fixed shape)."""
     method = isinstance(call.func, ast.Attribute) and values.is_tensor(call.func.value)
+    operand = call.func.value if method and isinstance(call.func, ast.Attribute) else \
+        (call.args[0] if call.args else None)
     return last_name(call.func) in DYNAMIC_SHAPE_CALLS and (values.framework_call(call) or method) and \
-        not any(k.arg == "size" for k in call.keywords)
+        not any(k.arg == "size" for k in call.keywords) and \
+        not (operand is not None and values.on_host(operand))  # `torch.unique(ids.cpu())`: on the host
 
 
 def _repeats_by_data(call: ast.Call, method: bool, values: TensorValues) -> bool:

@@ -142,7 +142,14 @@ def returns_python(function: FunctionNode) -> bool:
     if not returns or any(r.value is None for r in returns):
         return False
     local = _bindings(function)
-    return all(_python(r.value, local) for r in returns if r.value is not None)
+    return all(_python(r.value, local) or _nothing(r.value) for r in returns if r.value is not None)
+
+
+def _nothing(value: ast.AST) -> bool:
+    """`return {}`, `return []`: an empty container handed back as it is (a debugging stand-in for a step)."""
+    if isinstance(value, ast.Dict):
+        return not value.keys
+    return isinstance(value, ast.List | ast.Tuple) and not value.elts
 
 
 def own_nodes(function: FunctionNode) -> Iterable[ast.AST]:
@@ -213,6 +220,8 @@ def _python(expr: ast.AST, local: dict[str, list[ast.AST]], depth: int = 0,  # n
         return _python(expr.body, local, depth + 1, visiting) and _python(expr.orelse, local, depth + 1, visiting)
     if isinstance(expr, ast.Tuple):
         return bool(expr.elts) and all(_python(e, local, depth + 1, visiting) for e in expr.elts)
+    if isinstance(expr, ast.Dict):  # `{"G_loss": float(G_loss.item()), ...}` (an empty one may be filled later)
+        return bool(expr.values) and all(_python(v, local, depth + 1, visiting) for v in expr.values)
     if isinstance(expr, ast.Compare):
         if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
             return True

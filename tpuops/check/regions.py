@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -292,7 +291,8 @@ def loop_batch(loop: ast.AST, module: Module | None = None) -> frozenset[str]:
 
 def _unwrapped(iterable: ast.AST) -> ast.AST:
     while isinstance(iterable, ast.NamedExpr) or (
-            isinstance(iterable, ast.Call) and last_name(iterable.func) in {"tqdm", "iter"} and iterable.args):
+            isinstance(iterable, ast.Call) and last_name(iterable.func) in {"tqdm", "iter", "reversed"} and
+            iterable.args):
         # `(pbar := tqdm(enumerate(loader)))`: a progress bar over the same items, kept under a name
         iterable = iterable.value if isinstance(iterable, ast.NamedExpr) else iterable.args[0]
     return iterable
@@ -315,14 +315,6 @@ def _bound_call(name: str, loop: ast.AST, module: Module) -> ast.Call | ast.IfEx
     return found
 
 
-def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: frozenset[str] = frozenset()) -> bool:
-    """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `self(**data)`
-    (a Module's own method), a method of the same module that does (`self.validate_one_step(batch)`), or a helper
-    given the model and the loop's `batch` (`get_loss(model, batch, step)`; not `train_epoch(model, loader)`,
-    which runs its own loop)."""
-    return any(isinstance(node, ast.Call) and _model_call(node, module, depth, batch) for node in each_pass(body))
-
-
 def each_pass(body: list[ast.stmt], sometimes: Callable[[ast.AST], bool] | None = None) -> Iterator[ast.AST]:
     """The nodes a body runs itself each time it runs, in source order: not those of a loop or a function inside
     it (they run on their own schedule), nor an `if` branch whose test `sometimes` says holds only on some
@@ -338,39 +330,3 @@ def each_pass(body: list[ast.stmt], sometimes: Callable[[ast.AST], bool] | None 
             stack.extend(reversed(node.orelse))
             continue
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
-def _switched_mode(name: str, function: FunctionNode | None) -> bool:
-    """`name.eval()` or `name.train()` in the function: a torch module."""
-    return function is not None and any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in {"eval", "train"} and
-        not n.args and isinstance(n.func.value, ast.Name) and n.func.value.id == name for n in ast.walk(function))
-
-
-# `model_path`, `model_name`, `model_cfg`: what names a model, not the model
-NOT_A_MODEL = {"path", "paths", "name", "names", "dir", "file", "id", "version", "config", "cfg", "args", "kwargs",
-               "type", "url", "size", "list", "dict", "str", "from", "to"}
-
-
-def _a_model(name: str) -> bool:
-    """`model`, `self.ema_model`, `teacher_model`; not `model_path` nor `num_models`."""
-    words = [w for w in re.split(r"_|(?<=[a-z])(?=[A-Z])", name.lower()) if w]
-    return "model" in name.lower() and bool(words) and words[-1] not in NOT_A_MODEL and words[0] != "num"
-
-
-def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str]) -> bool:
-    func = call.func
-    if isinstance(func, ast.Name) and func.id == "self":
-        return True
-    if isinstance(func, ast.Name | ast.Attribute) and _a_model(last_name(func)) and \
-            not (isinstance(func, ast.Name) and func.id in module.defs):  # `download_model(url)` is a function
-        return True
-    names = {a.id for a in call.args if isinstance(a, ast.Name)}
-    if any(_a_model(name) for name in names) and names & batch:
-        return True
-    if isinstance(func, ast.Name) and _switched_mode(func.id, module.enclosing_function(call)):
-        return True  # `ema.eval()` ... `ema(images)`: a model by what is done with it
-    if depth < 2 and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
-            func.value.id == "self":
-        return any(runs_model(d.body, module, depth + 1) for d in module.defs.get(func.attr, ()))
-    return False

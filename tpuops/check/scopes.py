@@ -84,6 +84,7 @@ class StepFinder(TorchXlaSteps):
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]] = field(default_factory=dict)  # loops, calls
     _forwards_queued: set[bool] = field(default_factory=set)  # the `sure` of the steps that queued forwards
     _on_xla: set[int] | None = None  # modules that run on the XLA device (torch_xla's, and those given its device)
+    _data_parallel_runs: set[int] | None = None  # the loop functions torch_xla's old DataParallel runs
 
     def values(self, step: Step) -> TensorValues:
         """The tensor inference for a step (cached: a function with several step loops is read once)."""
@@ -205,10 +206,13 @@ class StepFinder(TorchXlaSteps):
 
 
     def _calls_a_driver(self, loop: ast.AST, module: Module) -> bool:
-        """The loop calls a function that runs step loops (its own or a callee's)."""
+        """The loop calls a function that runs step loops (its own or a callee's), or has torch_xla's old
+        `DataParallel` run one (`model_parallel(train_loop_fn, loader)`)."""
+        calls = [node for node in ast.walk(loop) if isinstance(node, ast.Call)]
         return any(self._drives_steps(callee, callee_module)
-                   for node in ast.walk(loop) if isinstance(node, ast.Call)
-                   for callee_module, callee in self.project.functions(node.func, module))
+                   for node in calls for callee_module, callee in self.project.functions(node.func, module)) or \
+            any(id(function) in self._run_by_data_parallel()
+                for node in calls if node.args for _, function in self.project.functions(node.args[0], module))
 
     def _decorated(self, node: FunctionNode, module: Module) -> Iterator[Step]:
         for decorator in node.decorator_list:

@@ -15,6 +15,7 @@ the rules that would report a Python value as a tensor (a branch, a formatted va
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Container, Iterable, Iterator
 
 from tpuops.check.host_tensors import HostTensors
@@ -49,6 +50,9 @@ DEVICE_MOVES = {"to_device", "send_to_device", "move_to_device"}
 # An Accelerator's collectives: given a device tensor, they hand back one (on a TPU, xm.all_gather's).
 ACCELERATOR_COLLECTIVES = {"gather", "gather_for_metrics", "reduce", "pad_across_processes"}
 # Methods that shape a tensor again and keep its dtype: of a boolean mask, a boolean mask.
+SHAPE_SUFFIX = re.compile(r"_[A-Z][A-Za-z0-9]{0,5}$")  # `pred_BxC`, `mask_NxC`, `ids_BT`: the tensor's axes
+BOOL_CALLS = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "isin", "isclose", "bool", "not_equal", "equal",
+              "greater", "greater_equal", "less", "less_equal", "eq", "ne", "gt", "ge", "lt", "le"}
 MASK_KEEPING = {"view", "reshape", "squeeze", "unsqueeze", "expand", "expand_as", "flatten", "contiguous", "permute",
                 "transpose", "detach", "repeat"}
 TORCH_TENSOR_METHODS = {"detach", "contiguous", "unsqueeze", "masked_fill", "bfloat16", "requires_grad_"}
@@ -284,9 +288,10 @@ class TensorValues:
                 return True  # a mask one of the trainer's functions makes
             if isinstance(expr.func, ast.Attribute) and name in MASK_KEEPING:
                 return self.is_bool(expr.func.value)  # `mask.unsqueeze(-1)`: the same mask, shaped again
-            return (name.startswith("logical_") or name in {"isnan", "isinf", "isfinite", "bool", "not_equal",
-                                                            "equal", "greater", "less", "eq", "ne", "gt", "lt"}) \
-                and self.is_tensor(expr)
+            # `hits.any(dim=1)`: a mask over the other axes (with no axis, one boolean: a test, not a mask)
+            reduced = name in {"any", "all"} and (bool(expr.args) or any(k.arg in {"dim", "axis"}
+                                                                           for k in expr.keywords))
+            return (name.startswith("logical_") or name in BOOL_CALLS or reduced) and self.is_tensor(expr)
         return False
 
 
@@ -328,9 +333,10 @@ def tensor_test_subject(test: ast.AST) -> str | None:
 
 
 def _a_mask_name(name: str) -> bool:
-    """`mask`, `target_masks`, and a replay batch's `dones` (`values[dones] = 0.0` in a DQN loss): the names
-    boolean tensors go by."""
-    return name.lower().endswith(("mask", "masks")) or name.lower() in {"done", "dones", "terminal", "terminals"}
+    """`mask`, `target_masks`, `active_mask_Bx` (a shape suffix: batch by ...), and a replay batch's `dones`
+    (`values[dones] = 0.0` in a DQN loss): the names boolean tensors go by."""
+    name = SHAPE_SUFFIX.sub("", name).lower()
+    return name.endswith(("mask", "masks")) or name in {"done", "dones", "terminal", "terminals"}
 
 
 def _a_getter(name: str) -> bool:

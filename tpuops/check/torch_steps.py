@@ -5,9 +5,11 @@ traces into its graph."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from tpuops.check.model_calls import runs_model
 from tpuops.check.project import (
     TORCH_XLA_ROOTS,
     FunctionNode,
@@ -18,7 +20,7 @@ from tpuops.check.project import (
     positional_params,
 )
 from tpuops.check.pyvalues import flag_params, none_default_params, scalar_params
-from tpuops.check.regions import loop_batch, runs_model
+from tpuops.check.regions import loop_batch
 from tpuops.check.steps import Step
 from tpuops.check.wrappers import compiler
 
@@ -41,6 +43,7 @@ class TorchXlaSteps:
     _owned: dict[int, tuple[list[ast.AST], list[ast.Call]]]  # loops, calls
     _forwards_queued: set[bool]  # the `sure` of the steps that queued the model's forwards (see _model_forwards)
     _on_xla: set[int] | None  # modules that run on the XLA device (decided once)
+    _data_parallel_runs: set[int] | None  # the loop functions torch_xla's old DataParallel runs (decided once)
 
     def ends_step(self, function: FunctionNode, module: Module) -> bool:
         """The function ends a PyTorch/XLA step each time it runs (a boundary outside any loop of its own)."""
@@ -99,7 +102,8 @@ class TorchXlaSteps:
             return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
             return "each iteration ends a step: a device loader"
-        if self.runs_on_xla(module) and runs_model(loop.body, module, batch=loop_batch(loop, module)):
+        if (self.runs_on_xla(module) or self._given_the_device(loop, module)) and \
+                runs_model(loop.body, module, batch=loop_batch(loop, module)):
             return RUNS_MODEL
         return ""
 
@@ -130,6 +134,29 @@ class TorchXlaSteps:
                 (id(self.project.module_named(source, m)), attribute) in devices
                 for source, attribute in m.imported.values() if source.split(".")[0] in self.project.roots)}
         return id(module) in self._on_xla
+
+    def _given_the_device(self, node: ast.AST, module: Module, depth: int = 0) -> bool:
+        """The function that holds `node`, or the object whose method it is, is given its device by code on the
+        XLA device (`evaluate_model(model, data, config, device)` called from the TPU script, `NNet(name, device,
+        args)` built there, or by a function given it so, a few calls deep), in a module that never names XLA."""
+        function, cls = module.enclosing_function(node), module.enclosing_class(node)
+        init = next((s for s in cls.body if isinstance(s, FunctionNode) and s.name == "__init__"), None) \
+            if cls is not None else None
+        given_to = [(function, self.project.callers(function))] if function is not None else []
+        if init is not None and cls is not None:
+            given_to.append((init, self.project.calls_by_name.get(cls.name, [])))
+        return any(self._device_given(callee, calls, depth) for callee, calls in given_to)
+
+    def _device_given(self, function: FunctionNode, calls: list[tuple[Module, ast.Call]], depth: int) -> bool:
+        params = positional_params(function, method=True)
+        devices = {p for p in params_of(function) if "device" in p.lower()}
+        for caller_module, call in calls if devices else ():
+            given = [k.value for k in call.keywords if k.arg in devices]
+            given += [a for p, a in zip(params, call.args, strict=False) if p in devices]
+            if any("device" in last_name(value).lower() for value in given) and (self.runs_on_xla(caller_module) or (
+                    depth < 3 and self._given_the_device(call, caller_module, depth + 1))):
+                return True
+        return False
 
     def _xla_device_functions(self) -> set[tuple[int, str | None]]:
         """(module, name) of the project's functions that give the XLA device (`def get_device(): return
@@ -212,7 +239,21 @@ class TorchXlaSteps:
                 given.append(call.args[position])
             if any(self._device_loader(value, call, module, depth + 1) for value in given):
                 return True
-        return False
+        return position == 1 and id(function) in self._run_by_data_parallel()
+
+    def _run_by_data_parallel(self) -> set[int]:
+        """The functions torch_xla's old `DataParallel` runs: `model_parallel = dp.DataParallel(...)` ...
+        `model_parallel(train_loop_fn, loader)` calls `train_loop_fn(model, device_loader, device, context)`."""
+        if self._data_parallel_runs is None:
+            self._data_parallel_runs = set()
+            for module in self.project.modules:
+                for call in module.calls if module.imports_any(TORCH_XLA_ROOTS) else ():
+                    if call.args and isinstance(call.func, ast.Name) and any(
+                            isinstance(a.value, ast.Call) and last_name(a.value.func) == "DataParallel"
+                            for scope in {module.enclosing_function(call), None}
+                            for a in module.assigns_to(call.func.id, scope)):
+                        self._data_parallel_runs |= {id(f) for _, f in self.project.functions(call.args[0], module)}
+        return self._data_parallel_runs
 
     def _drives_steps(self, function: FunctionNode, module: Module, depth: int = 0) -> bool:
         """The function runs step loops, its own or a callee's (a `main` that also ends a step once, after
@@ -264,9 +305,11 @@ class TorchXlaSteps:
 
 
 def _an_optimizer_step(call: ast.Call) -> bool:
+    """`xm.optimizer_step(optimizer)`, `optimizer.step()`, `self.d_optim.step()`, `opt.step()`, `opt_g.step()`."""
     name = last_name(call.func)
     receiver = dotted(call.func.value).lower() if isinstance(call.func, ast.Attribute) else ""
-    return name == "optimizer_step" or (name == "step" and "optim" in receiver)
+    return name == "optimizer_step" or (name == "step" and (
+        "optim" in receiver or "opt" in re.split(r"[_.\d]", receiver)))
 
 
 def _steps_each_optimizer(loop: ast.AST, call: ast.Call) -> bool:
