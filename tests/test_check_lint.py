@@ -141,6 +141,78 @@ CASES = [
             xm.mark_step()
             return loss.detach()
         """),
+    ("XLA003", TORCH_HEAD + """
+        def grad_norms(model):
+            norms = []
+            for name, weight in model.named_parameters():  # the model's weights: tensors on its device
+                norms.append(weight.grad.norm().item())
+            return norms
+
+        def train(model, loader, optimizer):
+            for batch in loader:
+                model(batch).backward()
+                grad_norms(model)
+                xm.optimizer_step(optimizer)
+        """, TORCH_HEAD + """
+        def weight_count(model):
+            return sum(weight.numel() for weight in model.parameters())
+
+        def train(model, loader, optimizer):
+            for batch in loader:
+                model(batch).backward()
+                print(f"{weight_count(model)} weights")
+                xm.optimizer_step(optimizer)
+        """),
+    ("XLA003", TORCH_HEAD + """
+        import torchvision
+
+        def evaluate(model, loader):
+            for step, images in enumerate(loader):
+                torchvision.utils.save_image(model(images), f"pred_{step}.png")  # a PNG of a device tensor
+                xm.mark_step()
+        """, TORCH_HEAD + """
+        import torchvision
+
+        def evaluate(model, loader):
+            for step, images in enumerate(loader):
+                model(images)
+                torchvision.utils.save_image(torch.rand(3, 64, 64), f"noise_{step}.png")  # made on the host
+                xm.mark_step()
+        """),
+    ("XLA003", TORCH_HEAD + """
+        def train(model, loader, optimizer, writer, args):
+            for i, batch in enumerate(loader):
+                model(batch).backward()
+                if (i + 1) % args.accu_steps == 0:  # every optimizer step, not a logging schedule
+                    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    writer.add_scalar("grad_norm", norm, i)
+                    xm.optimizer_step(optimizer)
+        """, TORCH_HEAD + """
+        def train(model, loader, optimizer, writer, nans_seen):
+            for i, batch in enumerate(loader):
+                loss = model(batch)
+                loss.backward()
+                nan_count = nans_seen[i]  # counted on the host by the data pipeline
+                if nan_count == 0:
+                    xm.optimizer_step(optimizer)
+                else:  # only when training went wrong
+                    writer.add_scalar("skipped_loss", loss, i)
+                    optimizer.zero_grad()
+                xm.mark_step()
+        """),
+    ("XLA003", TORCH_HEAD + """
+        def sample_spread(generator, noise_batches):
+            spreads = []
+            for z in noise_batches:  # a GAN's generator runs on the device each batch: an evaluation loop
+                spreads.append(generator(z).std().item())
+            return spreads
+        """, TORCH_HEAD + """
+        def sample_spread(augment, noise_batches):
+            spreads = []
+            for z in noise_batches:  # no model runs here: host-side preprocessing
+                spreads.append(augment(z).std().item())
+            return spreads
+        """),
     ("XLA003", JAX_HEAD + """
         @jax.jit
         def step(x):

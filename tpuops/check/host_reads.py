@@ -101,7 +101,8 @@ def _host_sync_call(node: ast.Call, step: Step, values: TensorValues, every: str
             _on_the_device(node.args[0], step, values):
         yield node, f"`{func.id}()` of a tensor in {step.where} waits for the device {every}"
     elif step.kind in {"lazy", "torch"} and last_name(func) in HOST_COPY_HELPERS and \
-            last_name(func) not in step.module.defs and any(values.is_tensor(a) for a in node.args):
+            last_name(func) not in step.module.defs and \
+            any(values.is_tensor(a) and not values.on_host(a) for a in arguments):
         # (a library's helper: one of this module's own is read as part of the step, its `.numpy()` found there)
         yield node, f"`{last_name(func)}` of a tensor in {step.where} copies it to the host {every}"
     elif step.kind in {"lazy", "torch"} and last_name(func) in TOKEN_DECODERS and _a_tokenizer(func) and \

@@ -166,7 +166,7 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
     reached = cache(lambda: Reach(reached_names(finder.project, scope.entries, finder.settings),
                                   traced(finder.project, scope.entries, finder.settings, scope.surely_runs)))
     for rule, module, node, message, step in _hits(finder, steps, legacy_node):
-        if id(module) in off:
+        if id(module) in off and not _called_on_the_tpu(step, lazy - off, finder.project):
             continue
         line = getattr(node, "lineno", 0)
         key = (module.rel, rule.id, line)
@@ -187,6 +187,14 @@ def _findings(finder: StepFinder, steps: list[Step], legacy_node: bool, scope: C
             del found.findings[(file, rule, line)]
     found.ignored = len(ignored)
     return found
+
+
+def _called_on_the_tpu(step: Step | None, on_tpu: set[int], project: Project) -> bool:
+    """A helper of a module shared with the GPU scripts (`utils.clip_gradients`), called from a module whose
+    PyTorch/XLA steps run on the TPU (`on_tpu`): it runs there too."""
+    if step is None or not step.called or not isinstance(step.node, FunctionNode):
+        return False
+    return any(id(module) in on_tpu for module, _ in project.callers(step.node))
 
 
 def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: CommandScope,

@@ -6,12 +6,13 @@ from __future__ import annotations
 import ast
 import re
 
-from tpuops.check.project import FunctionNode, Module, last_name
+from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.regions import each_pass
 
 # `model_path`, `model_name`, `model_cfg`: what names a model, not the model
 NOT_A_MODEL = {"path", "paths", "name", "names", "dir", "file", "id", "version", "config", "cfg", "args", "kwargs",
                "type", "url", "size", "list", "dict", "str", "from", "to"}
+NETWORK_WORDS = {"generator", "discriminator"}  # (and any word ending in "net": `net`, `netG`, `unet`, `resnet`)
 # a model's methods that look after it (its weights, its place, its mode) rather than run it
 MODEL_UPKEEP = {"parameters", "named_parameters", "modules", "named_modules", "children", "named_children", "buffers",
                 "named_buffers", "state_dict", "load_state_dict", "to", "cuda", "cpu", "eval", "train", "zero_grad",
@@ -21,13 +22,15 @@ UPKEEP_PREFIXES = ("get_", "set_", "save", "load", "register_", "add_", "enable_
 MOVES = {"to", "cuda"}  # `Encoder(...).to(device)`: a module built and moved to the device
 
 
-def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: frozenset[str] = frozenset()) -> bool:
+def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: frozenset[str] = frozenset(),
+               project: Project | None = None) -> bool:
     """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `model.tta(batch)`,
     `self(**data)` (a Module's own method), a module built and moved to the device (`encoder = Encoder().to(device)`
     ... `encoder(x)`), a method of the same module that does (`self.validate_one_step(batch)`), or a helper given
     the model and the loop's `batch` (`get_loss(model, batch, step)`, `self.loss_func(self.model, data, labels)`;
     not `train_epoch(model, loader)`, which runs its own loop)."""
-    return any(isinstance(node, ast.Call) and _model_call(node, module, depth, batch) for node in each_pass(body))
+    return any(isinstance(node, ast.Call) and _model_call(node, module, depth, batch, project)
+               for node in each_pass(body))
 
 
 def _switched_mode(name: str, function: FunctionNode | None) -> bool:
@@ -52,9 +55,11 @@ def _moved_module(name: str, call: ast.Call, module: Module) -> bool:
 
 
 def _a_model(name: str) -> bool:
-    """`model`, `self.ema_model`, `teacher_model`; not `model_path` nor `num_models`."""
-    words = [w for w in re.split(r"_|(?<=[a-z])(?=[A-Z])", name.lower()) if w]
-    return "model" in name.lower() and bool(words) and words[-1] not in NOT_A_MODEL and words[0] != "num"
+    """`model`, `self.ema_model`, `teacher_model`, a GAN's `generator` and `netD`, a `unet`; not `model_path`
+    nor `num_models`."""
+    words = [w.lower() for w in re.split(r"_|(?<=[a-z])(?=[A-Z])", name) if w]
+    named = "model" in name.lower() or any(w in NETWORK_WORDS or w.endswith("net") for w in words)
+    return named and bool(words) and words[-1] not in NOT_A_MODEL and words[0] != "num"
 
 
 def _runs_it(method: str) -> bool:
@@ -62,7 +67,7 @@ def _runs_it(method: str) -> bool:
     return method not in MODEL_UPKEEP and not method.startswith(UPKEEP_PREFIXES)
 
 
-def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str]) -> bool:
+def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str], project: Project | None) -> bool:
     func = call.func
     if isinstance(func, ast.Name) and func.id == "self":
         return True
@@ -78,6 +83,8 @@ def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str
                                        _moved_module(func.id, call, module)):
         return True  # `ema.eval()` ... `ema(images)`: a model by what is done with it
     if depth < 2 and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
-            func.value.id == "self":
-        return any(runs_model(d.body, module, depth + 1) for d in module.defs.get(func.attr, ()))
+            func.value.id == "self":  # (a base's method too, `self.generate(...)` of a trainer's base class)
+        methods = project.functions(func, module) if project is not None else \
+            [(module, d) for d in module.defs.get(func.attr, ())]
+        return any(runs_model(d.body, home, depth + 1, project=project) for home, d in methods)
     return False

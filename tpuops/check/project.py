@@ -362,13 +362,13 @@ class Project:
         while isinstance(built.func, ast.Attribute) and built.func.attr in MOVES and \
                 isinstance(built.func.value, ast.Call):
             built = built.func.value  # Net(...).to(device), Net(...).cuda().train()
-        found = self._class_named(last_name(built.func), module)
+        found = self.class_named(last_name(built.func), module)
         if found is None:
             return []
         home, cls_node = found
         return [(home, d) for d in cls_node.body if isinstance(d, FunctionNode) and d.name == method]
 
-    def _class_named(self, cls_name: str, module: Module) -> tuple[Module, ast.ClassDef] | None:
+    def class_named(self, cls_name: str, module: Module) -> tuple[Module, ast.ClassDef] | None:
         """The class of ours that `cls_name` names in `module`: its own, imported from a module of ours, or
         star-imported."""
         home: Module | None = module if cls_name in module.classes else None
@@ -387,7 +387,7 @@ class Project:
         owners = [(module, module.enclosing_class(expr))]
         for _ in range(3):
             bases = [found for home, cls_node in owners if cls_node is not None for base in cls_node.bases
-                     if (found := self._class_named(last_name(base), home)) is not None]
+                     if (found := self.class_named(last_name(base), home)) is not None]
             for home, cls_node in bases:
                 methods = [(home, d) for d in cls_node.body if isinstance(d, FunctionNode) and d.name == method]
                 if methods:

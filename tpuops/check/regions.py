@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,10 @@ from tpuops.check.wrappers import host_callback_target
 if TYPE_CHECKING:
     from tpuops.check.settings import Settings
     from tpuops.check.steps import Step
+
+
+# `% accumulation_steps`, `% args.accu_steps`, `% grad_acc`, `% update_freq`: every optimizer step, not a schedule
+ACCUMULATION = re.compile(r"accum|(^|[._])accu(_|$)|grad_?acc|update_freq")
 
 
 def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.AST]:
@@ -37,6 +42,10 @@ def region_nodes(step: Step, settings: Settings | None = None) -> Iterator[ast.A
         yield node
         if isinstance(node, ast.If):
             test = _named_test(node.test, module)
+            if lazy and _all_finite(test):  # (before `_once`, which takes `== 0` for the first step)
+                stack.extend(reversed(node.body))
+                stack.append(node.test)
+                continue
             if (lazy and _not_every_step(node, test, step.node, module)) or _tpu_skips(test) or \
                     (settings is not None and module is not None and switched_off(node.test, module, settings)):
                 stack.extend(reversed(node.orelse))
@@ -139,7 +148,7 @@ def _truth_of_remainders(test: ast.AST) -> Iterator[ast.AST]:
 
 def _schedule_mod(node: ast.AST) -> bool:
     return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and not isinstance(node.left, ast.Constant) \
-        and "accum" not in dotted(node.right).lower()
+        and not ACCUMULATION.search(dotted(node.right).lower())
 
 
 def _by_one(remainder: ast.BinOp, module: Module | None) -> bool:
@@ -167,6 +176,14 @@ def _on_a_bad_value(test: ast.AST) -> bool:
     """`if not math.isfinite(loss_value):`, `if torch.isnan(loss).any():`: the test reads every step (and is
     reported), the body (the message, the skip) runs only when training has gone wrong."""
     return any(isinstance(n, ast.Call) and last_name(n.func) in NON_FINITE_CHECKS for n in ast.walk(test))
+
+
+def _all_finite(test: ast.AST) -> bool:
+    """`if grad_norm < skip and nll_nan == 0:` (NaN counts found none): the body is the usual step, the `else`
+    (skip the update, log why) runs only when training has gone wrong."""
+    return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq) and
+               isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value == 0 and
+               any(word in last_name(n.left).lower() for word in ("nan", "inf")) for n in ast.walk(test))
 
 
 def _first_time(branch: ast.If) -> bool:

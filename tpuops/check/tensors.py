@@ -40,8 +40,8 @@ PYTHON_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "requires_grad", "is_cu
                      "num_processes", "process_index", "local_process_index", "is_main_process",
                      "is_local_main_process"}  # (an Accelerator's: Python ints and bools)
 PYTHON_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "get_shape", "__len__", "element_size",
-                  "keys", "rate", "global_rate", "format", "get_last_lr", "state_dict", "parameters",
-                  "named_parameters", "train", "eval", "zero_grad", "ndimension", "nelement",
+                  "keys", "rate", "global_rate", "format", "get_last_lr", "state_dict", "train", "eval",
+                  "zero_grad", "ndimension", "nelement",
                   "startswith", "endswith", "lower", "upper", "isdigit"}  # (the last five: a tensor has none)
 PYTHON_BUILTINS = {"len", "int", "float", "bool", "str", "range", "enumerate", "isinstance", "print", "round",
                    "repr", "format", "type", "hasattr", "getattr", "callable", "id", "hash", "open", "super",
@@ -50,6 +50,7 @@ DEVICE_MOVES = {"to_device", "send_to_device", "move_to_device"}
 # An Accelerator's collectives: given a device tensor, they hand back one (on a TPU, xm.all_gather's).
 ACCELERATOR_COLLECTIVES = {"gather", "gather_for_metrics", "reduce", "pad_across_processes"}
 # Methods that shape a tensor again and keep its dtype: of a boolean mask, a boolean mask.
+WEIGHT_ITERATORS = {"parameters", "named_parameters", "buffers", "named_buffers"}
 SHAPE_SUFFIX = re.compile(r"_[A-Z][A-Za-z0-9]{0,5}$")  # `pred_BxC`, `mask_NxC`, `ids_BT`: the tensor's axes
 BOOL_CALLS = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "isin", "isclose", "bool", "not_equal", "equal",
               "greater", "greater_equal", "less", "less_equal", "eq", "ne", "gt", "ge", "lt", "le"}
@@ -59,8 +60,11 @@ TORCH_TENSOR_METHODS = {"detach", "contiguous", "unsqueeze", "masked_fill", "bfl
 # Helpers (the trainer's or a library's, e.g. pytorch_toolbelt's `to_numpy`) named for copying a tensor to the
 # host: what they return is a host value.
 HOST_COPY_HELPERS = {"to_numpy", "to_np", "tonumpy", "as_numpy", "asnumpy", "tensor2numpy", "tensor_to_numpy",
-                     "to_cpu", "tensor2np", "detach_to_numpy",
-                     "mesh_reduce"}  # torch_xla's: moves its data to the CPU, then reduces it across the cores
+                     "to_cpu", "tensor2np", "detach_to_numpy", "save_image",  # (torchvision's: writes a PNG)
+                     # torch_xla's (and the Trainers' built on it): move their data to the CPU (to reduce it across
+                     # the cores, or to hand it to a function on some cores)
+                     "mesh_reduce", "nested_xla_mesh_reduce", "do_on_ordinals", "_maybe_convert_to_cpu",
+                     "_xla_markstep_and_send_to_cpu"}
 # `xm = importlib.import_module("torch_xla.core.xla_model")`: a module, not a tensor (nor a model).
 MODULE_LOADERS = {"import_module", "__import__", "reload"}
 # Predicates named `is_*` answer with a Python bool (`torch.jit.is_scripting()`, `dist.is_initialized()`,
@@ -196,6 +200,8 @@ class TensorValues:
         if path and path.split(".")[0] in self.aliases:
             return self.framework_call(call)
         if isinstance(func, ast.Attribute):
+            if func.attr in WEIGHT_ITERATORS and not call.args:
+                return True  # `for p in model.parameters()`: the model's weights, on its device
             if func.attr in PYTHON_METHODS:
                 return False
             if func.attr == "read_value":  # a TensorFlow variable's value (a Keras metric's or layer's weight)
@@ -305,6 +311,9 @@ def _unpacked(binding: tuple[list[ast.AST], ast.AST]) -> Iterator[tuple[list[ast
     if call is not None and len(pair) == 2 and isinstance(call.func, ast.Attribute) and call.func.attr == "items" \
             and not call.args:
         yield [pair[1]], call.func.value
+    elif call is not None and len(pair) == 2 and isinstance(call.func, ast.Attribute) and \
+            call.func.attr in WEIGHT_ITERATORS and call.func.attr.startswith("named_"):
+        yield [pair[1]], call  # `for name, p in model.named_parameters()`: the name is a string
     elif call is not None and len(pair) == 2 and isinstance(call.func, ast.Name) and call.func.id == "enumerate" \
             and len(call.args) == 1:
         yield [pair[1]], call.args[0]

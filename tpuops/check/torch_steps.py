@@ -102,8 +102,9 @@ class TorchXlaSteps:
             return f"each iteration ends a step: {self._ending_loops[id(loop)]}"
         if isinstance(loop, ast.For | ast.AsyncFor) and self._device_loader(loop.iter, loop, module):
             return "each iteration ends a step: a device loader"
-        if (self.runs_on_xla(module) or self._given_the_device(loop, module)) and \
-                runs_model(loop.body, module, batch=loop_batch(loop, module)):
+        on_xla = self.runs_on_xla(module) or self._given_the_device(loop, module) or \
+            self._inherits_the_device(loop, module)
+        if on_xla and runs_model(loop.body, module, batch=loop_batch(loop, module), project=self.project):
             return RUNS_MODEL
         return ""
 
@@ -146,6 +147,17 @@ class TorchXlaSteps:
         if init is not None and cls is not None:
             given_to.append((init, self.project.calls_by_name.get(cls.name, [])))
         return any(self._device_given(callee, calls, depth) for callee, calls in given_to)
+
+    def _inherits_the_device(self, loop: ast.AST, module: Module) -> bool:
+        """The loop is in a method of a class whose base (a few bases up) is defined in a module on the XLA device
+        (`class PPOTrainer(AccelerateRLTrainer)`, the base setting up Accelerate for its subclasses)."""
+        owners = [(module, module.enclosing_class(loop))]
+        for _ in range(3):
+            owners = [found for home, cls in owners if cls is not None for base in cls.bases
+                      if (found := self.project.class_named(last_name(base), home)) is not None]
+            if any(self.runs_on_xla(home) for home, _ in owners):
+                return True
+        return False
 
     def _device_given(self, function: FunctionNode, calls: list[tuple[Module, ast.Call]], depth: int) -> bool:
         params = positional_params(function, method=True)
