@@ -129,6 +129,50 @@ CASES = [
                 picked_BxTxV = logits_BxTxV[positions_BxT]
                 xm.mark_step()
         """),
+    ("XLA002", TORCH_HEAD + """
+        def evaluate(model, loader):
+            kept = torch.zeros(0, device=xm.xla_device())
+            for batch in loader:
+                kept = torch.cat([kept, model(batch).argmax(-1)])  # grows each batch: a new shape each time
+                xm.mark_step()
+            return kept
+        """, TORCH_HEAD + """
+        def evaluate(model, loader):
+            for batch in loader:
+                features = model(batch)
+                features = torch.cat([features, batch], dim=-1)  # bound afresh each batch: one shape
+                xm.mark_step()
+        """),
+    ("XLA002", TORCH_HEAD + """
+        def match(model, loader):
+            for batch in loader:
+                cost = model(batch)
+                keep = cost.min(dim=0).values > 0.5
+                kept = cost[:, keep]  # a mask on one axis: as many columns as it holds
+                xm.mark_step()
+        """, TORCH_HEAD + """
+        def match(model, loader):
+            for batch in loader:
+                cost = model(batch)
+                best = cost.argmin(dim=1)
+                picked = cost[:, best]  # integer indices: one column per row, a fixed shape
+                xm.mark_step()
+        """),
+    ("XLA002", TORCH_HEAD + """
+        def train(model, loader):
+            for tokens, lengths in loader:
+                longest = lengths.max()  # a tensor: read to the host to size the mask
+                mask = torch.arange(longest, device=tokens.device)[None, :] < lengths[:, None]
+                model(tokens[:, :128], mask[:, :128]).backward()
+                xm.mark_step()
+        """, TORCH_HEAD + """
+        def train(model, loader):
+            for tokens, lengths in loader:
+                width = tokens.size(1)  # a Python int: one shape for every batch of this width
+                mask = torch.arange(width, device=tokens.device)[None, :] < lengths[:, None]
+                model(tokens, mask).backward()
+                xm.mark_step()
+        """),
     ("XLA003", TORCH_HEAD + """
         def train_step(model, batch):
             loss = model(batch).mean()
@@ -681,3 +725,27 @@ def test_a_notebook_exported_as_a_script_is_read_around_its_shell_lines(tmp_path
     result = lint_tree(tmp_path)
     assert [(f.rule, f.line) for f in result.findings] == [("XLA000", 4), ("XLA003", 12)]
 
+
+
+def test_a_model_runs_through_its_parts_but_not_what_it_carries() -> None:
+    """`self.model.decoder.next_logits(x)` runs the model (a part of it); `model.tokenizer.decode_ids(ids)` does
+    not; and a model's method called for each level a sampler counts is no batch loop."""
+    from tpuops.check.model_calls import runs_model
+
+    def loop_runs_model(source: str, counted: bool = False) -> bool:
+        tree = ast.parse(textwrap.dedent(source))
+        loop = next(n for n in ast.walk(tree) if isinstance(n, ast.For | ast.While))
+        return runs_model(loop.body, Module.of("train.py", tree, source), counted=counted)
+
+    assert loop_runs_model("""
+        while step < limit:
+            logits = self.model.decoder.next_logits(tokens)
+        """)
+    assert not loop_runs_model("""
+        for i, ids in enumerate(labels):
+            text = model.tokenizer.decode_ids(ids)
+        """)
+    assert not loop_runs_model("""
+        for level in range(10):
+            noise = self.model.denoise(noise, level)
+        """, counted=True)

@@ -20,7 +20,7 @@ from tpuops.check.file_rules import FILE_RULES
 from tpuops.check.findings import Finding
 from tpuops.check.host_loops import host_loop_notes
 from tpuops.check.host_reads import formats_a_value
-from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule
+from tpuops.check.lint_rules import RULES_BY_ID, STEP_RULES, Rule, grows_by_concatenation
 from tpuops.check.project import FunctionNode, Module, Project, last_name
 from tpuops.check.reach import CommandScope, a_test
 from tpuops.check.regions import switched_off
@@ -218,6 +218,9 @@ def _guess(rule: str, node: ast.AST, module: Module, step: Step | None, scope: C
         return Guess("unreached", f"it runs only when `{ast.unparse(switch)}` is on, which the command leaves off")
     if step is not None and not step.sure:
         return Guess("step", f"{step.name} may not run every step")
+    if step is not None and rule == "XLA002" and grows_by_concatenation(node, module):
+        return Guess("value", "a tensor grown in a loop changes its shape each time round only if the loop runs "
+                              "more than once per step; the run counts the compilations")
     if step is not None and step.kind in {"lazy", "torch"} and \
             (rule == "XLA001" or (rule == "XLA003" and formats_a_value(node))):  # (how often it runs cannot tell)
         return Guess("value", "the value is taken for a device tensor by its name and use; the run sees whether "

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from tpuops.check.host_reads import host_sync
-from tpuops.check.project import dotted, last_name, params_of
+from tpuops.check.project import Module, dotted, last_name, params_of
 from tpuops.check.pyvalues import none_default_params
 from tpuops.check.steps import Hit, Step
 from tpuops.check.tensors import TensorValues
@@ -215,8 +215,16 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
                 yield node, f"one-argument `{dotted(node.func)}` in {step.where} returns data-dependent indices"
             elif name == "repeat_interleave" and _repeats_by_data(node, method, values):
                 yield node, f"`{name}` by a tensor of counts in {step.where}: its length is their sum, the data's"
+            elif step.kind in {"lazy", "torch"} and _sized_by_data(node, method, step, values):
+                yield node, f"`{name}` sized by a value read from a tensor in {step.where}: a new shape, and a new " \
+                            "graph, whenever the value changes"
         elif _masked(node, values):
             yield node, f"boolean-mask indexing in {step.where}: the result's shape depends on the data"
+        elif step.kind in {"lazy", "torch"} and step.module is not None and isinstance(node, ast.Assign) and \
+                isinstance(node.value, ast.Call) and grows_by_concatenation(node, step.module) and \
+                values.framework_call(node.value):
+            yield node, f"`{ast.unparse(node.targets[0])}` grown by concatenation in {step.where}: a new shape, " \
+                        "and a new graph, each time round its loop"
         elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Subscript) and \
                 _indexed_by_data_shaped(node, step, values):
             yield node, f"indexing by indices whose number depends on the data (`nonzero`, a mask) in " \
@@ -224,6 +232,33 @@ def dynamic_shape(step: Step, values: TensorValues, nodes: list[ast.AST]) -> Ite
         elif step.kind in {"lazy", "torch"} and isinstance(node, ast.Subscript) and _sliced_by_data(node, step, values):
             yield node, f"a slice bounded by a value read from a tensor (or drawn at random) in {step.where}: " \
                         "a new graph for each new bound"
+
+
+CONCATENATIONS = {"cat", "concat", "concatenate", "hstack", "vstack", "column_stack"}
+
+
+def grows_by_concatenation(node: ast.AST, module: Module) -> bool:
+    """`tokens = torch.cat([tokens, next_ids], dim=1)` in a loop that binds `tokens` nowhere else: the tensor
+    grows each time round (generated tokens, a cache, predictions gathered on the device)."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and
+            isinstance(node.value, ast.Call) and last_name(node.value.func) in CONCATENATIONS and node.value.args and
+            isinstance(node.value.args[0], ast.List | ast.Tuple)):
+        return False
+    name = node.targets[0].id
+    if not any(isinstance(e, ast.Name) and e.id == name for e in node.value.args[0].elts):
+        return False
+    loop = _innermost_loop(node, module)
+    return loop is not None and not any(other is not node and _innermost_loop(other, module) is loop
+                                        for other in module.assigns_to(name, module.enclosing_function(node)))
+
+
+def _innermost_loop(node: ast.AST, module: Module) -> ast.AST | None:
+    for ancestor in module.ancestors(node):
+        if isinstance(ancestor, ast.For | ast.AsyncFor | ast.While):
+            return ancestor
+        if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return None
+    return None
 
 
 def _dynamic_shape_call(call: ast.Call, values: TensorValues) -> bool:
@@ -247,6 +282,27 @@ def _repeats_by_data(call: ast.Call, method: bool, values: TensorValues) -> bool
         positional = call.args[0:1] if method else call.args[1:2]
         repeats = positional[0] if positional else None
     return repeats is not None and values.evident.is_tensor(repeats)
+
+
+# Calls whose arguments are sizes (`torch.arange(n)`, `x.expand(b, n, d)`, `torch.topk(x, k)`).
+SIZED_CALLS = {"arange", "zeros", "ones", "empty", "rand", "randn", "full", "new_zeros", "new_ones", "new_empty",
+               "new_full", "expand", "repeat", "topk", "narrow"}
+
+
+def _sized_by_data(call: ast.Call, method: bool, step: Step, values: TensorValues) -> bool:
+    """`torch.arange(0, max_len)` with `max_len = lengths.max()`, `torch.topk(cost, k=ks[i])`, `vec.expand(n,
+    -1)` with `n` an element of a tensor: a size read from a tensor, so the shape follows the data."""
+    name = last_name(call.func)
+    if name not in SIZED_CALLS or not (method or values.framework_call(call)):
+        return False
+    sizes = list(call.args)
+    if name in {"topk", "narrow"} and not method:
+        sizes = sizes[1:]  # (`torch.topk(x, k)`: the first is the input)
+    if name in {"full", "new_full"}:
+        sizes = sizes[:1]  # (the fill value may be a tensor)
+    sizes += [k.value for k in call.keywords if k.arg in {"k", "size", "length", "end"}]
+    parts = [e for size in sizes for e in (size.elts if isinstance(size, ast.Tuple | ast.List) else [size])]
+    return any(_read_from_a_tensor(part, step, values) for part in parts)
 
 
 def _sliced_by_data(node: ast.Subscript, step: Step, values: TensorValues) -> bool:
@@ -277,6 +333,8 @@ def _read_from_a_tensor(bound: ast.AST, step: Step, values: TensorValues) -> boo
         return _read_from_a_tensor(bound.left, step, values) or _read_from_a_tensor(bound.right, step, values)
     if not isinstance(bound, ast.Name) or step.module is None:
         return False
+    if values.evident.is_tensor(bound):
+        return True  # `n = lengths.max()`: a tensor, read to the host to size or bound anything
     bound_to = step.module.bound_above(bound)
     return bound_to is not None and isinstance(bound_to.value, ast.Call | ast.Subscript) and \
         _read_from_a_tensor(bound_to.value, step, values)
@@ -286,9 +344,15 @@ def _masked(node: ast.AST, values: TensorValues) -> bool:
     """`x[mask]` read or written (`x[mask] = 0`, `weights[target == pad] *= w`): PyTorch turns a boolean index
     into the indices of its True elements (`nonzero`), whose number depends on the data."""
     if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Subscript):
-        return values.is_bool(node.target.slice)
+        return _a_mask_index(node.target.slice, values)
     return isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load | ast.Store) and \
-        values.is_bool(node.slice)
+        _a_mask_index(node.slice, values)
+
+
+def _a_mask_index(index: ast.AST, values: TensorValues) -> bool:
+    """`mask`, or a mask on one axis among slices and integer indices (`cost[:, keep]`, `m[rows, keep]`)."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    return any(values.is_bool(part) for part in parts)
 
 
 STEP_RULES: dict[str, Callable[[Step, TensorValues, list[ast.AST]], Iterator[Hit]]] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from tpuops.check.project import FunctionNode, Module, Project, last_name
+from tpuops.check.project import FunctionNode, Module, Project, dotted, last_name
 from tpuops.check.regions import each_pass
 
 # `model_path`, `model_name`, `model_cfg`: what names a model, not the model
@@ -19,17 +19,18 @@ MODEL_UPKEEP = {"parameters", "named_parameters", "modules", "named_modules", "c
                 "requires_grad_", "apply", "half", "float", "double", "bfloat16", "tie_weights", "num_parameters",
                 "print_trainable_parameters", "gradient_checkpointing_enable", "resize_token_embeddings"}
 UPKEEP_PREFIXES = ("get_", "set_", "save", "load", "register_", "add_", "enable_", "disable_", "freeze", "unfreeze")
+NOT_LAYERS = ("token", "processor", "config", "vocab", "extractor", "args", "device", "logger", "writer")
 MOVES = {"to", "cuda"}  # `Encoder(...).to(device)`: a module built and moved to the device
 
 
 def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: frozenset[str] = frozenset(),
-               project: Project | None = None) -> bool:
+               project: Project | None = None, counted: bool = False) -> bool:
     """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `model.tta(batch)`,
     `self(**data)` (a Module's own method), a module built and moved to the device (`encoder = Encoder().to(device)`
     ... `encoder(x)`), a method of the same module that does (`self.validate_one_step(batch)`), or a helper given
     the model and the loop's `batch` (`get_loss(model, batch, step)`, `self.loss_func(self.model, data, labels)`;
     not `train_epoch(model, loader)`, which runs its own loop)."""
-    return any(isinstance(node, ast.Call) and _model_call(node, module, depth, batch, project)
+    return any(isinstance(node, ast.Call) and _model_call(node, module, depth, batch, project, counted)
                for node in each_pass(body))
 
 
@@ -62,20 +63,28 @@ def _a_model(name: str) -> bool:
     return named and bool(words) and words[-1] not in NOT_A_MODEL and words[0] != "num"
 
 
+def _a_model_part(receiver: ast.AST) -> bool:
+    """`model`, `self.model.decoder`: the model or a part of it; not what it carries beside its layers
+    (`model.tokenizer`, `model.config`)."""
+    parts = dotted(receiver).split(".")
+    return any(_a_model(part) for part in parts) and not any(word in parts[-1].lower() for word in NOT_LAYERS)
+
+
 def _runs_it(method: str) -> bool:
     """A model's method that runs it (`generate`, `tta`, `predict`), not one that looks after it."""
     return method not in MODEL_UPKEEP and not method.startswith(UPKEEP_PREFIXES)
 
 
-def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str], project: Project | None) -> bool:
+def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str], project: Project | None,
+                counted: bool) -> bool:
     func = call.func
     if isinstance(func, ast.Name) and func.id == "self":
         return True
     if isinstance(func, ast.Name | ast.Attribute) and _a_model(last_name(func)) and \
             not (isinstance(func, ast.Name) and func.id in module.defs):  # `download_model(url)` is a function
         return True
-    if batch and isinstance(func, ast.Attribute) and _a_model(last_name(func.value)) and _runs_it(func.attr):
-        return True  # (over batches: `model.denoise(x, level)` for each level of a sampler is not a batch loop)
+    if not counted and isinstance(func, ast.Attribute) and _runs_it(func.attr) and _a_model_part(func.value):
+        return True  # `self.model.decoder.decode_step(x)`, not in a loop counting levels of a sampler (`counted`)
     given = {last_name(a) for a in call.args if isinstance(a, ast.Name | ast.Attribute)}
     if any(_a_model(name) for name in given) and {a.id for a in call.args if isinstance(a, ast.Name)} & batch:
         return True
@@ -86,5 +95,5 @@ def _model_call(call: ast.Call, module: Module, depth: int, batch: frozenset[str
             func.value.id == "self":  # (a base's method too, `self.generate(...)` of a trainer's base class)
         methods = project.functions(func, module) if project is not None else \
             [(module, d) for d in module.defs.get(func.attr, ())]
-        return any(runs_model(d.body, home, depth + 1, project=project) for home, d in methods)
+        return any(runs_model(d.body, home, depth + 1, project=project, counted=counted) for home, d in methods)
     return False

@@ -22,9 +22,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from tpuops.check.class_steps import class_steps
 from tpuops.check.project import (
     KERAS_ROOTS,
-    LIGHTNING_ROOTS,
     FunctionNode,
     Module,
     Project,
@@ -53,15 +53,6 @@ from tpuops.check.wrappers import compiler, host_callback_target, is_false, keyw
 TRANSFORMS = {"vmap", "grad", "value_and_grad", "checkpoint", "remat", "partial", "filter_value_and_grad",
               "filter_grad", "filter_vmap", "shard_map", "named_call", "custom_vjp", "custom_jvp", "pmap", "jit",
               "pjit", "filter_jit"}
-KERAS_STEP_METHODS = {"train_step", "test_step"}
-# Keras runs these of a custom metric inside its compiled train and test functions, on every batch.
-KERAS_METRIC_METHODS = {"update_state", "result"}
-LIGHTNING_STEP_METHODS = {"training_step", "validation_step", "test_step", "predict_step"}
-# The hooks Lightning calls around every batch (a LightningModule's and a Callback's): step code too.
-LIGHTNING_BATCH_HOOKS = {"on_train_batch_start", "on_train_batch_end", "on_validation_batch_start",
-                         "on_validation_batch_end", "on_before_backward", "on_after_backward",
-                         "on_before_optimizer_step", "training_step_end", "validation_step_end"}
-LIGHTNING_HOOK_TENSORS = frozenset({"batch", "outputs", "loss", "step_output"})  # what such hooks are handed
 STRATEGY_RUNS = {"run", "experimental_run_v2"}  # tf.distribute's step runner, under its TF 2.0/2.1 name too
 
 
@@ -156,30 +147,7 @@ class StepFinder(TorchXlaSteps):
             yield from self._wrapped(call, module)
             yield from self._engine_steps(call, module)
         for cls_node in module.classes.values():
-            lightning = _lightning_class(cls_node, module)
-            if lightning:
-                # Lightning runs these on the XLA device, one per batch, with the batch on the device
-                for method in cls_node.body:
-                    if isinstance(method, FunctionNode) and method.name in LIGHTNING_STEP_METHODS and \
-                            lightning == "module":
-                        yield Step(f"{cls_node.name}.{method.name}", "lazy", "a Lightning step", module, method,
-                                   _first_argument(method))
-                    elif isinstance(method, FunctionNode) and method.name in LIGHTNING_BATCH_HOOKS:
-                        yield Step(f"{cls_node.name}.{method.name}", "lazy", "a Lightning hook run every batch",
-                                   module, method, frozenset(params_of(method)) & LIGHTNING_HOOK_TENSORS)
-            if any(last_name(b).endswith("Model") for b in cls_node.bases):
-                # tf.keras (Keras 2) runs an overridden train_step through AutoGraph, Keras 3 does not
-                kind = "tf" if _tf_keras(cls_node, module) else "keras"
-                for method in cls_node.body:
-                    if isinstance(method, FunctionNode) and method.name in KERAS_STEP_METHODS:
-                        yield Step(f"{cls_node.name}.{method.name}", kind, "Keras train_step", module, method,
-                                   frozenset(params_of(method) - {"self"}))
-            if module.imports_any(KERAS_ROOTS) and any(last_name(b) == "Metric" for b in cls_node.bases):
-                kind = "tf" if _tf_keras(cls_node, module) else "keras"
-                for method in cls_node.body:
-                    if isinstance(method, FunctionNode) and method.name in KERAS_METRIC_METHODS:
-                        yield Step(f"{cls_node.name}.{method.name}", kind, "a Keras metric (run by fit every batch)",
-                                   module, method, frozenset(params_of(method) - {"self"} - flag_params(method)))
+            yield from class_steps(cls_node, module)
         hows = {id(loop): self._step_loop(loop, module) for loop in module.loops}
         # loops around a step loop (epochs, chunks): what they run besides runs once per epoch; not so a training
         # loop that runs an evaluation loop now and then
@@ -353,36 +321,3 @@ def _static(wrapper: ast.AST, function: FunctionNode | None) -> set[str]:
                         and value < len(params):
                     static.add(params[value])
     return static
-
-
-def _lightning_class(cls_node: ast.ClassDef, module: Module) -> str:
-    """"module" for a LightningModule (also one of a library built on it: `NeuronLTModule` imported from
-    `neuronx_distributed.lightning`), "callback" for a Lightning Callback, else ""."""
-    for base in cls_node.bases:
-        name = last_name(base)
-        source = module.imported.get(dotted(base).split(".")[0], ("", None))[0]
-        from_lightning = "lightning" in source.split(".") or source.split(".")[0] in LIGHTNING_ROOTS
-        if name == "LightningModule" or (from_lightning and name.endswith("Module")):
-            return "module"
-        if name == "Callback" and from_lightning:
-            return "callback"
-    return ""
-
-
-def _first_argument(method: FunctionNode) -> frozenset[str]:
-    """The batch a Lightning step gets: its first argument after self (`batch_idx` is a count)."""
-    names = [name for name in positional_params(method) if name != "self"]
-    return frozenset(names[:1])
-
-
-def _tf_keras(cls_node: ast.ClassDef, module: Module) -> bool:
-    """The model subclasses tf.keras.Model (`tf.keras.Model`, or `Model` imported from tensorflow.keras)."""
-    for base in cls_node.bases:
-        path = dotted(base)
-        root = path.split(".")[0]
-        source = module.imported.get(root, ("", None))[0]
-        if path.startswith(("tf.", "tensorflow.")) or source.startswith("tensorflow"):
-            return True
-    return False
-
-

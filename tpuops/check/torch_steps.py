@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from tpuops.check.class_steps import hf_trainer_class
 from tpuops.check.model_calls import runs_model
 from tpuops.check.project import (
     TORCH_XLA_ROOTS,
@@ -104,7 +105,9 @@ class TorchXlaSteps:
             return "each iteration ends a step: a device loader"
         on_xla = self.runs_on_xla(module) or self._given_the_device(loop, module) or \
             self._inherits_the_device(loop, module)
-        if on_xla and runs_model(loop.body, module, batch=loop_batch(loop, module), project=self.project):
+        batch = loop_batch(loop, module)
+        counted = isinstance(loop, ast.For | ast.AsyncFor) and not batch  # `for level in range(10)`
+        if on_xla and runs_model(loop.body, module, batch=batch, project=self.project, counted=counted):
             return RUNS_MODEL
         return ""
 
@@ -150,8 +153,11 @@ class TorchXlaSteps:
 
     def _inherits_the_device(self, loop: ast.AST, module: Module) -> bool:
         """The loop is in a method of a class whose base (a few bases up) is defined in a module on the XLA device
-        (`class PPOTrainer(AccelerateRLTrainer)`, the base setting up Accelerate for its subclasses)."""
+        (`class PPOTrainer(AccelerateRLTrainer)`, the base setting up Accelerate for its subclasses), or is a
+        Hugging Face Trainer or TrainerCallback (the Trainer puts the model and the batches there on a TPU)."""
         owners = [(module, module.enclosing_class(loop))]
+        if any(cls is not None and hf_trainer_class(cls, home, callbacks=True) for home, cls in owners):
+            return True
         for _ in range(3):
             owners = [found for home, cls in owners if cls is not None for base in cls.bases
                       if (found := self.project.class_named(last_name(base), home)) is not None]
