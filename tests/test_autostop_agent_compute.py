@@ -120,7 +120,8 @@ def test_autostop_through_the_cli_deletes_a_simulated_slice_and_up_brings_it_bac
                                                 "autostop.json").exists())
         gone = run_cli("status", name, env=env)
         assert gone.returncode == 0 and "TPU deleted by autostop at" in gone.stdout, gone.stdout + gone.stderr
-        again = run_cli("up", str(spec), env=env)
+        # (without a new limit the 1s one is kept, and the agent may delete the new slice before it is looked at)
+        again = run_cli("up", str(spec), "--autostop", "30m", env=env)
         assert again.returncode == 0 and record.exists(), again.stderr
     finally:
         run_cli("down", name, "--yes", "--delete-bucket", "--force", env=env)
