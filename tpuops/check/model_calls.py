@@ -25,11 +25,13 @@ MOVES = {"to", "cuda"}  # `Encoder(...).to(device)`: a module built and moved to
 
 def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: frozenset[str] = frozenset(),
                project: Project | None = None, counted: bool = False) -> bool:
-    """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `model.tta(batch)`,
-    `self(**data)` (a Module's own method), a module built and moved to the device (`encoder = Encoder().to(device)`
-    ... `encoder(x)`), a method of the same module that does (`self.validate_one_step(batch)`), or a helper given
-    the model and the loop's `batch` (`get_loss(model, batch, step)`, `self.loss_func(self.model, data, labels)`;
-    not `train_epoch(model, loader)`, which runs its own loop)."""
+    """The statements (not an inner loop's) call the model, `model(x)`, `self.model(**batch)`, `self(**data)` (a
+    Module's own method), a method of the model or of a part of it (`model.tta(batch)`,
+    `self.model.decoder.next_logits(x)`; not in a loop that `counted` a sampler's levels), a module built and moved
+    to the device (`encoder = Encoder().to(device)` ... `encoder(x)`), a method of the class (or of a base) that
+    does (`self.validate_one_step(batch)`), or a helper given the model and the loop's `batch` (`get_loss(model,
+    batch, step)`, `self.loss_func(self.model, data, labels)`; not `train_epoch(model, loader)`, which runs its own
+    loop)."""
     return any(isinstance(node, ast.Call) and _model_call(node, module, depth, batch, project, counted)
                for node in each_pass(body))
 
