@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from tpuops.check.project import FunctionNode, Module, Project, dotted, last_name
+from tpuops.check.project import MOVES, FunctionNode, Module, Project, dotted, last_name
 from tpuops.check.regions import each_pass
 
 # `model_path`, `model_name`, `model_cfg`: what names a model, not the model
@@ -20,7 +20,6 @@ MODEL_UPKEEP = {"parameters", "named_parameters", "modules", "named_modules", "c
                 "print_trainable_parameters", "gradient_checkpointing_enable", "resize_token_embeddings"}
 UPKEEP_PREFIXES = ("get_", "set_", "save", "load", "register_", "add_", "enable_", "disable_", "freeze", "unfreeze")
 NOT_LAYERS = ("token", "processor", "config", "vocab", "extractor", "args", "device", "logger", "writer")
-MOVES = {"to", "cuda"}  # `Encoder(...).to(device)`: a module built and moved to the device
 
 
 def runs_model(body: list[ast.stmt], module: Module, depth: int = 0, batch: frozenset[str] = frozenset(),
@@ -48,12 +47,13 @@ def _moved_module(name: str, call: ast.Call, module: Module) -> bool:
     (`text_encoder = TextEncoder().to(device)`): a torch module (a tensor is made with a function, not a class)."""
     for scope in {module.enclosing_function(call), None}:
         for assign in module.assigns_to(name, scope):
-            value = assign.value
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in MOVES \
-                    and isinstance(value.func.value, ast.Call):
-                built = last_name(value.func.value.func)
-                if built[:1].isupper() and not built.endswith("Tensor"):
-                    return True
+            value, moved = assign.value, False
+            while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and \
+                    value.func.attr in MOVES and isinstance(value.func.value, ast.Call):
+                value, moved = value.func.value, True  # Encoder(...).to(device), Encoder(...).cuda().train()
+            built = last_name(value.func) if isinstance(value, ast.Call) else ""
+            if moved and built[:1].isupper() and not built.endswith("Tensor"):
+                return True
     return False
 
 

@@ -155,9 +155,10 @@ class TorchXlaSteps:
         """The loop is in a method of a class whose base (a few bases up) is defined in a module on the XLA device
         (`class PPOTrainer(AccelerateRLTrainer)`, the base setting up Accelerate for its subclasses), or is a
         Hugging Face Trainer or TrainerCallback (the Trainer puts the model and the batches there on a TPU)."""
-        owners = [(module, module.enclosing_class(loop))]
-        if any(cls is not None and hf_trainer_class(cls, home, callbacks=True) for home, cls in owners):
+        own = module.enclosing_class(loop)
+        if own is not None and hf_trainer_class(own, module, callbacks=True):
             return True
+        owners = [(module, own)]
         for _ in range(3):
             owners = [found for home, cls in owners if cls is not None for base in cls.bases
                       if (found := self.project.class_named(last_name(base), home)) is not None]
